@@ -1,0 +1,192 @@
+"""Privacy accounting: composition theorems and the per-model ledger.
+
+* Basic composition: (sum eps_i, sum delta_i).
+* Advanced composition, seed 001 Theorem 3 (Dwork, Rothblum, Vadhan 2010): k
+  mechanisms, each (eps, delta)-DP, compose to (eps', k delta + delta') with
+  eps' = sqrt(2k ln(1/delta')) eps + k eps (e^eps - 1)/(e^eps + 1).
+* Its heterogeneous form (Kairouz, Oh, Viswanath 2015 / Dwork-Roth Thm 3.20 proof):
+  eps' = sqrt(2 ln(1/delta') sum eps_i^2) + sum eps_i (e^eps_i - 1)/(e^eps_i + 1),
+  equal to Theorem 3 when all eps_i are equal. (e^x - 1)/(e^x + 1) = tanh(x/2).
+
+The ledger charges each mechanism invocation before its release and refuses a
+charge that would exceed the budget (fail closed). Validity of composing with a
+data-dependent number of invocations: every model charges a *fixed* schedule of
+amounts fixed by its config (for example eps^ per AboveThreshold instance), so the
+index at which the budget runs out is data-independent; stopping earlier equals
+running no-op mechanisms, which the fixed-horizon theorem covers. Data-dependent
+charge *amounts* would need a privacy filter (Rogers et al. 2016) and are not used.
+
+The ledger state is a few running sums (no per-entry list), so it fits in a table
+record and the changelog traffic per charge is constant.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+from typing import Literal
+
+from .errors import BudgetExhausted, ParameterError
+
+Rule = Literal["basic", "advanced", "best"]
+
+
+@dataclass(frozen=True)
+class PrivacyCost:
+    epsilon: float
+    delta: float = 0.0
+
+    def __post_init__(self):
+        if not (self.epsilon >= 0 and math.isfinite(self.epsilon)):
+            raise ParameterError("epsilon", self.epsilon, "a finite number >= 0")
+        if not 0 <= self.delta <= 1:
+            raise ParameterError("delta", self.delta, "in [0, 1]")
+
+
+def basic_composition(costs) -> PrivacyCost:
+    costs = list(costs)
+    return PrivacyCost(sum(c.epsilon for c in costs), min(1.0, sum(c.delta for c in costs)))
+
+
+def advanced_composition(epsilon: float, delta: float, k: int, delta_prime: float) -> PrivacyCost:
+    """Seed 001 Theorem 3, exactly as stated."""
+    if k < 0:
+        raise ParameterError("k", k, ">= 0")
+    if not 0 < delta_prime < 1:
+        raise ParameterError("delta_prime", delta_prime, "in (0, 1)")
+    eps = math.sqrt(2 * k * math.log(1 / delta_prime)) * epsilon \
+        + k * epsilon * (math.exp(epsilon) - 1) / (math.exp(epsilon) + 1)
+    return PrivacyCost(eps, min(1.0, k * delta + delta_prime))
+
+
+def advanced_composition_sums(sum_eps_sq: float, sum_eps_tanh: float, sum_delta: float,
+                              delta_prime: float) -> PrivacyCost:
+    """Heterogeneous advanced composition from running sums."""
+    eps = math.sqrt(2 * math.log(1 / delta_prime) * sum_eps_sq) + sum_eps_tanh
+    return PrivacyCost(eps, min(1.0, sum_delta + delta_prime))
+
+
+def solve_per_instance_epsilon(total_epsilon: float, k: int, delta_prime: float) -> float:
+    """The largest eps with advanced_composition(eps, ., k, delta') <= total_epsilon
+    (bisection; the left side is increasing in eps). Also never worse than total/k."""
+    if k < 1:
+        raise ParameterError("k", k, ">= 1")
+    lo, hi = 0.0, total_epsilon
+    for _ in range(200):
+        mid = (lo + hi) / 2
+        if advanced_composition(mid, 0.0, k, delta_prime).epsilon <= total_epsilon:
+            lo = mid
+        else:
+            hi = mid
+    return max(lo, total_epsilon / k) * (1 - 1e-12)
+
+
+@dataclass
+class LedgerState:
+    """Running sums of one model's charges (a table record)."""
+    budget_epsilon: float
+    budget_delta: float
+    rule: Rule = "best"
+    delta_prime: float = 0.0            # slack of advanced composition (part of budget_delta)
+    charges: int = 0
+    sum_eps: float = 0.0
+    sum_delta: float = 0.0
+    sum_eps_sq: float = 0.0
+    sum_eps_tanh: float = 0.0
+    exhausted: bool = False
+
+
+@dataclass(frozen=True)
+class LedgerEntry:
+    mechanism: str
+    epsilon: float
+    delta: float
+    count: int
+    charges: int                 # number of charges so far, this one included
+    spent_epsilon: float
+    spent_delta: float
+    rule: str
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass
+class Ledger:
+    """Per-model privacy ledger with a hard cap.
+
+    >>> led = Ledger.create(epsilon=1.0, delta=1e-6, rule="basic")
+    >>> led.charge("laplace", 0.4).spent_epsilon
+    0.4
+    >>> led.charge("laplace", 0.7)
+    Traceback (most recent call last):
+    ...
+    mechanisms.errors.BudgetExhausted: privacy budget exhausted: laplace asked for eps=0.7, ...
+    """
+    state: LedgerState
+    on_entry: list = field(default_factory=list, repr=False)
+
+    @classmethod
+    def create(cls, *, epsilon: float, delta: float, rule: Rule = "best",
+               delta_prime: float | None = None) -> "Ledger":
+        if not epsilon > 0:
+            raise ParameterError("epsilon", epsilon, "> 0")
+        if not 0 <= delta < 1:
+            raise ParameterError("delta", delta, "in [0, 1)")
+        if rule not in ("basic", "advanced", "best"):
+            raise ParameterError("rule", rule, "'basic', 'advanced' or 'best'")
+        if delta_prime is None:
+            delta_prime = delta / 2 if rule != "basic" else 0.0
+        if rule != "basic" and not 0 < delta_prime <= delta:
+            raise ParameterError("delta_prime", delta_prime, f"in (0, delta={delta}] for rule {rule!r}")
+        return cls(LedgerState(epsilon, delta, rule, delta_prime))
+
+    def totals(self, s: LedgerState | None = None) -> PrivacyCost:
+        """Spent (eps, delta) under the declared rule ('best': the smaller valid eps)."""
+        s = self.state if s is None else s
+        basic = PrivacyCost(s.sum_eps, min(1.0, s.sum_delta))
+        if s.rule == "basic" or s.charges == 0:
+            return basic
+        adv = advanced_composition_sums(s.sum_eps_sq, s.sum_eps_tanh, s.sum_delta, s.delta_prime)
+        if s.rule == "advanced":
+            return adv
+        fits = [c for c in (basic, adv) if c.delta <= s.budget_delta]
+        return min(fits or [basic, adv], key=lambda c: c.epsilon)
+
+    def remaining(self) -> PrivacyCost:
+        t = self.totals()
+        return PrivacyCost(max(0.0, self.state.budget_epsilon - t.epsilon),
+                           max(0.0, self.state.budget_delta - t.delta))
+
+    def can_charge(self, epsilon: float, delta: float = 0.0, count: int = 1) -> bool:
+        trial = self._after(epsilon, delta, count)
+        t = self.totals(trial)
+        return t.epsilon <= self.state.budget_epsilon and t.delta <= self.state.budget_delta
+
+    def charge(self, mechanism: str, epsilon: float, delta: float = 0.0, count: int = 1) -> LedgerEntry:
+        """Record ``count`` invocations of an (eps, delta)-DP mechanism, or raise
+        :class:`BudgetExhausted` and leave the ledger unchanged but marked exhausted."""
+        PrivacyCost(epsilon, delta)
+        if count < 1:
+            raise ParameterError("count", count, ">= 1")
+        trial = self._after(epsilon, delta, count)
+        t = self.totals(trial)
+        if t.epsilon > self.state.budget_epsilon or t.delta > self.state.budget_delta:
+            spent = self.totals()
+            self.state.exhausted = True
+            raise BudgetExhausted(mechanism=mechanism, requested=(epsilon * count, delta * count),
+                                  spent=(spent.epsilon, spent.delta),
+                                  budget=(self.state.budget_epsilon, self.state.budget_delta))
+        self.state = trial
+        entry = LedgerEntry(mechanism, epsilon, delta, count, trial.charges, t.epsilon, t.delta,
+                            trial.rule)
+        for callback in self.on_entry:
+            callback(entry)
+        return entry
+
+    def _after(self, epsilon: float, delta: float, count: int) -> LedgerState:
+        s = self.state
+        return LedgerState(
+            s.budget_epsilon, s.budget_delta, s.rule, s.delta_prime, s.charges + 1,
+            s.sum_eps + count * epsilon, s.sum_delta + count * delta,
+            s.sum_eps_sq + count * epsilon * epsilon,
+            s.sum_eps_tanh + count * epsilon * math.tanh(epsilon / 2), s.exhausted)

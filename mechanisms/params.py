@@ -1,0 +1,253 @@
+"""The papers' privacy parameter formulas. Each parameter is computed in exactly
+one function here, with its derivation; learners and agents ask these functions.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from .accounting import PrivacyCost, advanced_composition, solve_per_instance_epsilon
+from .errors import InfeasibleParameters, ParameterError
+
+
+def _check_eps_delta(epsilon: float, delta: float, *, strict_unit: bool = False) -> None:
+    if not (epsilon > 0 and math.isfinite(epsilon)) or (strict_unit and epsilon >= 1):
+        raise ParameterError("epsilon", epsilon, "in (0, 1)" if strict_unit else "> 0")
+    if not 0 < delta < 1:
+        raise ParameterError("delta", delta, "in (0, 1)")
+
+
+# --------------------------------------------------------------------------- DP-Winnow
+def winnow_update_bound(d: int, eta: float, rho: float, c: float) -> float:
+    """Seed 000 Lemma 9: ConfidentWinnow makes at most ln d / ((1-c) eta rho - eta^2/2)
+    updates on rho-margin data (c < 1/2); Lemma 14 carries it to DP-Winnow."""
+    if d < 2:
+        raise ParameterError("d", d, ">= 2")
+    if not 0 < rho <= 1:
+        raise ParameterError("rho", rho, "in (0, 1]")
+    if not 0 <= c < 0.5:
+        raise ParameterError("c", c, "in [0, 1/2) (Lemma 9)")
+    if not eta > 0:
+        raise ParameterError("eta", eta, "> 0")
+    den = (1 - c) * eta * rho - eta * eta / 2
+    if den <= 0:
+        raise InfeasibleParameters(
+            f"eta={eta:.6g} is too large for rho={rho}, c={c}: Lemma 9 needs "
+            f"(1-c) eta rho - eta^2/2 > 0, i.e. eta < {2 * (1 - c) * rho:.6g}")
+    return math.log(d) / den
+
+
+def dp_winnow_sample_size(T: int, beta: float, c: float, rho: float) -> int:
+    """m, the number of draws forming w~ (the seed leaves m open; design.md section 4).
+
+    For x in {-1,1}^d, <w~, x> is the mean of m i.i.d. draws x_{j_i} in {-1, 1} with
+    mean <w, x>. Hoeffding: P(|<w~,x> - <w,x>| >= c rho) <= 2 exp(-m (c rho)^2 / 2).
+    A union bound over T rounds at total failure beta gives
+    m = ceil(2 ln(2T/beta) / (c rho)^2), so that w~ agrees with w on every confident
+    prediction (Lemma 13's event)."""
+    if T < 1:
+        raise ParameterError("T", T, ">= 1")
+    if not 0 < beta < 1:
+        raise ParameterError("beta", beta, "in (0, 1)")
+    if not 0 < c < 0.5:
+        raise ParameterError("c", c, "in (0, 1/2)")
+    if not 0 < rho <= 1:
+        raise ParameterError("rho", rho, "in (0, 1]")
+    return math.ceil(2 * math.log(2 * T / beta) / (c * rho) ** 2)
+
+
+def dp_winnow_threshold(T: int, beta: float, eps_hat: float) -> float:
+    """L = 8 ln(2T^2/beta) / eps^ (design.md section 4): AboveThreshold's accuracy
+    alpha = 8(ln T + ln(2/(beta/T)))/eps^ with T queries per instance at failure
+    beta/T (the seed's InitializeAboveThr(eps^, L, beta/T)), so with probability
+    1 - beta no instance fires while its mistake count is 0: the cache is non-empty
+    at every fire. Lemma 10's 16 ln(2T^2/beta)/eps^ mistakes per update is L + alpha."""
+    return 8 * math.log(2 * T * T / beta) / eps_hat
+
+
+def dp_winnow_guarantee(*, eps_hat: float, eta: float, m: int, K: int, delta: float) -> PrivacyCost:
+    """The (eps, delta) that DP-Winnow settings guarantee, by the composition of
+    seed 000 Theorem 11's proof (its appendix is not in our copy of the seed; the
+    derivation below reproduces its constants):
+
+    * K AboveThreshold instances, each eps^-DP: advanced composition at delta/2
+      gives sqrt(2K ln(2/delta)) eps^ + K eps^ tanh(eps^/2).
+    * m K weight draws. A draw picks j with probability proportional to
+      exp(eta u_j), u_j = sum over updates of y x_j. Changing one example changes
+      at most one update term, so each u_j moves by at most 2 and the probability
+      ratio is at most e^{2 eta} e^{2 eta}: each draw is 4 eta-DP. Advanced
+      composition at delta/2 gives sqrt(2 m K ln(2/delta)) 4 eta + m K 4 eta tanh(2 eta).
+
+    With the theorem's eps^ and eta the first-order terms are eps/4 + eps/2; the
+    second-order terms fit in the remaining eps/4 for eps < 1."""
+    if K < 1 or m < 1:
+        raise ParameterError("K, m", (K, m), ">= 1 each")
+    _check_eps_delta(max(eps_hat, 1e-300), delta)
+    at = advanced_composition(eps_hat, 0.0, K, delta / 2)
+    draws = advanced_composition(4 * eta, 0.0, m * K, delta / 2)
+    return PrivacyCost(at.epsilon + draws.epsilon, delta)
+
+
+@dataclass(frozen=True)
+class DPWinnowParameters:
+    eps_hat: float
+    eta: float
+    m: int
+    K: int
+    L: float
+    c: float
+    rho: float
+    T: int
+    beta: float
+    epsilon: float          # what the settings guarantee (dp_winnow_guarantee)
+    delta: float
+    source: str             # "theorem-11" or "practical"
+
+
+def dp_winnow_theory_parameters(*, epsilon: float, delta: float, rho: float, T: int,
+                                beta: float, d: int, c: float = 0.25) -> DPWinnowParameters:
+    """Seed 000 Theorem 11 settings with K from Lemma 14, solved jointly.
+
+    eps^ = eps / (4 sqrt(2K ln(2/delta))), eta = eps / (8 sqrt(2 m K ln(2/delta))) and
+    K = ln d / ((1-c) eta rho - eta^2/2) depend on each other. Write eta = a / sqrt(K)
+    with a = eps / (8 sqrt(2 m ln(2/delta))); then g(K)/K = ln d / ((1-c) a rho sqrt(K)
+    - a^2/2) is decreasing in K, so K = g(K) has one solution K*, found by bisection;
+    K = ceil(K*) keeps "k < K never violated" (Lemma 14) since g(K)/K <= 1 there.
+    """
+    _check_eps_delta(epsilon, delta, strict_unit=True)
+    m = dp_winnow_sample_size(T, beta, c, rho)
+    if d < 2:
+        raise ParameterError("d", d, ">= 2")
+    a = epsilon / (8 * math.sqrt(2 * m * math.log(2 / delta)))
+
+    def excess(K: float) -> float:          # g(K)/K - 1, decreasing in K
+        den = (1 - c) * a * rho * math.sqrt(K) - a * a / 2
+        return math.inf if den <= 0 else math.log(d) / den - 1
+
+    lo, hi = 1.0, 2.0
+    while excess(hi) > 0:
+        hi *= 2
+        if hi > 1e300:
+            raise InfeasibleParameters("no K solves Theorem 11 / Lemma 14 jointly")
+    for _ in range(200):
+        mid = math.sqrt(lo * hi)
+        lo, hi = (mid, hi) if excess(mid) > 0 else (lo, mid)
+    K = math.ceil(hi)
+    eta = a / math.sqrt(K)
+    winnow_update_bound(d, eta, rho, c)          # re-checks the denominator
+    eps_hat = epsilon / (4 * math.sqrt(2 * K * math.log(2 / delta)))
+    g = dp_winnow_guarantee(eps_hat=eps_hat, eta=eta, m=m, K=K, delta=delta)
+    if g.epsilon > epsilon * (1 + 1e-9):
+        raise InfeasibleParameters(
+            f"Theorem 11 settings compose to eps={g.epsilon:.6g} > requested {epsilon}")
+    return DPWinnowParameters(eps_hat, eta, m, K, dp_winnow_threshold(T, beta, eps_hat), c, rho,
+                              T, beta, g.epsilon, delta, "theorem-11")
+
+
+def dp_winnow_practical_parameters(*, eps_hat: float, eta: float, m: int, K: int, L: float,
+                                   delta: float, rho: float = 0.1, c: float = 0.25, T: int = 10**6,
+                                   beta: float = 0.01) -> DPWinnowParameters:
+    """User-chosen settings; the returned epsilon is what they actually guarantee."""
+    for name, v in (("eps_hat", eps_hat), ("eta", eta), ("L", L)):
+        if not (v > 0 and math.isfinite(v)):
+            raise ParameterError(name, v, "a finite number > 0")
+    if m < 1 or K < 1:
+        raise ParameterError("m, K", (m, K), ">= 1 each")
+    g = dp_winnow_guarantee(eps_hat=eps_hat, eta=eta, m=m, K=K, delta=delta)
+    return DPWinnowParameters(eps_hat, eta, m, K, L, c, rho, T, beta, g.epsilon, delta, "practical")
+
+
+# ------------------------------------------------------------------ private predictor
+def predictor_guarantee(eps_bt: float, delta_bt: float, v: int, delta_prime: float) -> PrivacyCost:
+    """Seed 001 Claim 1 made concrete: Algorithm 2 is the v-fold composition of
+    BetweenThresholds (Observation 1), composed by Theorem 3."""
+    return advanced_composition(eps_bt, delta_bt, v, delta_prime)
+
+
+@dataclass(frozen=True)
+class PredictorBudget:
+    v_max: int
+    eps_bt: float
+    delta_bt: float
+    delta_prime: float
+    epsilon: float
+    delta: float
+
+
+def predictor_instance_budget(*, epsilon: float, delta: float, v_max: int) -> PredictorBudget:
+    """Per-BetweenThresholds-instance (eps_BT, delta_BT) such that v_max instances
+    compose (Theorem 3, delta' = delta/2) to at most (eps, delta): delta_BT =
+    delta / (2 v_max), eps_BT the largest value that fits (bisection)."""
+    _check_eps_delta(epsilon, delta)
+    if v_max < 1:
+        raise ParameterError("v_max", v_max, ">= 1")
+    dp = delta / 2
+    eps_bt = solve_per_instance_epsilon(epsilon, v_max, dp)
+    delta_bt = delta / (2 * v_max)
+    g = predictor_guarantee(eps_bt, delta_bt, v_max, dp)
+    return PredictorBudget(v_max, eps_bt, delta_bt, dp, g.epsilon, g.delta)
+
+
+def _paper_log_term(d: float, T: int, alpha: float, beta: float, epsilon: float, delta: float) -> float:
+    return math.log(d * math.log(T) / (alpha * beta * epsilon * delta))
+
+
+def predictor_paper_oblivious(*, epsilon: float, delta: float, alpha: float, beta: float,
+                              T: int, vc: int) -> dict:
+    """Seed 001 Appendix A.2 (oblivious adversary), verbatim; d is VC(C), logs natural.
+    v = d log T + log(d log T / (alpha beta eps delta)) is the hard-query count."""
+    ell = _paper_log_term(vc, T, alpha, beta, epsilon, delta)
+    v = vc * math.log(T) + ell
+    return {
+        "v": v,
+        "beta_bt": beta * epsilon / (v * math.sqrt(v * ell) * ell),
+        "eps_bt": epsilon / math.sqrt(v * ell),
+        "delta_bt": delta / v,
+        "alpha_bt": alpha / v,
+    }
+
+
+def predictor_paper_halfspace(*, epsilon: float, delta: float, alpha: float, beta: float,
+                              T: int, d: int) -> dict:
+    """Seed 001 Appendix A.3 (halfspaces, adaptive adversary), verbatim, v = d + 1."""
+    lg = math.log(d) + math.log(math.log(T)) + math.log(math.log(1 / delta)) + math.log(1 / epsilon)
+    return {
+        "v": d + 1,
+        "beta_bt": beta * epsilon / (d * math.log(T) * math.sqrt(d * math.log(d * math.log(T) / delta)) * lg),
+        "eps_bt": epsilon / math.sqrt(d * math.log(d / delta)),
+        "delta_bt": delta / d,
+        "alpha_bt": alpha / d ** 2,
+    }
+
+
+# ------------------------------------------------------------------ DP-GreedyCover
+def greedy_cover_round_epsilon(epsilon: float, delta: float) -> float:
+    """Per-round exponential-mechanism epsilon of DP-GreedyCover (seed 000 Alg. 3.1)
+    under the set-cover analysis its Theorem 7 invokes (Gupta, Ligett, McSherry, Roth,
+    Talwar 2010, unweighted set cover: selecting with weights exp(eps' * score) over
+    any number of rounds is (2 eps' ln(e/delta0), delta0)-DP for adding or removing
+    one element). Our copy of the seed omits Theorem 7's statement; we apply the
+    cited analysis conservatively:
+
+    * The mechanism here weights by exp(eps_r * score / 2), i.e. eps' = eps_r / 2.
+    * Neighbouring samples differ by replacing one example = remove + add, so
+      group privacy gives (2 * eps_r ln(e/delta0), delta0 (1 + e^{eps/2})).
+    * Solving for (eps, delta): delta0 = delta / (1 + e^{eps/2}) and
+      eps_r = eps / (2 ln(e / delta0)).
+    """
+    _check_eps_delta(epsilon, delta)
+    delta0 = delta / (1 + math.exp(epsilon / 2))
+    return epsilon / (2 * math.log(math.e / delta0))
+
+
+def greedy_cover_basic_round_epsilon(epsilon: float, rounds: int) -> float:
+    """Plain (basic) composition over all rounds, reported beside the set-cover bound."""
+    if rounds < 1:
+        raise ParameterError("rounds", rounds, ">= 1")
+    return epsilon / rounds
+
+
+def greedy_cover_advanced_round_epsilon(epsilon: float, delta: float, rounds: int) -> float:
+    """Advanced composition (Theorem 3 of seed 001) over all rounds, eps-DP each."""
+    _check_eps_delta(epsilon, delta)
+    return solve_per_instance_epsilon(epsilon, rounds, delta)

@@ -1,0 +1,160 @@
+"""Exact samplers on the integers (Canonne, Kamath, Steinke 2020, "The Discrete
+Gaussian for Differential Privacy", Algorithms 1 and 2), vectorised over lanes.
+
+Every sampler consumes only exact uniform integers from a :class:`RandomStream`
+(no floating point touches a probability), so the output distribution is exactly
+the stated one. Rational parameters are given as (numerator, denominator) integer
+arrays; :func:`fraction_at_least` / :func:`fraction_at_most` round a float the
+privacy-safe way (noise scales up, epsilons down).
+
+Batch calls process all lanes together: each rejection loop draws one word per
+still-active lane per step, so n draws cost O(n) words and O(log n) numpy steps.
+"""
+from __future__ import annotations
+
+import math
+from fractions import Fraction
+
+import numpy as np
+
+from .errors import ParameterError
+from .randomness import RandomStream
+
+DEFAULT_DENOMINATOR = 1 << 20
+
+
+def fraction_at_least(x: float | Fraction, denominator: int = DEFAULT_DENOMINATOR) -> Fraction:
+    """The smallest multiple of 1/denominator that is >= x (use for noise scales)."""
+    if isinstance(x, Fraction):
+        return x
+    return Fraction(math.ceil(Fraction(x) * denominator), denominator)
+
+
+def fraction_at_most(x: float | Fraction, denominator: int = DEFAULT_DENOMINATOR) -> Fraction:
+    """The largest multiple of 1/denominator that is <= x (use for epsilons)."""
+    if isinstance(x, Fraction):
+        return x
+    return Fraction(math.floor(Fraction(x) * denominator), denominator)
+
+
+def bernoulli_rational(stream: RandomStream, num, den) -> np.ndarray:
+    """Bernoulli(num/den) per lane, exactly: U uniform on [0, den), success iff U < num."""
+    num = np.asarray(num, dtype=np.int64)
+    return stream.below(den, size=num.size) < num.ravel()
+
+
+def _bernoulli_exp_unit(stream: RandomStream, num: np.ndarray, den: np.ndarray) -> np.ndarray:
+    """Bernoulli(exp(-num/den)) for 0 <= num/den <= 1 (CKS Algorithm 1, first branch):
+    draw A_k ~ Bernoulli(gamma/k) for k = 1, 2, ... until A_k = 0; succeed iff k is odd."""
+    n = num.size
+    result = np.zeros(n, dtype=bool)
+    lanes = np.arange(n)
+    k = np.ones(n, dtype=np.int64)
+    while lanes.size:
+        a = stream.below(den[lanes] * k[lanes]) < num[lanes]
+        stopped = lanes[~a]
+        result[stopped] = (k[stopped] % 2) == 1
+        lanes = lanes[a]
+        k[lanes] += 1
+    return result
+
+
+def bernoulli_exp(stream: RandomStream, num, den) -> np.ndarray:
+    """Bernoulli(exp(-gamma)) per lane for rational gamma = num/den >= 0, exactly
+    (CKS Algorithm 1): floor(gamma) Bernoulli(exp(-1)) trials must all succeed,
+    then one Bernoulli(exp(-(gamma - floor(gamma))))."""
+    num = np.atleast_1d(np.asarray(num, dtype=np.int64)).ravel()
+    den = np.broadcast_to(np.asarray(den, dtype=np.int64), num.shape).copy()
+    if num.size and (num.min() < 0 or den.min() < 1):
+        raise ParameterError("gamma", "negative or zero denominator", "num >= 0 and den >= 1")
+    whole, frac = num // den, num % den
+    alive = np.ones(num.size, dtype=bool)
+    lanes = np.flatnonzero(whole > 0)
+    done = np.zeros(num.size, dtype=np.int64)
+    ones = np.ones(num.size, dtype=np.int64)
+    while lanes.size:
+        ok = _bernoulli_exp_unit(stream, ones[lanes], ones[lanes])
+        alive[lanes[~ok]] = False
+        lanes = lanes[ok]
+        done[lanes] += 1
+        lanes = lanes[done[lanes] < whole[lanes]]
+    out = np.zeros(num.size, dtype=bool)
+    live = np.flatnonzero(alive)
+    if live.size:
+        out[live] = _bernoulli_exp_unit(stream, frac[live], den[live])
+    return out
+
+
+def geometric_exp(stream: RandomStream, gamma: Fraction, size: int) -> np.ndarray:
+    """Y >= 0 with P(Y = y) proportional to exp(-gamma * y), gamma = s/t > 0 rational.
+
+    CKS Algorithm 2's core: U uniform on [0, t) kept with probability exp(-U/t), V the
+    number of Bernoulli(exp(-1)) successes before a failure, X = U + tV (so
+    P(X = x) ~ exp(-x/t)), and Y = floor(X / s).
+    """
+    gamma = Fraction(gamma)
+    if gamma <= 0:
+        raise ParameterError("gamma", float(gamma), "> 0")
+    s, t = gamma.numerator, gamma.denominator
+    out = np.empty(size, dtype=np.int64)
+    todo = np.arange(size)
+    while todo.size:
+        u = stream.below(t, size=todo.size)
+        keep = bernoulli_exp(stream, u, np.full(todo.size, t, dtype=np.int64))
+        idx, u = todo[keep], u[keep]
+        v = np.zeros(idx.size, dtype=np.int64)
+        lanes = np.arange(idx.size)
+        while lanes.size:
+            a = bernoulli_exp(stream, np.ones(lanes.size, dtype=np.int64), 1)
+            lanes = lanes[a]
+            v[lanes] += 1
+        out[idx] = (u + t * v) // s
+        todo = todo[~keep]
+    return out
+
+
+def discrete_laplace(stream: RandomStream, scale: Fraction | float, size: int) -> np.ndarray:
+    """Z with P(Z = z) proportional to exp(-|z| / scale) (CKS Algorithm 2).
+
+    Y ~ geometric_exp(1/scale), a fair sign bit B; (B = 1, Y = 0) is rejected so
+    that zero is not counted twice; Z = (1 - 2B) Y.
+    """
+    scale = fraction_at_least(scale)
+    if scale <= 0:
+        raise ParameterError("scale", float(scale), "> 0")
+    out = np.empty(size, dtype=np.int64)
+    todo = np.arange(size)
+    while todo.size:
+        y = geometric_exp(stream, 1 / scale, todo.size)
+        b = stream.bits(todo.size)
+        ok = ~(b & (y == 0))
+        out[todo[ok]] = np.where(b[ok], -y[ok], y[ok])
+        todo = todo[~ok]
+    return out
+
+
+def uniform_choice(stream: RandomStream, n: int, size: int = 1) -> np.ndarray:
+    """Indices uniform on [0, n), exactly."""
+    if n < 1:
+        raise ParameterError("n", n, ">= 1")
+    return stream.below(n, size=size)
+
+
+def discrete_laplace_pmf(z: np.ndarray, scale: float) -> np.ndarray:
+    """P(Z = z) for DLap(scale): (1 - p)/(1 + p) p^|z|, p = exp(-1/scale)."""
+    p = math.exp(-1.0 / scale)
+    return (1 - p) / (1 + p) * np.power(p, np.abs(np.asarray(z, dtype=np.float64)))
+
+
+def discrete_laplace_cdf(n: np.ndarray, scale: float) -> np.ndarray:
+    """P(Z <= n) for integer n: p^-n/(1+p) if n < 0, else 1 - p^(n+1)/(1+p)."""
+    n = np.asarray(n, dtype=np.float64)
+    p = math.exp(-1.0 / scale)
+    neg = np.power(p, np.maximum(-n, 0.0)) / (1 + p)
+    pos = 1.0 - np.power(p, np.maximum(n + 1, 0.0)) / (1 + p)
+    return np.where(n < 0, neg, pos)
+
+
+def discrete_laplace_sf(n: np.ndarray, scale: float) -> np.ndarray:
+    """P(Z >= n) for integer n, computed without cancellation in the upper tail."""
+    return discrete_laplace_cdf(-np.asarray(n, dtype=np.float64), scale)

@@ -1,0 +1,117 @@
+import itertools
+import math
+
+import numpy as np
+import pytest
+
+from mechanisms.above_threshold import AboveThreshold, AboveThresholdState, above_threshold_alpha
+from mechanisms.errors import MechanismHalted, ParameterError
+from mechanisms.exact import above_threshold_fire_distribution
+
+from .stats import chi_square_pvalue
+
+QUERY_SETS = [(0, 0, 0, 0), (3, 1, 4, 1), (5, 5, 5, 5), (0, 2, 4, 6), (8, 0, 8, 0)]
+
+
+def log_ratio(p, p2) -> float:
+    both_zero = (p == 0) & (p2 == 0)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        r = np.abs(np.log(p) - np.log(p2))
+    return float(np.max(np.where(both_zero, 0.0, r)))
+
+
+def worst_log_ratio(eps, threshold=4, **scales):
+    worst = 0.0
+    for q in QUERY_SETS:
+        p = above_threshold_fire_distribution(q, threshold, eps, **scales)
+        for shift in itertools.product((-1, 0, 1), repeat=len(q)):
+            p2 = above_threshold_fire_distribution(np.add(q, shift), threshold, eps, **scales)
+            worst = max(worst, log_ratio(p, p2))
+    return worst
+
+
+def worst_constant_adversary_log_ratio(eps, rounds=60, threshold=0, **scales):
+    """Same count for every round, neighbour shifts it by one (design.md section 4)."""
+    worst = 0.0
+    for c in range(-12, 13):
+        p = above_threshold_fire_distribution([c] * rounds, threshold, eps, **scales)
+        p2 = above_threshold_fire_distribution([c + 1] * rounds, threshold, eps, **scales)
+        worst = max(worst, log_ratio(p, p2))
+    return worst
+
+
+@pytest.mark.parametrize("eps", [0.5, 1.0, 2.0])
+def test_exact_output_distribution_ratio_is_at_most_e_eps_on_all_neighbours(eps):
+    """Enumerates every sensitivity-1 shift of each query vector (3^4 neighbours)."""
+    assert worst_log_ratio(eps) <= eps + 1e-9
+
+
+def test_exact_constant_adversary_over_60_rounds_stays_below_eps():
+    assert worst_constant_adversary_log_ratio(1.0) <= 1.0 + 1e-9
+
+
+def test_exact_check_catches_the_variant_without_threshold_noise():
+    assert worst_constant_adversary_log_ratio(1.0, threshold_scale=0.0) > 5.0
+
+
+def test_exact_check_catches_the_variant_without_query_noise():
+    assert worst_log_ratio(1.0, query_scale=0.0) == math.inf
+
+
+def test_instance_fire_positions_follow_the_exact_distribution(rng):
+    q, threshold, eps = (0, 2, 4, 6, 8), 5, 1.0
+    firsts = []
+    for i in range(4000):
+        at = AboveThreshold(epsilon=eps, threshold=threshold, beta=0.1, rng=rng, model_id="dist",
+                            state=AboveThresholdState(instance=i))
+        firsts.append(next((j for j, v in enumerate(q) if at.step(v)), len(q)))
+    probs = above_threshold_fire_distribution(q, threshold, eps)
+    assert chi_square_pvalue(np.array(firsts), np.arange(len(q) + 1), probs) > 1e-4
+
+
+def test_instance_halts_after_it_fires(rng):
+    at = AboveThreshold(epsilon=1.0, threshold=0, beta=0.1, rng=rng, model_id="halt",
+                        state=AboveThresholdState(instance=0))
+    while not at.step(100):
+        pass
+    with pytest.raises(MechanismHalted):
+        at.step(100)
+
+
+def test_restored_state_continues_with_the_same_noise(rng):
+    queries = list(range(0, 60, 2))
+
+    def run(split):
+        state = AboveThresholdState(instance=7)
+        out = []
+        for j, v in enumerate(queries):
+            if j == split:   # rebuild from the plain record, as a restarted worker does
+                state = AboveThresholdState(**vars(state))
+            at = AboveThreshold(epsilon=0.5, threshold=40, beta=0.1, rng=rng, model_id="r",
+                                state=state) if j in (0, split) else at
+            if state.fired:
+                break
+            out.append(at.step(v))
+        return out
+
+    assert run(split=-1) == run(split=10)
+
+
+def test_seed_interface_add_query_then_test(rng):
+    at = AboveThreshold(epsilon=1.0, threshold=1e9, beta=0.1, rng=rng, model_id="i",
+                        state=AboveThresholdState(instance=0))
+    at.add_query(3)
+    assert at.test_above_threshold() is False
+    with pytest.raises(MechanismHalted):
+        at.test_above_threshold()
+
+
+def test_accuracy_bound_formula():
+    assert above_threshold_alpha(100, 0.05, 0.5) == pytest.approx(8 * (math.log(100) + math.log(40)) / 0.5)
+
+
+@pytest.mark.parametrize("kwargs", [dict(epsilon=0), dict(beta=1.0), dict(threshold=float("nan"))])
+def test_bad_parameters_raise(rng, kwargs):
+    args = dict(epsilon=1.0, threshold=1.0, beta=0.1) | kwargs
+    with pytest.raises(ParameterError):
+        AboveThreshold(rng=rng, model_id="b", state=AboveThresholdState(instance=0), **args)

@@ -1,0 +1,82 @@
+import math
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from mechanisms.accounting import (Ledger, PrivacyCost, advanced_composition,
+                                   advanced_composition_sums, basic_composition,
+                                   solve_per_instance_epsilon)
+from mechanisms.errors import BudgetExhausted, ParameterError
+
+charges = st.lists(st.tuples(st.floats(0.0, 0.5), st.sampled_from([0.0, 1e-9, 1e-7]),
+                             st.integers(1, 50)), max_size=60)
+
+
+@settings(max_examples=300, deadline=None)
+@given(seq=charges, rule=st.sampled_from(["basic", "advanced", "best"]),
+       eps=st.floats(0.1, 10), delta=st.sampled_from([1e-6, 1e-5]))
+def test_no_sequence_of_charges_ever_exceeds_the_budget(seq, rule, eps, delta):
+    led = Ledger.create(epsilon=eps, delta=delta, rule=rule)
+    accepted = 0
+    for e, d, n in seq:
+        before = led.state
+        try:
+            entry = led.charge("m", e, d, n)
+        except BudgetExhausted as err:
+            assert led.state.charges == before.charges          # nothing recorded
+            assert led.state.exhausted and "remaining" in str(err)
+            continue
+        accepted += 1
+        assert entry.spent_epsilon <= eps and entry.spent_delta <= delta
+        spent = led.totals()
+        assert spent.epsilon <= eps and spent.delta <= delta
+    assert led.state.charges == accepted
+
+
+def test_advanced_composition_matches_seed_001_theorem_3_on_a_worked_example():
+    # k = 10, eps = 0.1, delta = 1e-8, delta' = 1e-6, by hand:
+    # sqrt(2 * 10 * ln(1e6)) * 0.1 = sqrt(276.31) * 0.1 = 1.66226
+    # 10 * 0.1 * (e^0.1 - 1)/(e^0.1 + 1) = 1 * 0.049958 = 0.049958
+    c = advanced_composition(0.1, 1e-8, 10, 1e-6)
+    assert c.epsilon == pytest.approx(1.662262 + 0.049958, abs=1e-5)
+    assert c.delta == pytest.approx(10 * 1e-8 + 1e-6)
+
+
+@settings(max_examples=100, deadline=None)
+@given(eps=st.floats(1e-4, 2.0), k=st.integers(1, 10_000))
+def test_heterogeneous_form_equals_theorem_3_for_equal_charges(eps, k):
+    a = advanced_composition(eps, 0.0, k, 1e-6)
+    b = advanced_composition_sums(k * eps * eps, k * eps * math.tanh(eps / 2), 0.0, 1e-6)
+    assert a.epsilon == pytest.approx(b.epsilon, rel=1e-9)
+
+
+def test_best_rule_is_never_worse_than_basic_and_advanced_wins_for_many_small_charges():
+    led = Ledger.create(epsilon=100.0, delta=1e-5, rule="best")
+    for _ in range(1000):
+        led.charge("bt", 0.01)
+    assert led.totals().epsilon < basic_composition([PrivacyCost(0.01)] * 1000).epsilon
+    assert led.totals().epsilon == pytest.approx(
+        advanced_composition(0.01, 0.0, 1000, 5e-6).epsilon, rel=1e-9)
+
+
+def test_per_instance_solver_fits_exactly_into_the_total():
+    e = solve_per_instance_epsilon(1.0, 400, 1e-6)
+    assert advanced_composition(e, 0, 400, 1e-6).epsilon <= 1.0
+    assert advanced_composition(e * 1.001, 0, 400, 1e-6).epsilon > 1.0
+
+
+def test_exhaustion_message_names_requested_spent_and_budget():
+    led = Ledger.create(epsilon=1.0, delta=0.0, rule="basic")
+    led.charge("a", 0.75)
+    with pytest.raises(BudgetExhausted) as err:
+        led.charge("above_threshold", 0.5)
+    msg = str(err.value)
+    assert "above_threshold" in msg and "0.5" in msg and "0.75" in msg and "remaining eps=0.25" in msg
+
+
+@pytest.mark.parametrize("kwargs", [dict(epsilon=0, delta=1e-6), dict(epsilon=1, delta=1.0),
+                                    dict(epsilon=1, delta=1e-6, rule="renyi")])
+def test_bad_budgets_raise(kwargs):
+    with pytest.raises(ParameterError):
+        Ledger.create(**kwargs)

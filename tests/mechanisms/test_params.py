@@ -1,0 +1,73 @@
+import math
+
+import numpy as np
+import pytest
+
+from mechanisms.errors import InfeasibleParameters, ParameterError
+from mechanisms.params import (dp_winnow_guarantee, dp_winnow_practical_parameters,
+                               dp_winnow_sample_size, dp_winnow_theory_parameters,
+                               greedy_cover_round_epsilon, predictor_guarantee,
+                               predictor_instance_budget, predictor_paper_halfspace,
+                               winnow_update_bound)
+
+
+@pytest.mark.parametrize("rho,d", [(0.5, 1000), (0.2, 100_000), (0.9, 10)])
+def test_theory_K_is_the_smallest_integer_that_covers_lemma_14(rho, d):
+    p = dp_winnow_theory_parameters(epsilon=0.5, delta=1e-6, rho=rho, T=10**5, beta=0.05, d=d)
+    assert winnow_update_bound(d, p.eta, rho, p.c) <= p.K            # k < K never violated
+    a = p.eta * math.sqrt(p.K)                                        # eta = a / sqrt(K)
+    assert winnow_update_bound(d, a / math.sqrt(p.K - 1), rho, p.c) > p.K - 1
+    assert p.eps_hat == pytest.approx(0.5 / (4 * math.sqrt(2 * p.K * math.log(2 / 1e-6))))
+    assert p.eta == pytest.approx(0.5 / (8 * math.sqrt(2 * p.m * p.K * math.log(2 / 1e-6))))
+    assert p.epsilon <= 0.5
+
+
+def test_practical_parameters_report_what_they_guarantee():
+    p = dp_winnow_practical_parameters(eps_hat=0.1, eta=0.05, m=200, K=30, L=50.0, delta=1e-6)
+    assert p.epsilon == dp_winnow_guarantee(eps_hat=0.1, eta=0.05, m=200, K=30, delta=1e-6).epsilon
+    assert p.epsilon > 1.0        # honest: these settings are not eps = 1
+
+
+def test_sample_size_formula_and_its_hoeffding_guarantee():
+    m = dp_winnow_sample_size(T=1000, beta=0.05, c=0.25, rho=0.5)
+    assert m == math.ceil(2 * math.log(2 * 1000 / 0.05) / 0.125 ** 2)
+    # an m-sample empirical mean of +-1 values deviates by >= c rho rarely
+    gen = np.random.default_rng(0)      # test-only statistics, not a mechanism
+    x = np.where(gen.random(1000) < 0.5, 1.0, -1.0)
+    w = gen.dirichlet(np.ones(1000))
+    draws = gen.choice(1000, size=(2000, m), p=w)
+    dev = np.abs(x[draws].mean(axis=1) - w @ x)
+    assert (dev >= 0.125).mean() <= 2 * math.exp(-m * 0.125 ** 2 / 2) + 1e-3
+
+
+@pytest.mark.parametrize("kwargs,exc", [
+    (dict(epsilon=0.0), ParameterError), (dict(epsilon=1.5), ParameterError),
+    (dict(rho=0.0), ParameterError), (dict(rho=1.5), ParameterError),
+    (dict(d=1), ParameterError), (dict(delta=0.0), ParameterError)])
+def test_bad_theory_parameters_raise_typed_errors(kwargs, exc):
+    args = dict(epsilon=0.5, delta=1e-6, rho=0.5, T=1000, beta=0.05, d=100) | kwargs
+    with pytest.raises(exc):
+        dp_winnow_theory_parameters(**args)
+
+
+def test_eta_too_large_for_the_margin_is_infeasible():
+    with pytest.raises(InfeasibleParameters, match="eta"):
+        winnow_update_bound(100, eta=2.0, rho=0.5, c=0.25)
+
+
+def test_predictor_budget_composes_to_at_most_the_total():
+    b = predictor_instance_budget(epsilon=1.0, delta=1e-6, v_max=40)
+    g = predictor_guarantee(b.eps_bt, b.delta_bt, 40, b.delta_prime)
+    assert g.epsilon <= 1.0 and g.delta <= 1e-6 * (1 + 1e-12)
+
+
+def test_seed_appendix_a3_values():
+    p = predictor_paper_halfspace(epsilon=1.0, delta=1e-6, alpha=0.1, beta=0.01, T=10**6, d=10)
+    assert p["eps_bt"] == pytest.approx(1 / math.sqrt(10 * math.log(10 / 1e-6)))
+    assert p["delta_bt"] == pytest.approx(1e-7) and p["alpha_bt"] == pytest.approx(1e-3)
+
+
+def test_greedy_cover_round_epsilon_is_below_the_naive_per_round_share():
+    r = greedy_cover_round_epsilon(1.0, 1e-6)
+    assert r == pytest.approx(1 / (2 * math.log(math.e * (1 + math.exp(0.5)) / 1e-6)))
+    assert r > 1.0 / 1000      # far better than basic composition over 1000 rounds

@@ -1,0 +1,72 @@
+import numpy as np
+import pytest
+from scipy.stats import chi2
+
+from mechanisms.errors import MissingKeyError, ParameterError
+from mechanisms.randomness import KeyedRandomness
+
+
+def test_same_key_model_purpose_counter_gives_identical_draws(rng):
+    other = KeyedRandomness(b"dpstream-test-key-not-for-production")
+    a = rng.stream("model-a", "noise", (3, 7)).uint64(1000)
+    b = other.stream("model-a", "noise", (3, 7)).uint64(1000)
+    assert np.array_equal(a, b)
+
+
+def test_chunked_consumption_matches_one_big_read(rng):
+    s1, s2 = rng.stream("m", "p", 1), rng.stream("m", "p", 1)
+    big = s1.bytes(50_000)
+    parts = b"".join(s2.bytes(n) for n in (1, 7, 16384, 3, 33605))
+    assert big == parts
+
+
+@pytest.mark.parametrize("change", ["model", "purpose", "counter", "key"])
+def test_changing_any_input_gives_an_unrelated_stream(rng, change):
+    base = rng.stream("m", "p", 0).uint64(20_000)
+    other = {
+        "model": lambda: rng.stream("m2", "p", 0),
+        "purpose": lambda: rng.stream("m", "p2", 0),
+        "counter": lambda: rng.stream("m", "p", 1),
+        "key": lambda: KeyedRandomness(b"another-key-0123456789").stream("m", "p", 0),
+    }[change]().uint64(20_000)
+    assert not np.array_equal(base, other)
+    # independence: the joint distribution of the top 3 bits of paired words is uniform
+    cells = (base >> np.uint64(61)).astype(int) * 8 + (other >> np.uint64(61)).astype(int)
+    observed = np.bincount(cells, minlength=64)
+    stat = ((observed - 20_000 / 64) ** 2 / (20_000 / 64)).sum()
+    assert chi2.sf(stat, 63) > 1e-4
+
+
+def test_bounded_integers_are_exactly_uniform_for_a_bound_that_does_not_divide_2_64(rng):
+    draws = rng.stream("m", "below", 0).below(3, size=90_000)
+    counts = np.bincount(draws, minlength=3)
+    assert set(np.unique(draws)) == {0, 1, 2}
+    stat = ((counts - 30_000) ** 2 / 30_000).sum()
+    assert chi2.sf(stat, 2) > 1e-4
+
+
+def test_bounded_integers_reject_out_of_range_bounds(rng):
+    with pytest.raises(ParameterError):
+        rng.stream("m", "p", 0).below(0, size=3)
+
+
+def test_missing_key_raises_instead_of_falling_back_to_os_randomness():
+    with pytest.raises(MissingKeyError):
+        KeyedRandomness.from_env({})
+
+
+def test_key_from_environment_and_file_agree(tmp_path):
+    hexkey = "00112233445566778899aabbccddeeff"
+    path = tmp_path / "key"
+    path.write_text(hexkey + "\n")
+    a = KeyedRandomness.from_env({"DPSTREAM_SECRET_KEY": hexkey}).stream("m", "p", 0).uint64(4)
+    b = KeyedRandomness.from_env({"DPSTREAM_SECRET_KEY_FILE": str(path)}).stream("m", "p", 0).uint64(4)
+    assert np.array_equal(a, b)
+
+
+def test_short_keys_are_refused_and_keys_never_appear_in_repr():
+    with pytest.raises(ParameterError) as err:
+        KeyedRandomness(b"short")
+    assert "short" not in str(err.value)
+    key = b"super-secret-material-123"
+    assert "super-secret" not in repr(KeyedRandomness(key))

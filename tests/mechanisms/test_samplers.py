@@ -1,0 +1,63 @@
+from fractions import Fraction
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from scipy.stats import binomtest
+
+from mechanisms.samplers import (bernoulli_exp, discrete_laplace, discrete_laplace_cdf,
+                                 discrete_laplace_pmf, fraction_at_least, fraction_at_most,
+                                 geometric_exp)
+
+from .stats import chi_square_pvalue
+
+N = 60_000
+
+
+@pytest.mark.parametrize("scale", [0.5, 1.0, 4.0, 13.25])
+def test_discrete_laplace_matches_its_pmf(rng, scale):
+    z = discrete_laplace(rng.stream("t", "dlap", int(scale * 100)), scale, N)
+    support = np.arange(-int(40 * scale) - 5, int(40 * scale) + 6)
+    assert chi_square_pvalue(z, support, discrete_laplace_pmf(support, scale)) > 1e-4
+
+
+@pytest.mark.parametrize("scale", [1.0, 4.0])
+def test_the_same_fit_test_rejects_a_scale_off_by_30_percent(rng, scale):
+    """Power check: the test above would notice a sampler with the wrong scale."""
+    z = discrete_laplace(rng.stream("t", "dlap-power", int(scale)), scale * 1.3, N)
+    support = np.arange(-int(40 * scale) - 5, int(40 * scale) + 6)
+    assert chi_square_pvalue(z, support, discrete_laplace_pmf(support, scale)) < 1e-6
+
+
+@pytest.mark.parametrize("num,den", [(0, 1), (1, 3), (1, 1), (3, 2), (7, 2), (1, 1_000_000)])
+def test_bernoulli_exp_succeeds_with_probability_exp_minus_gamma(rng, num, den):
+    b = bernoulli_exp(rng.stream("t", "bexp", (num, den)), np.full(N, num), den)
+    assert binomtest(int(b.sum()), N, float(np.exp(-num / den))).pvalue > 1e-4
+
+
+def test_geometric_matches_its_pmf(rng):
+    gamma = Fraction(2, 5)
+    y = geometric_exp(rng.stream("t", "geo", 0), gamma, N)
+    support = np.arange(0, 80)
+    p = np.exp(-0.4)
+    assert chi_square_pvalue(y, support, (1 - p) * p ** support) > 1e-4
+
+
+def test_cdf_is_the_cumulative_sum_of_the_pmf():
+    n = np.arange(-50, 51)
+    cum = np.cumsum(discrete_laplace_pmf(np.arange(-5000, 51), 3.0))[-101:]
+    assert np.allclose(discrete_laplace_cdf(n, 3.0), cum, rtol=1e-10, atol=1e-14)
+
+
+def test_rational_rounding_never_reduces_noise_or_raises_epsilon():
+    assert fraction_at_least(4 / 3) >= Fraction(4, 3)
+    assert fraction_at_most(0.1) <= Fraction(1, 10)
+
+
+@settings(max_examples=25, deadline=None)
+@given(scale=st.floats(0.2, 50), size=st.integers(1, 300), counter=st.integers(0, 2**32))
+def test_samplers_are_deterministic_given_the_stream(rng, scale, size, counter):
+    a = discrete_laplace(rng.stream("t", "det", counter), scale, size)
+    b = discrete_laplace(rng.stream("t", "det", counter), scale, size)
+    assert np.array_equal(a, b) and a.dtype == np.int64
