@@ -1,0 +1,221 @@
+"""DP-Winnow, seed 000 Algorithm 4.2 (privacy: Theorem 11; regret: Theorem 12 via
+Lemmas 9, 10, 13, 14), as a learner over explicit, restorable state.
+
+Per labelled round t (the seed's loop body):
+  1. release the prediction sgn(<w~, x>) (the hypothesis w~ is the released object;
+     a prediction is post-processing of it);
+  2. on a mistake, count it and cache (x, y) if the cache is empty (only the first
+     cached example is ever used, so only it is kept);
+  3. ask AboveThreshold the query q = mistakes since t_p, *every* round (asking only
+     on mistake rounds would make the query schedule data-dependent);
+  4. on a fire with k < K: multiplicative update of the shadow weights w with the
+     cached example, re-sample w~ from w (m i.i.d. draws), k += 1, clear the cache,
+     t_p = t + 1, and start a fresh AboveThreshold instance (fresh noise).
+After K updates the model is frozen and keeps predicting with w~ for free.
+
+Departures, each on purpose:
+* A fire with an empty cache (possible only when AboveThreshold errs) uses an update
+  slot and re-samples without changing w: data-independent (design.md section 4).
+* eta is rounded down to a rational so that w ~ exp(eta u) over integer scores u is
+  sampled *exactly* (:mod:`mechanisms.categorical`); smaller eta only adds privacy.
+* Charges follow a fixed schedule (eps^ per AboveThreshold instance, m draws of
+  4 eta each per re-sample, see ``mechanisms.params.dp_winnow_guarantee``), each
+  made before what it pays for can be released. A refused charge freezes the model
+  (fail closed); the predictions stay available as post-processing.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from fractions import Fraction
+
+import numpy as np
+
+from mechanisms.above_threshold import AboveThreshold, AboveThresholdState
+from mechanisms.accounting import Ledger, LedgerState
+from mechanisms.categorical import sample_groups
+from mechanisms.errors import BudgetExhausted, ParameterError
+from mechanisms.params import DPWinnowParameters
+from mechanisms.randomness import KeyedRandomness
+
+from .inputs import BinaryInput, project, sign
+from .winnow import decode_array, encode_array
+
+AT_PURPOSE = "dp_winnow/above_threshold"
+SAMPLE_PURPOSE = "dp_winnow/sample"
+
+
+def rational_eta(eta: float) -> Fraction:
+    """eta rounded down to about 30 significant bits (a dyadic rational)."""
+    if not eta > 0:
+        raise ParameterError("eta", eta, "> 0")
+    shift = max(0, 30 - int(np.floor(np.log2(eta))))
+    return Fraction(int(np.floor(eta * 2.0 ** shift)), 2 ** shift)
+
+
+@dataclass
+class DPWinnowState:
+    d: int
+    signed: bool
+    u: np.ndarray                       # shadow scores: w proportional to exp(eta u)
+    tilde_idx: np.ndarray               # support of w~ (sorted)
+    tilde_cnt: np.ndarray               # draws per support index (sums to m), empty = uniform
+    at: AboveThresholdState
+    ledger: LedgerState
+    k: int = 0                          # updates done
+    t: int = 0                          # labelled rounds seen
+    t_p: int = 0
+    mistakes: int = 0                   # q: mistakes since t_p
+    total_mistakes: int = 0
+    cache_x: dict | None = None         # first cached example ({'active'|'dense': [...]}), label
+    cache_y: int = 0
+    frozen: bool = False
+    exhausted: bool = False
+
+    def to_record(self) -> dict:
+        return {
+            "d": self.d, "signed": self.signed, "u": encode_array(self.u),
+            "tilde_idx": encode_array(self.tilde_idx), "tilde_cnt": encode_array(self.tilde_cnt),
+            "at": vars(self.at).copy(), "ledger": vars(self.ledger).copy(), "k": self.k,
+            "t": self.t, "t_p": self.t_p, "mistakes": self.mistakes,
+            "total_mistakes": self.total_mistakes, "cache_x": self.cache_x,
+            "cache_y": self.cache_y, "frozen": self.frozen, "exhausted": self.exhausted}
+
+    @classmethod
+    def from_record(cls, r: dict) -> "DPWinnowState":
+        r = dict(r)
+        for key in ("u", "tilde_idx", "tilde_cnt"):
+            r[key] = decode_array(r[key])
+        r["at"] = AboveThresholdState(**r["at"])
+        r["ledger"] = LedgerState(**r["ledger"])
+        return cls(**r)
+
+
+@dataclass(frozen=True)
+class RoundResult:
+    prediction: int
+    updated: bool = False
+    version: int = 0                   # number of updates behind the released w~
+    charges: list = field(default_factory=list)
+
+
+class DPWinnow:
+    """Seed 000 Algorithm 4.2.
+
+    >>> from mechanisms.params import dp_winnow_practical_parameters
+    >>> params = dp_winnow_practical_parameters(eps_hat=0.5, eta=0.2, m=50, K=5, L=3.0, delta=1e-6)
+    >>> rng = KeyedRandomness(b"doc-key-0123456789")
+    >>> model = DPWinnow(params=params, d=8, rng=rng, model_id="doc", budget=(params.epsilon, 1e-6))
+    >>> model.learn_one(BinaryInput.from_active([1, 2], 8), +1).prediction in (-1, 1)
+    True
+    """
+
+    def __init__(self, *, params: DPWinnowParameters, d: int, rng: KeyedRandomness, model_id: str,
+                 budget: tuple[float, float] | None = None, signed: bool = False,
+                 state: DPWinnowState | None = None, ledger_rule: str = "best"):
+        if d < 2:
+            raise ParameterError("d", d, ">= 2")
+        self.params, self.rng, self.model_id = params, rng, model_id
+        self.eta = rational_eta(params.eta)
+        self.ledger: Ledger
+        if state is None:
+            eps, delta = budget if budget is not None else (params.epsilon, params.delta)
+            self.ledger = Ledger.create(epsilon=eps, delta=delta, rule=ledger_rule)
+            dim = 2 * d if signed else d
+            state = DPWinnowState(d, signed, np.zeros(dim, dtype=np.int64),
+                                  np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64),
+                                  AboveThresholdState(instance=0), self.ledger.state)
+            self.state = state
+            self._charge_or_freeze("above_threshold", params.eps_hat, 1)
+        else:
+            self.state = state
+            self.ledger = Ledger(state.ledger)
+        self._refresh_tilde()
+        self._at = self._make_at()
+
+    # ---------------------------------------------------------------- helpers
+    def _make_at(self) -> AboveThreshold | None:
+        s = self.state
+        if s.frozen:
+            return None
+        return AboveThreshold(epsilon=self.params.eps_hat, threshold=self.params.L,
+                              beta=self.params.beta / self.params.T, rng=self.rng,
+                              model_id=self.model_id, state=s.at, purpose=AT_PURPOSE)
+
+    def _refresh_tilde(self) -> None:
+        s = self.state
+        dim = s.u.size
+        if s.tilde_idx.size == 0:                      # w~(1) = uniform (seed's initialisation)
+            dense = np.full(dim, 1.0 / dim)
+        else:
+            dense = np.zeros(dim)
+            dense[s.tilde_idx] = s.tilde_cnt / self.params.m
+        self._p = project(dense, s.signed)
+        self._p_total = float(self._p.sum())
+
+    def _charge_or_freeze(self, mechanism: str, eps: float, count: int) -> bool:
+        try:
+            self.ledger.charge(mechanism, eps, 0.0, count)
+        except BudgetExhausted:
+            self.state.frozen = self.state.exhausted = True
+            self.state.ledger = self.ledger.state
+            return False
+        self.state.ledger = self.ledger.state
+        return True
+
+    def _resample(self) -> None:
+        """w~ <- empirical distribution of m i.i.d. draws j ~ w, w_j ~ exp(eta u_j), exactly."""
+        s = self.state
+        values, inverse, counts = np.unique(s.u, return_inverse=True, return_counts=True)
+        stream = self.rng.stream(self.model_id, SAMPLE_PURPOSE, s.k)
+        groups = sample_groups(stream, counts, [-self.eta * int(v) for v in values], self.params.m)
+        order = np.argsort(inverse, kind="stable")
+        starts = np.concatenate([[0], np.cumsum(counts)[:-1]])
+        members = order[starts[groups] + stream.below(counts[groups])]
+        s.tilde_idx, s.tilde_cnt = np.unique(members, return_counts=True)
+        self._refresh_tilde()
+
+    # ---------------------------------------------------------------- API
+    def margin(self, x: BinaryInput) -> float:
+        if x.d != self.state.d:
+            raise ParameterError("x.d", x.d, f"the model dimension {self.state.d}")
+        return x.inner(self._p, self._p_total)
+
+    def predict_one(self, x: BinaryInput) -> int:
+        """sgn(<w~, x>): post-processing of the released w~, free."""
+        return sign(self.margin(x))
+
+    def learn_one(self, x: BinaryInput, y: int) -> RoundResult:
+        if y not in (-1, 1):
+            raise ParameterError("y", y, "-1 or +1")
+        s = self.state
+        yhat = self.predict_one(x)
+        version = s.k
+        s.t += 1
+        if yhat != y:
+            s.total_mistakes += 1
+        if s.frozen:
+            return RoundResult(yhat, False, version)
+        if yhat != y:
+            s.mistakes += 1
+            if s.cache_x is None:
+                s.cache_x, s.cache_y = x.to_record(), y
+        if not self._at.step(s.mistakes):
+            return RoundResult(yhat, False, version)
+        # AboveThreshold fired (k < K holds while not frozen): update, re-sample, restart.
+        if not self._charge_or_freeze("weight_draw", 4 * self.params.eta, self.params.m):
+            return RoundResult(yhat, False, version)
+        if s.cache_x is not None:
+            z = BinaryInput.from_record(s.cache_x, s.d).to_dense()
+            s.u = s.u + s.cache_y * (np.concatenate([z, -z]) if s.signed else z)
+        self._resample()
+        s.k += 1
+        s.mistakes, s.cache_x, s.cache_y, s.t_p = 0, None, 0, s.t + 1
+        if s.k >= self.params.K:
+            s.frozen = True
+        else:
+            s.at = AboveThresholdState(instance=s.k)
+            if self._charge_or_freeze("above_threshold", self.params.eps_hat, 1):
+                self._at = self._make_at()
+        if s.frozen:
+            self._at = None
+        return RoundResult(yhat, True, s.k)

@@ -1,0 +1,80 @@
+"""Binary inputs in {-1,+1}^d, dense or sparse, and the (x, -x) embedding.
+
+A sparse input lists the indices that are +1 (``active``); every other coordinate is
+-1 (design.md section 3). For a vector v that sums to s, <v, x> = 2 sum_{j active}
+v_j - s, so inner products cost O(active).
+
+The nonnegative embedding of seed 000 Sec. 4.3 maps x in {-1,1}^d to z = (x, -x) in
+{-1,1}^{2d}; a target v with negative entries becomes v' = (max(v, 0), max(-v, 0)),
+with the same l1 norm and margin. It is never materialised: for a length-2d vector
+u, <u, z> = <u[:d] - u[d:], x>, so learners keep that d-length projection.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from mechanisms.errors import ParameterError
+
+
+@dataclass(frozen=True)
+class BinaryInput:
+    d: int
+    dense: np.ndarray | None = None     # int8 in {-1, +1}, length d
+    active: np.ndarray | None = None    # sorted unique int64 indices of +1 coordinates
+
+    @classmethod
+    def from_dense(cls, x) -> "BinaryInput":
+        x = np.asarray(x)
+        if x.ndim != 1 or not np.all(np.abs(x) == 1):
+            raise ParameterError("x", "<features>", "a 1-d vector with entries in {-1, +1}")
+        return cls(x.size, dense=x.astype(np.int8))
+
+    @classmethod
+    def from_active(cls, active, d: int) -> "BinaryInput":
+        a = np.unique(np.asarray(active, dtype=np.int64))
+        if a.size and (a[0] < 0 or a[-1] >= d):
+            raise ParameterError("active", "<indices>", f"indices in [0, {d})")
+        return cls(d, active=a)
+
+    def inner(self, v: np.ndarray, v_total: float) -> float:
+        """<v, x> for a length-d vector v whose entries sum to v_total."""
+        if self.dense is not None:
+            return float(v @ self.dense)
+        return 2.0 * float(v[self.active].sum()) - v_total
+
+    def to_record(self) -> dict:
+        if self.dense is not None:
+            return {"dense": self.dense.astype(int).tolist()}
+        return {"active": self.active.astype(int).tolist()}
+
+    @classmethod
+    def from_record(cls, r: dict, d: int) -> "BinaryInput":
+        return cls.from_dense(r["dense"]) if "dense" in r else cls.from_active(r["active"], d)
+
+    def to_dense(self) -> np.ndarray:
+        if self.dense is not None:
+            return self.dense.astype(np.int64)
+        x = -np.ones(self.d, dtype=np.int64)
+        x[self.active] = 1
+        return x
+
+
+def embed(x: BinaryInput, signed: bool) -> np.ndarray:
+    """The dense vector the learner's weights multiply: x, or (x, -x) when signed."""
+    dense = x.to_dense()
+    return np.concatenate([dense, -dense]) if signed else dense
+
+
+def project(v: np.ndarray, signed: bool) -> np.ndarray:
+    """The d-length vector p with <v, embed(x)> = <p, x>."""
+    if not signed:
+        return v
+    d = v.size // 2
+    return v[:d] - v[d:]
+
+
+def sign(z: float) -> int:
+    """sgn with sgn(0) = +1 (the seeds leave the tie open; this is our convention)."""
+    return 1 if z >= 0 else -1
