@@ -67,7 +67,7 @@ def advanced_composition_sums(sum_eps_sq: float, sum_eps_tanh: float, sum_delta:
 
 def solve_per_instance_epsilon(total_epsilon: float, k: int, delta_prime: float) -> float:
     """The largest eps with advanced_composition(eps, ., k, delta') <= total_epsilon
-    (bisection; the left side is increasing in eps). Also never worse than total/k."""
+    (bisection; the left side is increasing in eps)."""
     if k < 1:
         raise ParameterError("k", k, ">= 1")
     lo, hi = 0.0, total_epsilon
@@ -77,7 +77,7 @@ def solve_per_instance_epsilon(total_epsilon: float, k: int, delta_prime: float)
             lo = mid
         else:
             hi = mid
-    return max(lo, total_epsilon / k) * (1 - 1e-12)
+    return lo * (1 - 1e-12)
 
 
 @dataclass

@@ -58,7 +58,11 @@ def log_dlap_sf(n: np.ndarray, scale: float) -> np.ndarray:
 
 def outcome_log_probs(counts: np.ndarray, scale: float, lower: float, upper: float):
     """(ln P(L), ln P(R), ln P(TOP)) for each integer count."""
-    c = np.asarray(counts, dtype=np.float64)
+    with np.errstate(over="ignore", invalid="ignore"):
+        return _outcome_log_probs(np.asarray(counts, dtype=np.float64), scale, lower, upper)
+
+
+def _outcome_log_probs(c, scale, lower, upper):
     lo = np.ceil(lower - c)            # v < A  <=>  Z <= ceil(A - c) - 1
     hi = np.floor(upper - c)           # v > B  <=>  Z >= floor(B - c) + 1
     log_l = log_dlap_cdf(lo - 1, scale)
@@ -79,30 +83,41 @@ def outcome_log_probs(counts: np.ndarray, scale: float, lower: float, upper: flo
 
 @lru_cache(maxsize=256)
 def _privacy_profile(scale: float, lower: float, upper: float) -> tuple[float, float]:
+    # Counts within 40b of a threshold; deeper inside the gap both P(L) and P(R) are
+    # below e^-40 and the constraint is slack, so a wide gap is covered by two windows.
     span = int(math.ceil(40 * scale)) + 2
-    counts = np.arange(math.floor(lower) - span, math.ceil(upper) + span + 1)
-    ll, lr, lt = outcome_log_probs(counts, scale, lower, upper)
-    psi_inv = np.full(counts.size - 1, np.inf)
-    eps_top = 0.0
-    for shift in (+1, -1):
-        a = slice(0, -1) if shift == +1 else slice(1, None)
-        b = slice(1, None) if shift == +1 else slice(0, -1)
-        l_l, l_r, l_t = ll[a] - ll[b], lr[a] - lr[b], lt[a] - lt[b]
-        finite_top = np.isfinite(l_t)
-        if finite_top.any():
-            eps_top = max(eps_top, float(l_t[finite_top].max()))
-        psi_inv = np.minimum(psi_inv, _largest_u(ll[a], lr[a], l_l, l_r))
-    worst = int(np.argmin(psi_inv))
-    if worst in (0, psi_inv.size - 1) and np.isfinite(psi_inv[worst]):
+    lo_win = np.arange(math.floor(lower) - span, math.ceil(lower) + span + 1)
+    hi_win = np.arange(math.floor(upper) - span, math.ceil(upper) + span + 1)
+    windows = [np.unique(np.concatenate([lo_win, hi_win]))] if hi_win[0] <= lo_win[-1] + 1 \
+        else [lo_win, hi_win]
+    psi_inv_min, eps_top, edge_worst = np.inf, 0.0, False
+    for counts in windows:
+        ll, lr, lt = outcome_log_probs(counts, scale, lower, upper)
+        psi_inv = np.full(counts.size - 1, np.inf)
+        for shift in (+1, -1):
+            a = slice(0, -1) if shift == +1 else slice(1, None)
+            b = slice(1, None) if shift == +1 else slice(0, -1)
+            l_l, l_r, l_t = ll[a] - ll[b], lr[a] - lr[b], lt[a] - lt[b]
+            finite_top = np.isfinite(l_t)
+            if finite_top.any():
+                eps_top = max(eps_top, float(l_t[finite_top].max()))
+            psi_inv = np.minimum(psi_inv, _largest_u(ll[a], lr[a], l_l, l_r))
+        worst = int(np.argmin(psi_inv))
+        if psi_inv[worst] < psi_inv_min:
+            psi_inv_min = float(psi_inv[worst])
+            edge_worst = (counts[worst] == counts[0] and counts[0] < lower) or \
+                (worst == psi_inv.size - 1 and counts[-1] > upper)
+    if edge_worst and np.isfinite(psi_inv_min):
         raise ArithmeticError("BetweenThresholds psi supremum at the grid edge; widen the grid")
-    return 1.0 / float(psi_inv[worst]), eps_top
+    return 1.0 / psi_inv_min, eps_top
 
 
 def _largest_u(log_pl, log_pr, l_l, l_r) -> np.ndarray:
     """Per lane, the largest u with P_L e^{u l_L} + P_R e^{u l_R} <= 1 (the left side is
     convex in u and below 1 at u = 0, so the feasible u form an interval [0, u*])."""
     def g(u):
-        return np.expm1(log_pl + u * l_l) + np.exp(log_pr + u * l_r)
+        with np.errstate(over="ignore", invalid="ignore"):
+            return np.expm1(log_pl + u * l_l) + np.exp(log_pr + u * l_r)
 
     hi = np.full(log_pl.shape, 1.0)
     unbounded = np.zeros(log_pl.shape, dtype=bool)
@@ -167,26 +182,23 @@ def calibrate_between_thresholds(*, epsilon: float, delta: float, lower: float,
         psi, eps_top = between_thresholds_privacy(b, lower, upper)
         return eps_top + psi * math.log(1.0 / delta) <= epsilon
 
-    # b * psi is about 1.5 for wide gaps, so b ~ 1.5 ln(1/delta)/eps; bracket around it.
-    lo, hi = 0.25 / epsilon, 4.0 * (1.0 + math.log(1.0 / delta)) / epsilon
+    gap = upper - lower
+    b_max = gap / MIN_GAP_IN_SCALES          # any usable scale leaves a gap of 3b
+    if not fits(b_max):
+        raise ThresholdsTooClose(
+            f"thresholds ({lower}, {upper}) have gap {gap:.4g} counts but (eps={epsilon}, "
+            f"delta={delta}) needs a noise scale above {b_max:.4g} = gap/{MIN_GAP_IN_SCALES:g}; "
+            f"with votes of k hypotheses at (3k/8, 5k/8) that means k >= about "
+            f"{math.ceil(12 * 1.5 * math.log(1.0 / delta) / epsilon)} (b psi ~ 1.5 for wide gaps)")
+    lo, hi = 0.25 / epsilon, min(b_max, 4.0 * (1.0 + math.log(1.0 / delta)) / epsilon)
     while not fits(hi):
-        hi *= 2
-        if hi > 1e7:
-            raise ThresholdsTooClose(f"no noise scale reaches (eps={epsilon}, delta={delta}) "
-                                     f"with thresholds ({lower}, {upper})")
+        hi = min(2 * hi, b_max)
     for _ in range(40):
         mid = (lo + hi) / 2
         lo, hi = (lo, mid) if fits(mid) else (mid, hi)
     scale = fraction_at_least(hi, 64)
     if not fits(float(scale)):
         scale += Fraction(1, 64)
-    gap = upper - lower
-    if gap < MIN_GAP_IN_SCALES * float(scale):
-        raise ThresholdsTooClose(
-            f"thresholds ({lower}, {upper}) have gap {gap:.4g} counts but (eps={epsilon}, "
-            f"delta={delta}) needs noise scale b={float(scale):.4g} and a gap of at least "
-            f"{MIN_GAP_IN_SCALES}b = {MIN_GAP_IN_SCALES * float(scale):.4g}; with votes of k "
-            f"hypotheses at (3k/8, 5k/8) that means k >= {math.ceil(12 * float(scale))}")
     psi, eps_top = between_thresholds_privacy(float(scale), lower, upper)
     return BetweenThresholdsCalibration(scale, lower, upper, psi, eps_top)
 

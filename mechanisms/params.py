@@ -176,15 +176,19 @@ class PredictorBudget:
 
 def predictor_instance_budget(*, epsilon: float, delta: float, v_max: int) -> PredictorBudget:
     """Per-BetweenThresholds-instance (eps_BT, delta_BT) such that v_max instances
-    compose (Theorem 3, delta' = delta/2) to at most (eps, delta): delta_BT =
-    delta / (2 v_max), eps_BT the largest value that fits (bisection)."""
+    compose to at most (eps, delta): delta_BT = delta / (2 v_max), and eps_BT the larger
+    of the advanced-composition solution (Theorem 3, delta' = delta/2, bisection) and
+    eps / v_max (basic composition, better for few instances or large eps). The
+    ledger composes with the rule "best", which takes whichever bound is smaller."""
     _check_eps_delta(epsilon, delta)
     if v_max < 1:
         raise ParameterError("v_max", v_max, ">= 1")
     dp = delta / 2
-    eps_bt = solve_per_instance_epsilon(epsilon, v_max, dp)
     delta_bt = delta / (2 * v_max)
-    g = predictor_guarantee(eps_bt, delta_bt, v_max, dp)
+    eps_bt = max(solve_per_instance_epsilon(epsilon, v_max, dp), epsilon / v_max * (1 - 1e-12))
+    adv = predictor_guarantee(eps_bt, delta_bt, v_max, dp)
+    basic = PrivacyCost(v_max * eps_bt, min(1.0, v_max * delta_bt))
+    g = min((c for c in (adv, basic) if c.delta <= delta * (1 + 1e-12)), key=lambda c: c.epsilon)
     return PredictorBudget(v_max, eps_bt, delta_bt, dp, g.epsilon, g.delta)
 
 

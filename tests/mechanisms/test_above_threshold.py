@@ -61,7 +61,7 @@ def test_exact_check_catches_the_variant_without_query_noise():
 def test_instance_fire_positions_follow_the_exact_distribution(rng):
     q, threshold, eps = (0, 2, 4, 6, 8), 5, 1.0
     firsts = []
-    for i in range(4000):
+    for i in range(2500):
         at = AboveThreshold(epsilon=eps, threshold=threshold, beta=0.1, rng=rng, model_id="dist",
                             state=AboveThresholdState(instance=i))
         firsts.append(next((j for j, v in enumerate(q) if at.step(v)), len(q)))

@@ -1,0 +1,215 @@
+"""Private prediction of a query stream by subsample-and-aggregate with
+BetweenThresholds gating and class shrinkage (seed 001 Sec. 3.3 Algorithm 2, with the
+generators of Sec. 4 and 5, parameters of App. A.2 / A.3 made concrete).
+
+Epoch start: partition the labelled sample into k disjoint blocks of m examples by a
+keyed random permutation (surplus examples are dropped), and build one hypothesis
+per block with the generator. Per query x:
+  1. count the blocks voting +1;
+  2. BetweenThresholds on the count with A = 3k/8, B = 5k/8 (the seed's accuracy
+     proof, Claim 2): L -> -1, R -> +1;
+  3. TOP -> a uniformly random label (keyed), the query and label join HardQuery, the
+     hypotheses are regenerated under the new constraint, and a fresh BetweenThresholds
+     instance starts.
+Privacy (seed 001 Claim 1, Observation 1): the run is the composition of its
+BetweenThresholds instances; each is charged (eps_BT, delta_BT) when it starts, and
+v_max instances compose to the model's (eps, delta) by Theorem 3
+(``mechanisms.params.predictor_instance_budget``). After the v_max-th instance halts
+the model answers nothing more (``budget_exhausted``) until a new epoch brings a
+fresh, disjoint sample; epochs on disjoint data compose in parallel.
+
+Regeneration keeps a block's hypothesis when it already satisfies the new hard
+query (oblivious generators): it was the least-error hypothesis over a larger set that
+still contains it, so it is still optimal. The adaptive generator regenerates all.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from mechanisms.accounting import Ledger, LedgerState
+from mechanisms.between_thresholds import (L, R, TOP, BetweenThresholds,
+                                           BetweenThresholdsCalibration, BetweenThresholdsState,
+                                           calibrate_between_thresholds)
+from mechanisms.errors import BudgetExhausted, ParameterError
+from mechanisms.params import PredictorBudget, predictor_instance_budget
+from mechanisms.randomness import KeyedRandomness
+
+BT_PURPOSE = "predictor/between_thresholds"
+TOP_PURPOSE = "predictor/top_label"
+PARTITION_PURPOSE = "predictor/partition"
+
+ANSWERED, HARD, EXHAUSTED, NO_EPOCH = "answered", "hard_query", "budget_exhausted", "no_epoch"
+
+
+@dataclass(frozen=True)
+class PredictorConfig:
+    k: int
+    epsilon: float
+    delta: float
+    v_max: int
+
+    def budget(self) -> PredictorBudget:
+        return predictor_instance_budget(epsilon=self.epsilon, delta=self.delta, v_max=self.v_max)
+
+    def calibration(self) -> BetweenThresholdsCalibration:
+        b = self.budget()
+        return calibrate_between_thresholds(epsilon=b.eps_bt, delta=b.delta_bt,
+                                            lower=3 * self.k / 8, upper=5 * self.k / 8)
+
+    def accuracy_margin(self, T: int, beta: float) -> float:
+        """3k/8 - b ln(T/beta), in votes: when positive, with probability 1 - beta no noise
+        value among T queries moves a unanimous vote across a threshold (the noise tail
+        of ``BetweenThresholdsCalibration.accuracy``). When negative, k is too small for
+        T queries: expect spurious hard queries and random labels on easy queries."""
+        return 3 * self.k / 8 - self.calibration().accuracy(T, beta)
+
+
+@dataclass
+class PredictorState:
+    epoch: int = -1
+    instances: int = 0                   # BetweenThresholds instances started this epoch
+    tops: int = 0                        # hard queries this epoch
+    queries: int = 0
+    version: int = 0                     # regenerations of the hypotheses
+    exhausted: bool = False
+    bt: BetweenThresholdsState | None = None
+    ledger: LedgerState | None = None
+    hard_x: list = field(default_factory=list)
+    hard_y: list = field(default_factory=list)
+
+    def to_record(self) -> dict:
+        r = dict(vars(self))
+        r["bt"] = None if self.bt is None else dict(vars(self.bt))
+        r["ledger"] = None if self.ledger is None else dict(vars(self.ledger))
+        return r
+
+    @classmethod
+    def from_record(cls, r: dict) -> "PredictorState":
+        r = dict(r)
+        r["bt"] = None if r["bt"] is None else BetweenThresholdsState(**r["bt"])
+        r["ledger"] = None if r["ledger"] is None else LedgerState(**r["ledger"])
+        return cls(**r)
+
+
+@dataclass(frozen=True)
+class Answer:
+    label: int | None
+    status: str
+    version: int
+    outcome: str | None = None           # L / R / TOP (never the count or the noise)
+
+
+def keyed_permutation(rng: KeyedRandomness, model_id: str, epoch: int, n: int) -> np.ndarray:
+    """Fisher-Yates with exact bounded integers from the keyed stream."""
+    stream = rng.stream(model_id, PARTITION_PURPOSE, epoch)
+    perm = np.arange(n)
+    if n > 1:
+        js = stream.below(np.arange(n, 1, -1))            # j_i uniform in [0, n - i)
+        for i, j in enumerate(js):
+            a, b = n - 1 - i, int(j)
+            perm[a], perm[b] = perm[b], perm[a]
+    return perm
+
+
+class PrivatePredictor:
+    def __init__(self, *, config: PredictorConfig, generator, rng: KeyedRandomness, model_id: str,
+                 state: PredictorState | None = None):
+        if config.k < 1:
+            raise ParameterError("k", config.k, ">= 1")
+        self.config, self.generator, self.rng, self.model_id = config, generator, rng, model_id
+        self.calibration = config.calibration()     # raises ThresholdsTooClose if k too small
+        self.budget = config.budget()
+        self.state = state or PredictorState()
+        self.blocks: list[tuple[np.ndarray, np.ndarray]] = []
+        self.H = None
+        self._bt: BetweenThresholds | None = None
+
+    # ------------------------------------------------------------ epochs
+    def start_epoch(self, X, y) -> None:
+        """Partition a fresh sample (disjoint from earlier epochs) and generate hypotheses."""
+        X, y = np.asarray(X), np.asarray(y)
+        k = self.config.k
+        if X.shape[0] != y.shape[0] or X.shape[0] < k:
+            raise ParameterError("sample size", X.shape[0], f">= k = {k} examples with labels")
+        if not np.isin(y, (-1, 1)).all():
+            raise ParameterError("y", "<labels>", "values in {-1, +1}")
+        s = self.state
+        s.epoch += 1
+        s.instances = s.tops = 0
+        s.exhausted = False
+        s.hard_x, s.hard_y = [], []
+        s.ledger = Ledger.create(epsilon=self.config.epsilon, delta=self.config.delta,
+                                 rule="best", delta_prime=self.budget.delta_prime).state
+        m = X.shape[0] // k
+        perm = keyed_permutation(self.rng, self.model_id, s.epoch, X.shape[0])[: k * m]
+        self.blocks = [(X[perm[i * m:(i + 1) * m]], y[perm[i * m:(i + 1) * m]]) for i in range(k)]
+        self._regenerate(range(k))
+        self._start_instance()
+
+    def restore(self, blocks, H) -> None:
+        """Reattach stored blocks and hypotheses after loading ``state``."""
+        self.blocks, self.H = blocks, self.generator.stack(H)
+        if self.state.bt is not None and not self.state.exhausted:
+            self._bt = BetweenThresholds(calibration=self.calibration, rng=self.rng,
+                                         model_id=self.model_id, state=self.state.bt,
+                                         purpose=f"{BT_PURPOSE}/{self.state.epoch}")
+
+    def _regenerate(self, which) -> None:
+        hx, hy = self.state.hard_x, self.state.hard_y
+        hyps = list(self.H) if self.H is not None and len(self.blocks) == len(self.H) else \
+            [None] * len(self.blocks)
+        for i in which:
+            Xb, yb = self.blocks[i]
+            hyps[i] = self.generator.fit(Xb, yb, hx, hy)
+        self.H = self.generator.stack(hyps)
+        self.state.version += 1
+
+    def _start_instance(self) -> None:
+        s = self.state
+        ledger = Ledger(s.ledger)
+        try:
+            ledger.charge("between_thresholds", self.budget.eps_bt, self.budget.delta_bt)
+        except BudgetExhausted:
+            s.exhausted, self._bt = True, None
+            return
+        finally:
+            s.ledger = ledger.state
+        s.bt = BetweenThresholdsState(instance=s.instances)
+        s.instances += 1
+        self._bt = BetweenThresholds(calibration=self.calibration, rng=self.rng,
+                                     model_id=self.model_id, state=s.bt,
+                                     purpose=f"{BT_PURPOSE}/{s.epoch}")
+
+    # ------------------------------------------------------------ queries
+    def votes(self, x) -> np.ndarray:
+        return self.generator.votes(self.H, x)
+
+    def predict_one(self, x) -> Answer:
+        s = self.state
+        if s.epoch < 0:
+            return Answer(None, NO_EPOCH, s.version)
+        if s.exhausted or self._bt is None:
+            return Answer(None, EXHAUSTED, s.version)
+        s.queries += 1
+        count = int((self.votes(x) == 1).sum())
+        out = self._bt.query(count)
+        if out == L:
+            return Answer(-1, ANSWERED, s.version, L)
+        if out == R:
+            return Answer(1, ANSWERED, s.version, R)
+        # TOP: random label, record the hard query, shrink, fresh instance.
+        bit = self.rng.stream(self.model_id, TOP_PURPOSE, (s.epoch, s.tops)).bits(1)[0]
+        label = 1 if bit else -1
+        version = s.version
+        s.tops += 1
+        s.hard_x.append(np.asarray(x).tolist())
+        s.hard_y.append(label)
+        if self.generator.oblivious:
+            stale = np.flatnonzero(self.votes(x) != label)
+        else:
+            stale = np.arange(len(self.blocks))
+        self._regenerate(stale)
+        self._start_instance()
+        return Answer(label, HARD, version, TOP)

@@ -1,0 +1,164 @@
+import math
+
+import numpy as np
+import pytest
+
+from learners.decision_list import FeatureFamily
+from learners.generators import (DecisionLists, FiniteClass, Halfspaces, Intervals,
+                                 MonotoneConjunctions, Thresholds)
+from learners.predictor import (ANSWERED, EXHAUSTED, HARD, PredictorConfig, PredictorState,
+                                PrivatePredictor)
+from mechanisms.errors import ThresholdsTooClose
+from mechanisms.randomness import KeyedRandomness
+
+RNG = KeyedRandomness(b"predictor-tests-key-000")
+
+
+def data_stream(name, seed):
+    return RNG.stream("predictor-tests", name, seed)
+
+
+def uniform(name, seed, n):
+    return data_stream(name, seed).uniform(n)
+
+
+def thresholds_model(model_id="thr", v_max=20, k=3000, m=40, eps=8.0):
+    X = uniform("x", 1, k * m)
+    y = np.where(X >= 0.3, 1, -1)
+    p = PrivatePredictor(config=PredictorConfig(k=k, epsilon=eps, delta=1e-6, v_max=v_max),
+                         generator=Thresholds(), rng=RNG, model_id=model_id)
+    p.start_epoch(X, y)
+    return p
+
+
+def test_thresholds_predictor_answers_accurately_with_few_hard_queries():
+    p = thresholds_model()
+    assert p.config.accuracy_margin(T=3000, beta=0.01) > 0
+    Q = uniform("q", 2, 3000)
+    answers = [p.predict_one(q) for q in Q]
+    labels = np.array([a.label for a in answers])
+    assert np.mean(labels == np.where(Q >= 0.3, 1, -1)) > 0.93
+    assert p.state.tops <= 2 * math.log2(3000) + 8
+    assert p.state.ledger.sum_eps <= p.state.instances * p.budget.eps_bt + 1e-12
+
+
+def test_finite_class_hard_queries_stay_within_log2_of_the_labelings_plus_slack():
+    s = data_stream("finite", 0)
+    P = np.where(s.bits(64 * 200).reshape(64, 200), 1, -1)
+    target = P[5]
+    X = s.below(200, size=4000 * 20)
+    gen = FiniteClass(P)
+    config = PredictorConfig(k=4000, epsilon=8.0, delta=1e-6, v_max=30)
+    assert config.accuracy_margin(T=3000, beta=0.01) > 0
+    p = PrivatePredictor(config=config, generator=gen, rng=RNG, model_id="finite")
+    p.start_epoch(X, target[X])
+    queries = s.below(200, size=3000)          # oblivious: fixed before the run
+    answers = [p.predict_one(q) for q in queries]
+    labelings = gen.distinct_labelings(np.unique(queries))
+    assert p.state.tops <= 2 * math.log2(labelings) + 8
+    assert all(a.status in (ANSWERED, HARD) for a in answers)
+    assert np.mean([a.label == target[q] for a, q in zip(answers, queries)]) > 0.95
+
+
+def test_adaptive_halfspace_stream_has_at_most_d_plus_1_hard_queries():
+    d, k = 2, 1200
+    s = data_stream("half", 0)
+    X = s.uniform(k * 10 * d).reshape(-1, d) * 2 - 1
+    y = np.where(X @ np.array([1.0, -0.5]) >= 0.1, 1, -1)
+    config = PredictorConfig(k=k, epsilon=8.0, delta=1e-6, v_max=10)
+    assert config.accuracy_margin(T=300, beta=0.01) > 0
+    p = PrivatePredictor(config=config, generator=Halfspaces(d, adaptive=True), rng=RNG,
+                         model_id="adaptive")
+    p.start_epoch(X, y)
+    pool = s.uniform(400 * d).reshape(-1, d) * 2 - 1
+    for _ in range(300):
+        # adaptive adversary: ask where the current ensemble is most split
+        split = [abs(int((p.votes(x) == 1).sum()) - k / 2) for x in pool]
+        x = pool[int(np.argmin(split))]
+        p.predict_one(x)
+    assert p.state.tops <= d + 1
+
+
+def test_same_key_reproduces_every_answer_and_restored_state_continues_identically():
+    Q = uniform("q", 3, 800)
+    full = thresholds_model("replay")
+    out_full = [full.predict_one(q) for q in Q]
+    first = thresholds_model("replay")
+    out = [first.predict_one(q) for q in Q[:400]]
+    record = first.state.to_record()
+    second = PrivatePredictor(config=first.config, generator=Thresholds(), rng=RNG,
+                              model_id="replay", state=PredictorState.from_record(record))
+    second.restore(first.blocks, first.H.tolist())
+    out += [second.predict_one(q) for q in Q[400:]]
+    assert out == out_full
+    assert second.state.to_record() == full.state.to_record()
+
+
+def test_exhaustion_stops_answers_and_a_new_epoch_on_fresh_data_resumes():
+    p = thresholds_model("exhaust", v_max=2)
+    Q = 0.2 + 0.3 * uniform("near", 4, 3000)     # around the boundary: hard until exhausted
+    answers = [p.predict_one(q) for q in Q]
+    assert p.state.exhausted and answers[-1].status == EXHAUSTED and answers[-1].label is None
+    assert p.state.instances == 2
+    assert Ledger_total(p) <= 8.0
+    X = uniform("fresh", 9, 3000 * 40)
+    p.start_epoch(X, np.where(X >= 0.3, 1, -1))
+    assert p.predict_one(0.9).label == 1 and p.state.epoch == 1
+
+
+def Ledger_total(p):
+    from mechanisms.accounting import Ledger
+    return Ledger(p.state.ledger).totals().epsilon
+
+
+def test_too_few_blocks_for_the_budget_is_a_clear_error():
+    with pytest.raises(ThresholdsTooClose, match="k >="):
+        PrivatePredictor(config=PredictorConfig(k=50, epsilon=1.0, delta=1e-6, v_max=20),
+                         generator=Thresholds(), rng=RNG, model_id="small")
+
+
+# ------------------------------------------------------------------ generators
+def test_threshold_generator_is_exact_constrained_erm():
+    X = np.array([0.1, 0.2, 0.35, 0.5, 0.8])
+    y = np.array([-1, 1, -1, 1, 1])          # not realizable: best t has one error
+    t = Thresholds().fit(X, y, [0.6], [-1])  # hard: 0.6 must be -1, so t > 0.6
+    assert t > 0.6 and np.sum(np.where(X >= t, 1, -1) != y) == 2
+
+
+def test_interval_generator_respects_hard_queries_and_minimises_error():
+    X = np.array([0.1, 0.2, 0.3, 0.4, 0.9])
+    y = np.array([-1, 1, 1, 1, -1])
+    a, b = Intervals().fit(X, y, [0.25], [-1])
+    assert not (a <= 0.25 <= b)
+    assert np.sum(np.where((X >= a) & (X <= b), 1, -1) != y) == 1
+
+
+def test_conjunction_and_disjunction_generators_satisfy_hard_queries():
+    X = np.array([[1, 1, 0, 1], [1, 1, 1, 0], [0, 1, 1, 1]], dtype=bool)
+    y = np.array([1, 1, -1])
+    conj = MonotoneConjunctions(4)
+    S = conj.fit(X, y, [[1, 1, 0, 0]], [-1])
+    assert conj.votes(conj.stack([S]), [1, 1, 0, 0])[0] == -1
+    disj = MonotoneConjunctions(4, disjunction=True)
+    S = disj.fit(X, y, [[0, 0, 0, 1]], [1])
+    assert disj.votes(disj.stack([S]), [0, 0, 0, 1])[0] == 1
+
+
+def test_decision_list_generator_classifies_hard_queries_as_recorded():
+    fam = FeatureFamily(4)
+    s = data_stream("dlgen", 0)
+    X = s.bits(200 * 4).reshape(200, 4)
+    y = np.where(X[:, 0] & ~X[:, 2], 1, -1)
+    gen = DecisionLists(fam)
+    hard_X, hard_y = [[1, 0, 0, 1], [0, 1, 1, 0]], [-1, 1]      # against the target
+    dl = gen.fit(X, y, hard_X, hard_y)
+    assert [gen.votes([dl], h)[0] for h in hard_X] == hard_y
+
+
+def test_oblivious_halfspace_generator_satisfies_hard_labels():
+    s = data_stream("lp", 0)
+    X = s.uniform(60).reshape(30, 2)
+    y = np.where(X[:, 0] > X[:, 1], 1, -1)
+    gen = Halfspaces(2)
+    h = gen.fit(X, y, [[0.9, 0.1]], [-1])
+    assert gen.votes(gen.stack([h]), [0.9, 0.1])[0] == -1
