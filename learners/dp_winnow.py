@@ -80,6 +80,14 @@ class DPWinnowState:
             "total_mistakes": self.total_mistakes, "cache_x": self.cache_x,
             "cache_y": self.cache_y, "frozen": self.frozen, "exhausted": self.exhausted}
 
+    COLD = ("u", "tilde_idx", "tilde_cnt")
+
+    def split_record(self) -> tuple[dict, dict]:
+        """(hot, cold): counters that change every round, and the weights that change
+        only on the at most K updates (so tables write them only then)."""
+        r = self.to_record()
+        return {k: v for k, v in r.items() if k not in self.COLD}, {k: r[k] for k in self.COLD}
+
     @classmethod
     def from_record(cls, r: dict) -> "DPWinnowState":
         r = dict(r)
@@ -111,7 +119,7 @@ class DPWinnow:
 
     def __init__(self, *, params: DPWinnowParameters, d: int, rng: KeyedRandomness, model_id: str,
                  budget: tuple[float, float] | None = None, signed: bool = False,
-                 state: DPWinnowState | None = None, ledger_rule: str = "best"):
+                 state: DPWinnowState | None = None, ledger_rule: str = "best", on_charge=None):
         if d < 2:
             raise ParameterError("d", d, ">= 2")
         self.params, self.rng, self.model_id = params, rng, model_id
@@ -120,6 +128,8 @@ class DPWinnow:
         if state is None:
             eps, delta = budget if budget is not None else (params.epsilon, params.delta)
             self.ledger = Ledger.create(epsilon=eps, delta=delta, rule=ledger_rule)
+            if on_charge:
+                self.ledger.on_entry.append(on_charge)
             dim = 2 * d if signed else d
             state = DPWinnowState(d, signed, np.zeros(dim, dtype=np.int64),
                                   np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64),
@@ -128,7 +138,7 @@ class DPWinnow:
             self._charge_or_freeze("above_threshold", params.eps_hat, 1)
         else:
             self.state = state
-            self.ledger = Ledger(state.ledger)
+            self.ledger = Ledger(state.ledger, on_entry=[on_charge] if on_charge else [])
         self._refresh_tilde()
         self._at = self._make_at()
 

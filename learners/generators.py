@@ -59,8 +59,8 @@ class Thresholds:
     oblivious = True
 
     def fit(self, X, y, hard_X, hard_y):
-        X, y = np.asarray(X, float), np.asarray(y)
-        hx, hy = np.asarray(hard_X, float), np.asarray(hard_y)
+        X, y = np.asarray(X, float).ravel(), np.asarray(y)       # a point may come as [x]
+        hx, hy = np.asarray(hard_X, float).ravel(), np.asarray(hard_y)
         lo = hx[hy == -1].max() if (hy == -1).any() else -np.inf    # t > lo
         hi = hx[hy == 1].min() if (hy == 1).any() else np.inf       # t <= hi
         cands = np.unique(np.concatenate([X, hx, [hi]]))
@@ -75,7 +75,7 @@ class Thresholds:
         return np.asarray(hyps, dtype=float)
 
     def votes(self, H, x) -> np.ndarray:
-        return np.where(float(x) >= H, 1, -1)
+        return np.where(float(np.ravel(x)[0]) >= H, 1, -1)
 
 
 class Intervals:
@@ -83,8 +83,8 @@ class Intervals:
     oblivious = True
 
     def fit(self, X, y, hard_X, hard_y):
-        X, y = np.asarray(X, float), np.asarray(y)
-        hx, hy = np.asarray(hard_X, float), np.asarray(hard_y)
+        X, y = np.asarray(X, float).ravel(), np.asarray(y)
+        hx, hy = np.asarray(hard_X, float).ravel(), np.asarray(hard_y)
         pts = np.unique(np.concatenate([X, hx]))
         a, b = np.meshgrid(pts, pts, indexing="ij")
         a, b = a.ravel(), b.ravel()
@@ -102,7 +102,7 @@ class Intervals:
         return np.asarray(hyps, dtype=float).reshape(-1, 2)
 
     def votes(self, H, x) -> np.ndarray:
-        x = float(x)
+        x = float(np.ravel(x)[0])
         return np.where((H[:, 0] <= x) & (x <= H[:, 1]), 1, -1)
 
 

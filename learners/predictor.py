@@ -115,7 +115,7 @@ def keyed_permutation(rng: KeyedRandomness, model_id: str, epoch: int, n: int) -
 
 class PrivatePredictor:
     def __init__(self, *, config: PredictorConfig, generator, rng: KeyedRandomness, model_id: str,
-                 state: PredictorState | None = None):
+                 state: PredictorState | None = None, on_charge=None):
         if config.k < 1:
             raise ParameterError("k", config.k, ">= 1")
         self.config, self.generator, self.rng, self.model_id = config, generator, rng, model_id
@@ -125,6 +125,7 @@ class PrivatePredictor:
         self.blocks: list[tuple[np.ndarray, np.ndarray]] = []
         self.H = None
         self._bt: BetweenThresholds | None = None
+        self.on_charge = on_charge          # called with each LedgerEntry as it is charged
 
     # ------------------------------------------------------------ epochs
     def start_epoch(self, X, y) -> None:
@@ -142,11 +143,17 @@ class PrivatePredictor:
         s.hard_x, s.hard_y = [], []
         s.ledger = Ledger.create(epsilon=self.config.epsilon, delta=self.config.delta,
                                  rule="best", delta_prime=self.budget.delta_prime).state
-        m = X.shape[0] // k
-        perm = keyed_permutation(self.rng, self.model_id, s.epoch, X.shape[0])[: k * m]
-        self.blocks = [(X[perm[i * m:(i + 1) * m]], y[perm[i * m:(i + 1) * m]]) for i in range(k)]
+        self.blocks = self.partition(X, y, s.epoch)
         self._regenerate(range(k))
         self._start_instance()
+
+    def partition(self, X, y, epoch: int) -> list[tuple[np.ndarray, np.ndarray]]:
+        """The epoch's k disjoint blocks of m examples (keyed permutation)."""
+        X, y = np.asarray(X), np.asarray(y)
+        k = self.config.k
+        m = X.shape[0] // k
+        perm = keyed_permutation(self.rng, self.model_id, epoch, X.shape[0])[: k * m]
+        return [(X[perm[i * m:(i + 1) * m]], y[perm[i * m:(i + 1) * m]]) for i in range(k)]
 
     def restore(self, blocks, H) -> None:
         """Reattach stored blocks and hypotheses after loading ``state``."""
@@ -168,7 +175,7 @@ class PrivatePredictor:
 
     def _start_instance(self) -> None:
         s = self.state
-        ledger = Ledger(s.ledger)
+        ledger = Ledger(s.ledger, on_entry=[self.on_charge] if self.on_charge else [])
         try:
             ledger.charge("between_thresholds", self.budget.eps_bt, self.budget.delta_bt)
         except BudgetExhausted:

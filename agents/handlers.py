@@ -1,0 +1,338 @@
+"""Per-kind model handlers: load a learner from the state mapping, apply one event,
+write back what changed, and describe the outputs.
+
+Keys (all under ``model/<id>/``): ``config``; ``head`` (written every event: log
+position, input positions, the learner's small counters); versioned cold records
+``weights/<k>`` (DP-Winnow), ``buffer/<epoch>/<chunk>`` (buffered samples),
+``hyp/<epoch>/<version>/<chunk>`` (predictor hypotheses), ``release/<version>``
+(decision lists).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from learners.decision_list import DecisionList, FeatureFamily
+from learners.dp_winnow import DPWinnow, DPWinnowState
+from learners.estimator import round_epsilon
+from learners.generators import Halfspaces, Thresholds
+from learners.greedy_cover import dp_greedy_cover
+from learners.inputs import BinaryInput
+from learners.predictor import (EXHAUSTED, HARD, NO_EPOCH, PredictorConfig, PredictorState,
+                                PrivatePredictor)
+from mechanisms.accounting import Ledger, LedgerEntry
+from mechanisms.params import dp_winnow_practical_parameters, dp_winnow_theory_parameters
+from mechanisms.randomness import KeyedRandomness
+from schemas import LedgerEntryEvent, ModelConfig, Prediction, Release
+
+CHUNK = 256          # buffered rows per record
+HYP_CHUNK = 1000     # hypotheses per record
+
+
+class Outputs:
+    def __init__(self):
+        self.items: list[tuple[str, str, dict]] = []
+
+    def add(self, topic: str, key: str, value: dict) -> None:
+        self.items.append((topic, key, value))
+
+
+class Handler:
+    def __init__(self, config: ModelConfig, rng: KeyedRandomness, state):
+        self.config, self.rng, self.state = config, rng, state
+        self.model_id = config.model_id
+        self.head_seq = -1                  # last applied offset of the model-events log
+        self.head_sources: dict[str, int] = {}
+        self.n = 0                          # events applied to this model (runtime-independent)
+        self._seq = -1
+        self._out: Outputs | None = None
+        self.epoch = 0
+
+    def key(self, *parts) -> str:
+        return "/".join(["model", self.model_id, *map(str, parts)])
+
+    # ------------------------------------------------------------ outputs
+    def _charged(self, entry: LedgerEntry) -> None:
+        b = self.config.budget
+        self._out.add("ledger", self.model_id, LedgerEntryEvent(
+            model_id=self.model_id, seq=self._seq, epoch=self.epoch, mechanism=entry.mechanism,
+            epsilon=entry.epsilon, delta=entry.delta, count=entry.count, charges=entry.charges,
+            spent_epsilon=entry.spent_epsilon, spent_delta=entry.spent_delta, rule=entry.rule,
+            budget_epsilon=b.epsilon, budget_delta=b.delta).model_dump())
+
+    def _predict(self, kind, source, event, label, status, version, updated=False) -> None:
+        spent = self.spent()
+        self._out.add("predictions", self.model_id, Prediction(
+            model_id=self.model_id, source=source, seq=self._seq, kind=kind,
+            query_id=event.get("query_id"), label=label, status=status, version=version,
+            epsilon_spent=spent, epsilon_left=max(0.0, self.config.budget.epsilon - spent),
+            updated=updated).model_dump())
+
+    def _begin(self, offset: int, outputs: Outputs) -> None:
+        """Start handling one event: outputs carry the model's own event counter as seq."""
+        self._seq, self._out = self.n, outputs
+        self.n += 1
+
+    # ------------------------------------------------------------ buffers
+    def _append_row(self, epoch: int, n: int, row: list) -> int:
+        chunk = n // CHUNK
+        key = self.key("buffer", epoch, chunk)
+        rows = list(self.state.get(key, [])) if n % CHUNK else []
+        rows.append(row)
+        self.state[key] = rows
+        return n + 1
+
+    def _load_rows(self, epoch: int, n: int) -> list:
+        rows = []
+        for chunk in range((n + CHUNK - 1) // CHUNK):
+            rows.extend(self.state[self.key("buffer", epoch, chunk)])
+        return rows[:n]
+
+    def _write_head(self, seq: int, body: dict) -> None:
+        self.head_seq = seq
+        self.state[self.key("head")] = {"seq": seq, "n": self.n, "sources": dict(self.head_sources),
+                                        **body}
+
+    def _load_head(self, head: dict) -> None:
+        self.head_seq, self.head_sources, self.n = head["seq"], dict(head["sources"]), head["n"]
+
+
+def binary_input(event: dict, d: int) -> BinaryInput:
+    if "active" in event:
+        return BinaryInput.from_active(event["active"], d)
+    return BinaryInput.from_dense(np.asarray(event["x"], dtype=np.int64))
+
+
+# ====================================================================== DP-Winnow
+def winnow_parameters(config: ModelConfig):
+    p, b = config.params, config.budget
+    if p.mode == "theory":
+        return dp_winnow_theory_parameters(epsilon=b.epsilon, delta=b.delta, rho=p.rho, T=p.T,
+                                           beta=p.beta, d=2 * config.dimension if p.signed
+                                           else config.dimension, c=p.c)
+    return dp_winnow_practical_parameters(eps_hat=p.eps_hat, eta=p.eta, m=p.m, K=p.K, L=p.L,
+                                          delta=b.delta, rho=p.rho, c=p.c, T=p.T, beta=p.beta)
+
+
+class WinnowHandler(Handler):
+    def create(self, outputs: Outputs, seq: int) -> None:
+        self._begin(seq, outputs)
+        self.model = DPWinnow(params=winnow_parameters(self.config), d=self.config.dimension,
+                              rng=self.rng, model_id=self.model_id, signed=self.config.params.signed,
+                              budget=(self.config.budget.epsilon, self.config.budget.delta),
+                              on_charge=self._charged)
+        self._saved_k = None
+
+    def load(self, head: dict) -> None:
+        self._load_head(head)
+        hot = head["learner"]
+        cold = self.state[self.key("weights", hot["k"])]
+        self.model = DPWinnow(params=winnow_parameters(self.config), d=self.config.dimension,
+                              rng=self.rng, model_id=self.model_id,
+                              state=DPWinnowState.from_record({**hot, **cold}),
+                              on_charge=self._charged)
+        self._saved_k = hot["k"]
+
+    def save(self, seq: int) -> None:
+        hot, cold = self.model.state.split_record()
+        if self._saved_k != hot["k"]:
+            self.state[self.key("weights", hot["k"])] = cold
+            self._saved_k = hot["k"]
+        self._write_head(seq, {"learner": hot})
+
+    def spent(self) -> float:
+        return self.model.ledger.totals().epsilon
+
+    def _status(self) -> str:
+        s = self.model.state
+        return "budget_exhausted" if s.exhausted else ("frozen" if s.frozen else "answered")
+
+    def on_example(self, event, source, seq, outputs) -> None:
+        self._begin(seq, outputs)
+        r = self.model.learn_one(binary_input(event, self.config.dimension), event["y"])
+        self._predict("example", source, event, r.prediction, self._status(), r.version, r.updated)
+
+    def on_query(self, event, source, seq, outputs) -> None:
+        self._begin(seq, outputs)
+        label = self.model.predict_one(binary_input(event, self.config.dimension))
+        self._predict("query", source, event, label, self._status(), self.model.state.k)
+
+
+# ====================================================================== predictor
+def predictor_config(config: ModelConfig) -> PredictorConfig:
+    p, b = config.params, config.budget
+    return PredictorConfig(k=p.k, epsilon=b.epsilon, delta=b.delta, v_max=p.v_max)
+
+
+def predictor_generator(config: ModelConfig):
+    p = config.params
+    if p.generator == "thresholds":
+        return Thresholds()
+    return Halfspaces(config.dimension, adaptive=p.adaptive)
+
+
+class PredictorHandler(Handler):
+    def create(self, outputs: Outputs, seq: int) -> None:
+        self._begin(seq, outputs)
+        self._build(PredictorState())
+        self.buffer_n = 0
+        self._saved_version = None
+
+    def _build(self, pstate: PredictorState) -> None:
+        self.model = PrivatePredictor(config=predictor_config(self.config),
+                                      generator=predictor_generator(self.config), rng=self.rng,
+                                      model_id=self.model_id, state=pstate,
+                                      on_charge=self._charged)
+
+    def load(self, head: dict) -> None:
+        self._load_head(head)
+        self._build(PredictorState.from_record(head["predictor"]))
+        self.buffer_n = head["buffer_n"]
+        s = self.model.state
+        self._saved_version = (s.epoch, s.version)
+        if s.epoch >= 0:
+            X, y = self._sample(s.epoch, head["epoch_n"])
+            H = []
+            for j in range((self.config.params.k + HYP_CHUNK - 1) // HYP_CHUNK):
+                H.extend(self.state[self.key("hyp", s.epoch, s.version, j)])
+            self.model.restore(self.model.partition(X, y, s.epoch), H)
+        self.epoch_n = head.get("epoch_n", 0)
+
+    def _sample(self, epoch: int, n: int):
+        rows = np.asarray(self._load_rows(epoch, n), dtype=float)
+        return rows[:, :-1], rows[:, -1].astype(int)
+
+    def save(self, seq: int) -> None:
+        s = self.model.state
+        if s.epoch >= 0 and self._saved_version != (s.epoch, s.version):
+            H = np.asarray(self.model.H).tolist()
+            for j in range(0, len(H), HYP_CHUNK):
+                self.state[self.key("hyp", s.epoch, s.version, j // HYP_CHUNK)] = H[j:j + HYP_CHUNK]
+            self._saved_version = (s.epoch, s.version)
+        self._write_head(seq, {"predictor": s.to_record(), "buffer_n": self.buffer_n,
+                               "epoch_n": getattr(self, "epoch_n", 0)})
+
+    def spent(self) -> float:
+        s = self.model.state
+        return 0.0 if s.ledger is None else Ledger(s.ledger).totals().epsilon
+
+    def _need(self) -> int:
+        return self.config.params.k * self.config.params.m
+
+    def _maybe_start_epoch(self) -> None:
+        s = self.model.state
+        ready = self.buffer_n >= self._need()
+        if ready and (s.epoch < 0 or (s.exhausted and self.config.params.epochs)):
+            self.epoch = s.epoch + 1
+            X, y = self._sample(self.epoch, self.buffer_n)
+            self.epoch_n = self.buffer_n
+            self.model.start_epoch(X, y)
+            self.buffer_n = 0
+
+    def on_example(self, event, source, seq, outputs) -> None:
+        self._begin(seq, outputs)
+        self.epoch = self.model.state.epoch
+        if self.buffer_n < self._need():          # surplus examples of a full buffer are dropped
+            self.buffer_n = self._append_row(self.model.state.epoch + 1, self.buffer_n,
+                                             [*event["x"], event["y"]])
+        self._maybe_start_epoch()
+        self._predict("example", source, event, None, "learning", self.model.state.version)
+
+    def on_query(self, event, source, seq, outputs) -> None:
+        self._begin(seq, outputs)
+        self.epoch = self.model.state.epoch
+        self._maybe_start_epoch()
+        self.epoch = self.model.state.epoch
+        a = self.model.predict_one(np.asarray(event["x"], dtype=float))
+        status = {NO_EPOCH: "learning", EXHAUSTED: "budget_exhausted", HARD: "hard_query"}.get(
+            a.status, "answered")
+        self._predict("query", source, event, a.label, status, a.version)
+
+
+# ====================================================================== decision lists
+class DecisionListHandler(Handler):
+    def create(self, outputs: Outputs, seq: int) -> None:
+        self._begin(seq, outputs)
+        p = self.config.params
+        self.family = FeatureFamily(self.config.dimension, p.max_conjunction, p.negations)
+        self.buffer_n, self.version, self.window, self.released = 0, 0, 0, None
+        self.ledger_state = None
+
+    def load(self, head: dict) -> None:
+        self._load_head(head)
+        p = self.config.params
+        self.family = FeatureFamily(self.config.dimension, p.max_conjunction, p.negations)
+        self.buffer_n, self.version, self.window = head["buffer_n"], head["version"], head["window"]
+        self.ledger_state = head["ledger"]
+        self.released = None
+        if self.version:
+            rec = self.state[self.key("release", self.version)]
+            self.released = DecisionList(self.family, tuple(map(tuple, rec["rules"])), rec["default"])
+
+    def save(self, seq: int) -> None:
+        self._write_head(seq, {"buffer_n": self.buffer_n, "version": self.version,
+                               "window": self.window, "ledger": self.ledger_state})
+
+    def spent(self) -> float:
+        if self.ledger_state is None:
+            return 0.0
+        from mechanisms.accounting import LedgerState
+        return Ledger(LedgerState(**self.ledger_state)).totals().epsilon
+
+    def on_example(self, event, source, seq, outputs) -> None:
+        self._begin(seq, outputs)
+        self.epoch = self.window
+        row = [int(v > 0) for v in event["x"]] + [int(event["y"] > 0)]
+        self.buffer_n = self._append_row(self.window, self.buffer_n, row)
+        if self.buffer_n >= self.config.params.window:
+            self._train()
+        self._predict("example", source, event, None, "learning", self.version)
+
+    def _train(self) -> None:
+        p, b = self.config.params, self.config.budget
+        rows = np.asarray(self._load_rows(self.window, self.buffer_n), dtype=np.int8)
+        X, y = rows[:, :-1].astype(bool), rows[:, -1]
+        ledger = Ledger.create(epsilon=b.epsilon, delta=b.delta, rule="basic")
+        ledger.on_entry.append(self._charged)
+        ledger.charge(f"dp_greedy_cover[{p.accounting}]", b.epsilon, b.delta)
+        eps_r = round_epsilon(p.accounting, b.epsilon, b.delta, len(self.family))
+        stream = self.rng.stream(self.model_id, "dp_greedy_cover", self.window)
+        dl = dp_greedy_cover(self.family, X, y, epsilon_round=eps_r, stream=stream)
+        self.version += 1
+        rec = dl.to_record()
+        self.state[self.key("release", self.version)] = rec
+        self.released = dl
+        self.ledger_state = dict(vars(ledger.state))
+        self._out.add("releases", self.model_id, Release(
+            model_id=self.model_id, seq=self._seq, version=self.version, rules=dl.describe(),
+            payload=rec).model_dump())
+        self.window += 1
+        self.buffer_n = 0
+
+    def on_query(self, event, source, seq, outputs) -> None:
+        self._begin(seq, outputs)
+        if self.released is None:
+            self._predict("query", source, event, None, "learning", 0)
+            return
+        x = (np.asarray(event["x"]) > 0).reshape(1, -1)
+        label = 1 if int(self.released.predict(x)[0]) == 1 else -1
+        self._predict("query", source, event, label, "answered", self.version)
+
+
+HANDLERS = {"winnow": WinnowHandler, "predictor": PredictorHandler,
+            "decision_list": DecisionListHandler}
+
+
+def check_feasible(config: ModelConfig) -> str | None:
+    """Why a model config cannot run (None when it can): infeasible theory parameters,
+    too few blocks for the budget, a generator that does not fit the dimension."""
+    from mechanisms.errors import DPStreamError
+    try:
+        if config.kind == "winnow":
+            winnow_parameters(config)
+        elif config.kind == "predictor":
+            if config.params.generator == "thresholds" and config.dimension != 1:
+                return "the thresholds generator needs dimension 1"
+            predictor_config(config).calibration()
+    except DPStreamError as err:
+        return f"infeasible model config: {err}"[:500]
+    return None

@@ -1,0 +1,95 @@
+"""Validate raw input records and append them to the ordered per-model log.
+
+Bad input (malformed JSON, unknown type, wrong dimension, NaN, out-of-domain values,
+unknown model, oversized payload) never raises and never changes state: it becomes a
+``rejected`` record with the reason, the payload's size and SHA-256, and no bytes of
+the payload. Validation messages are built without input values (pydantic's
+``include_input=False``), so features cannot leak through a reason.
+
+State: ``config/<model>`` (the registered ModelConfig, as JSON-able dict) and
+``src/<topic>:<partition>`` (the last input offset handled): a record at or before it
+is a re-delivery and is skipped, because its outputs were already produced.
+"""
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterable, Awaitable, Callable, MutableMapping
+
+from pydantic import ValidationError
+
+from schemas import LabeledExample, ModelConfig, Query, Rejected
+
+from .handlers import check_feasible
+from .records import RawRecord
+
+MAX_PAYLOAD = 4 * 1024 * 1024
+MODEL_EVENTS = "model-events"
+REJECTED = "rejected"
+
+Emit = Callable[[str, str | None, dict], Awaitable[None]]
+_KIND_BY_TOPIC = {"models": "model", "examples": "example", "queries": "query"}
+
+
+def _reason(err: ValidationError) -> str:
+    parts = [f"{'.'.join(str(p) for p in e['loc']) or 'payload'}: {e['msg']}"
+             for e in err.errors(include_input=False, include_url=False)]
+    return "invalid: " + "; ".join(parts)
+
+
+def parse(record: RawRecord, configs: MutableMapping) -> tuple[dict | None, str | None]:
+    """(validated event as dict, None) or (None, reason)."""
+    if len(record.value) > MAX_PAYLOAD:
+        return None, f"oversized payload: {len(record.value)} bytes > {MAX_PAYLOAD}"
+    try:
+        raw = json.loads(record.value)
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        return None, "malformed JSON"
+    if not isinstance(raw, dict):
+        return None, "malformed event: expected a JSON object"
+    kind = raw.get("type") or _KIND_BY_TOPIC.get(record.topic)
+    model_cls = {"model": ModelConfig, "example": LabeledExample, "query": Query}.get(kind)
+    if model_cls is None:
+        return None, f"unknown event type {str(kind)[:40]!r}"
+    raw.setdefault("type", kind)
+    try:
+        event = model_cls.model_validate(raw)
+    except ValidationError as err:
+        return None, _reason(err)[:500]
+    if kind == "model":
+        known = configs.get(f"config/{event.model_id}")
+        dumped = event.model_dump(mode="json")
+        if known is not None and known != dumped:       # an identical re-registration is a no-op
+            return None, f"model {event.model_id!r} is already registered with another config"
+        problem = check_feasible(event)
+        return (None, problem) if problem else (dumped, None)
+    cfg = configs.get(f"config/{event.model_id}")
+    if cfg is None:
+        return None, f"unknown model {event.model_id!r}"
+    config = ModelConfig.model_validate(cfg)
+    problem = event.dimension_error(config.dimension, config.binary)
+    if problem:
+        return None, problem
+    if kind == "example" and config.kind == "decision_list" and event.active is not None:
+        return None, "decision lists take dense x in {-1, +1}^d"
+    return event.model_dump(mode="json", exclude_none=True), None
+
+
+async def sequencer(records: AsyncIterable[RawRecord], state: MutableMapping, emit: Emit) -> None:
+    async for record in records:
+        await sequence_one(record, state, emit)
+
+
+async def sequence_one(record: RawRecord, state: MutableMapping, emit: Emit) -> None:
+    src_key = f"src/{record.topic}:{record.partition}"
+    if state.get(src_key, -1) >= record.offset:
+        return
+    event, reason = parse(record, state)
+    if event is None:
+        size, digest = record.fingerprint()
+        await emit(REJECTED, None, Rejected(source=record.source, size=size, sha256=digest,
+                                            reason=reason).model_dump())
+    else:
+        if event["type"] == "model":
+            state[f"config/{event['model_id']}"] = event
+        await emit(MODEL_EVENTS, event["model_id"], {"source": record.source, "event": event})
+    state[src_key] = record.offset

@@ -1,0 +1,33 @@
+"""Shared bench helpers: timing and keyed synthetic streams (reproducible anywhere)."""
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from mechanisms.randomness import KeyedRandomness  # noqa: E402
+
+DATA_KEY = KeyedRandomness(b"dpstream-bench-data-not-secret")
+
+
+def timed(fn):
+    t0 = time.perf_counter()
+    out = fn()
+    return out, time.perf_counter() - t0
+
+
+def disjunction_rows(d: int, relevant: int, active: int, n: int, seed: int):
+    """Sparse rows over d coordinates: the last one is the constant feature, each row has
+    ``active`` active coordinates, label +1 iff one of the first ``relevant`` is active."""
+    s = DATA_KEY.stream("bench", f"disjunction-{d}-{relevant}-{active}", seed)
+    pos = s.bits(n)
+    irrelevant = relevant + s.below(d - 1 - relevant, size=n * (active - 2)).reshape(n, active - 2)
+    rel = s.below(relevant, size=n)
+    const = np.full((n, 1), d - 1)
+    fill = np.where(pos, rel, relevant + s.below(d - 1 - relevant, size=n))[:, None]
+    rows = np.concatenate([const, irrelevant, fill], axis=1)
+    return rows, np.where(pos, 1, -1)

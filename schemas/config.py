@@ -1,0 +1,72 @@
+"""Model registration records (the ``models`` topic and ``dpstream models register``)."""
+from __future__ import annotations
+
+from typing import Annotated, Literal, Union
+
+from pydantic import Field, model_validator
+
+from .events import ModelId, Strict
+
+
+class Budget(Strict):
+    epsilon: float = Field(gt=0, le=1e6)
+    delta: float = Field(ge=0, lt=1)
+
+
+class WinnowParams(Strict):
+    kind: Literal["winnow"] = "winnow"
+    mode: Literal["theory", "practical"] = "practical"
+    rho: float = Field(default=0.1, gt=0, le=1)
+    T: int = Field(default=1_000_000, ge=1)
+    beta: float = Field(default=0.01, gt=0, lt=1)
+    c: float = Field(default=0.25, gt=0, lt=0.5)
+    signed: bool = False
+    eps_hat: float | None = Field(default=None, gt=0)
+    eta: float | None = Field(default=None, gt=0)
+    m: int | None = Field(default=None, ge=1)
+    K: int | None = Field(default=None, ge=1)
+    L: float | None = Field(default=None, gt=0)
+
+    @model_validator(mode="after")
+    def _practical_complete(self):
+        if self.mode == "practical" and None in (self.eps_hat, self.eta, self.m, self.K, self.L):
+            raise ValueError("practical mode needs eps_hat, eta, m, K and L")
+        return self
+
+
+class PredictorParams(Strict):
+    kind: Literal["predictor"] = "predictor"
+    generator: Literal["halfspace", "thresholds"] = "halfspace"
+    adaptive: bool = False
+    k: int = Field(ge=1, le=1_000_000)
+    m: int = Field(ge=1, le=100_000)          # examples per block; an epoch needs k * m
+    v_max: int = Field(ge=1, le=100_000)
+    epochs: bool = True                       # start a new epoch on fresh data when exhausted
+
+
+class DecisionListParams(Strict):
+    kind: Literal["decision_list"] = "decision_list"
+    window: int = Field(ge=1, le=10_000_000)  # examples per training window (disjoint)
+    max_conjunction: int = Field(default=1, ge=1, le=3)
+    negations: bool = True
+    accounting: Literal["set_cover", "advanced", "basic"] = "set_cover"
+
+
+Params = Annotated[Union[WinnowParams, PredictorParams, DecisionListParams], Field(discriminator="kind")]
+
+
+class ModelConfig(Strict):
+    type: Literal["model"] = "model"
+    model_id: ModelId
+    dimension: int = Field(ge=1, le=10_000_000)
+    budget: Budget
+    params: Params
+
+    @property
+    def kind(self) -> str:
+        return self.params.kind
+
+    @property
+    def binary(self) -> bool:
+        """Inputs in {-1, +1}^d (Winnow, decision lists) or real (the predictor)."""
+        return self.params.kind != "predictor"

@@ -1,0 +1,118 @@
+"""Pydantic v2 models of every event on dpstream's topics.
+
+Validation happens here, at the edge (design.md section 5): a payload that does not
+parse into one of these models never reaches an agent's state; it goes to
+``rejected`` with a reason and the payload's size and hash, never its bytes.
+Features: dense ``x`` (floats) or sparse ``active`` (indices that are +1 in a
+{-1,+1}^d vector); exactly one of them.
+"""
+from __future__ import annotations
+
+import math
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+ModelId = Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")]
+Label = Literal[-1, 1]
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Features(Strict):
+    x: list[float] | None = Field(default=None, max_length=1_000_000)
+    active: list[int] | None = Field(default=None, max_length=100_000)
+
+    @model_validator(mode="after")
+    def _one_of(self):
+        if (self.x is None) == (self.active is None):
+            raise ValueError("exactly one of 'x' (dense) or 'active' (sparse) is required")
+        if self.x is not None and not all(math.isfinite(v) for v in self.x):
+            raise ValueError("x contains NaN or infinite values")
+        if self.active is not None and any(i < 0 for i in self.active):
+            raise ValueError("active indices must be >= 0")
+        return self
+
+    def dimension_error(self, d: int, binary: bool) -> str | None:
+        """Why these features do not fit a model of dimension d (None when they do)."""
+        if self.x is not None:
+            if len(self.x) != d:
+                return f"wrong dimension: x has {len(self.x)} entries, the model expects {d}"
+            if binary and any(v not in (-1.0, 1.0) for v in self.x):
+                return "out of domain: this model needs x in {-1, +1}^d"
+            return None
+        if not binary:
+            return "sparse 'active' features need a model over {-1, +1}^d"
+        if self.active and max(self.active) >= d:
+            return f"wrong dimension: an active index is >= the model dimension {d}"
+        return None
+
+
+class LabeledExample(Features):
+    type: Literal["example"] = "example"
+    model_id: ModelId
+    y: Label
+
+
+class Query(Features):
+    type: Literal["query"] = "query"
+    model_id: ModelId
+    query_id: str | None = Field(default=None, max_length=128)
+
+
+Status = Literal["answered", "hard_query", "budget_exhausted", "learning", "frozen"]
+
+
+class Prediction(Strict):
+    """One output per input event; never carries features."""
+    model_id: ModelId
+    source: str                       # "topic:partition:offset" of the input event
+    seq: int                          # position in the model's sequenced event log
+    kind: Literal["example", "query"]
+    query_id: str | None = None
+    label: Label | None
+    status: Status
+    version: int                      # hypothesis version that answered
+    epsilon_spent: float
+    epsilon_left: float
+    updated: bool = False
+
+
+class LedgerEntryEvent(Strict):
+    model_id: ModelId
+    seq: int
+    epoch: int
+    mechanism: str
+    epsilon: float
+    delta: float
+    count: int
+    charges: int
+    spent_epsilon: float
+    spent_delta: float
+    rule: str
+    budget_epsilon: float
+    budget_delta: float
+
+
+class Release(Strict):
+    """A released hypothesis (decision list rules), published after its charge."""
+    model_id: ModelId
+    seq: int
+    version: int
+    rules: list[str]
+    payload: dict
+
+
+class Rejected(Strict):
+    """Dead letter: where it came from and why, never the payload itself."""
+    source: str
+    size: int
+    sha256: str
+    reason: str = Field(max_length=500)
+
+    @field_validator("reason")
+    @classmethod
+    def _short(cls, v: str) -> str:
+        return v[:500]

@@ -1,0 +1,151 @@
+"""The agents on the embedded runtime: every kind end to end, bad input, idempotence."""
+import json
+
+import numpy as np
+import pytest
+
+from mechanisms.randomness import KeyedRandomness
+from streams.embedded import EmbeddedRuntime, SqliteState
+
+KEY = b"pipeline-tests-key-0000000"
+RNG = KeyedRandomness(KEY)
+
+
+def winnow_config(model_id="w1", d=50, eps=1e6):
+    return {"model_id": model_id, "dimension": d, "budget": {"epsilon": eps, "delta": 1e-6},
+            "params": {"kind": "winnow", "mode": "practical", "eps_hat": 1.0, "eta": 0.1,
+                       "m": 500, "K": 200, "L": 3.0}}
+
+
+def winnow_events(model_id="w1", d=50, n=600, seed=0):
+    s = RNG.stream("pipeline-tests", "winnow", seed)
+    out = []
+    for i in range(n):
+        act = sorted(set(s.below(d, size=5).tolist()))
+        y = 1 if any(a < 3 for a in act) else -1
+        out.append(("examples", {"model_id": model_id, "active": act, "y": y}))
+        if i % 5 == 0:
+            out.append(("queries", {"model_id": model_id, "active": act, "query_id": f"q{i}"}))
+    return out
+
+
+async def run(events, state=None):
+    rt = EmbeddedRuntime(RNG, state)
+    await rt.feed_all(events)
+    return rt
+
+
+async def test_winnow_model_answers_every_event_and_learns():
+    rt = await run([("models", winnow_config())] + winnow_events())
+    preds = rt.outputs["predictions"]
+    assert len(preds) == 600 + 120 and not rt.outputs["rejected"]
+    late = [p for p in preds[-200:] if p["kind"] == "example"]
+    assert all(p["label"] in (-1, 1) and p["status"] == "answered" for p in preds)
+    assert any(p["updated"] for p in preds)
+    assert rt.outputs["ledger"][0]["mechanism"] == "above_threshold"
+    assert [e["charges"] for e in rt.outputs["ledger"]] == list(range(1, len(rt.outputs["ledger"]) + 1))
+    assert len(late) > 100
+
+
+async def test_outputs_never_contain_features():
+    rt = await run([("models", winnow_config())] + winnow_events(n=50))
+    for topic in ("predictions", "ledger", "rejected"):
+        for value in rt.outputs[topic]:
+            assert "active" not in value and "x" not in value and "y" not in value
+
+
+@pytest.mark.parametrize("payload,reason", [
+    (b"{not json", "malformed JSON"),
+    (json.dumps({"model_id": "w1", "active": [1, 99], "y": 1}), "wrong dimension"),
+    (json.dumps({"model_id": "w1", "x": [float("nan")] * 50, "y": 1}), "NaN"),
+    (json.dumps({"model_id": "w1", "x": [0.5] * 50, "y": 1}), "out of domain"),
+    (json.dumps({"model_id": "nope", "active": [1], "y": 1}), "unknown model"),
+    (json.dumps({"model_id": "w1", "active": [1], "y": 3, "query_id": 7}), "invalid"),
+    (b"x" * (4 * 1024 * 1024 + 1), "oversized"),
+])
+async def test_bad_input_is_rejected_with_a_reason_and_changes_nothing(payload, reason):
+    rt = await run([("models", winnow_config())] + winnow_events(n=20))
+    before = json.dumps(rt.state, sort_keys=True)
+    n_pred = len(rt.outputs["predictions"])
+    await rt.feed("examples", payload)
+    query = payload
+    if not isinstance(payload, bytes):
+        query = json.dumps({k: v for k, v in json.loads(payload).items() if k != "y"})
+    await rt.feed("queries", query)
+    rejected = rt.outputs["rejected"]
+    assert len(rejected) == 2 and reason in rejected[0]["reason"]
+    assert reason in rejected[1]["reason"] or reason == "invalid"
+    assert len(rt.outputs["predictions"]) == n_pred
+    raw = payload if isinstance(payload, bytes) else payload.encode()
+    assert rejected[0]["size"] == len(raw)
+    for r in rejected:
+        assert len(r["sha256"]) == 64
+        assert "99" not in r["reason"] and "nan" not in r["reason"].lower().replace("nan or", "")
+    after = {k: v for k, v in rt.state.items() if not k.startswith("src/")}
+    assert json.dumps(after, sort_keys=True) == json.dumps(
+        {k: v for k, v in json.loads(before).items() if not k.startswith("src/")}, sort_keys=True)
+
+
+async def test_same_events_and_key_give_identical_outputs_and_restart_from_sqlite_state(tmp_path):
+    events = [("models", winnow_config())] + winnow_events(n=300)
+    full = await run(events)
+    db = tmp_path / "state.db"
+    first = EmbeddedRuntime(RNG, SqliteState(db))
+    await first.feed_all(events[:150])
+    first.state.commit()
+    second = EmbeddedRuntime(RNG, SqliteState(db))        # a new process on the same state
+    second.offsets.update(first.offsets)
+    await second.feed_all(events[150:])
+    assert first.outputs["predictions"] + second.outputs["predictions"] == full.outputs["predictions"]
+    assert first.outputs["ledger"] + second.outputs["ledger"] == full.outputs["ledger"]
+
+
+async def test_redelivered_records_are_skipped():
+    rt = await run([("models", winnow_config())] + winnow_events(n=30))
+    n = len(rt.outputs["predictions"])
+    rt.offsets["examples"] -= 3                      # the broker re-delivers three records
+    for topic, payload in winnow_events(n=30)[-3:]:
+        await rt.feed("examples", payload)
+    assert len(rt.outputs["predictions"]) == n
+
+
+async def test_predictor_model_starts_an_epoch_and_answers_queries():
+    cfg = {"model_id": "p1", "dimension": 1, "budget": {"epsilon": 8.0, "delta": 1e-6},
+           "params": {"kind": "predictor", "generator": "thresholds", "k": 3000, "m": 10,
+                      "v_max": 20}}
+    s = RNG.stream("pipeline-tests", "pred", 0)
+    xs = s.uniform(30_000)
+    events = [("models", cfg)] + [("examples", {"model_id": "p1", "x": [float(v)],
+                                                "y": 1 if v >= 0.3 else -1}) for v in xs]
+    qs = s.uniform(500)
+    events += [("queries", {"model_id": "p1", "x": [float(v)]}) for v in qs]
+    rt = await run(events)
+    answers = [p for p in rt.outputs["predictions"] if p["kind"] == "query"]
+    assert len(answers) == 500 and not rt.outputs["rejected"]
+    acc = np.mean([a["label"] == (1 if q >= 0.3 else -1) for a, q in zip(answers, qs)])
+    assert acc > 0.9
+    assert rt.outputs["ledger"] and rt.outputs["ledger"][0]["mechanism"] == "between_thresholds"
+
+
+async def test_decision_list_model_publishes_a_release_and_answers_with_it():
+    d = 12
+    cfg = {"model_id": "dl", "dimension": d, "budget": {"epsilon": 2.0, "delta": 1e-6},
+           "params": {"kind": "decision_list", "window": 2000}}
+    s = RNG.stream("pipeline-tests", "dl", 0)
+    X = np.where(s.bits(2500 * d).reshape(2500, d), 1, -1)
+    y = np.where(X[:, 0] == 1, 1, np.where(X[:, 3] == -1, -1, 1))
+    events = [("models", cfg)] + [("examples", {"model_id": "dl", "x": x.tolist(), "y": int(t)})
+                                  for x, t in zip(X[:2000], y[:2000])]
+    events += [("queries", {"model_id": "dl", "x": x.tolist()}) for x in X[2000:]]
+    rt = await run(events)
+    assert len(rt.outputs["releases"]) == 1
+    answers = [p["label"] for p in rt.outputs["predictions"] if p["kind"] == "query"]
+    assert np.mean(np.array(answers) == y[2000:]) > 0.95
+    assert rt.outputs["ledger"][0]["spent_epsilon"] == pytest.approx(2.0)
+
+
+async def test_infeasible_registration_is_rejected():
+    cfg = {"model_id": "tiny", "dimension": 1, "budget": {"epsilon": 0.5, "delta": 1e-6},
+           "params": {"kind": "predictor", "generator": "thresholds", "k": 10, "m": 5, "v_max": 5}}
+    rt = await run([("models", cfg)])
+    assert "k >=" in rt.outputs["rejected"][0]["reason"]
