@@ -1,0 +1,106 @@
+"""The faust-streaming app: topics, tables, and the two agents wired to Kafka.
+
+    inputs (models, examples, queries) --sequencer--> model-events --processor-->
+        predictions, ledger, releases   (and rejected, from the sequencer)
+
+Both agents are the runtime-agnostic functions of ``agents/``; the tables are their
+state mappings. Every topic is keyed by model id, and all topics and tables share
+one partition count, so a model's inputs, log and state live in the same partition
+number and move together between workers (faust co-partitioning). The table
+changelog records go to the partition of the event being processed.
+
+Settings (faust facts from design.md section 3): ``web_tables_enabled=False`` (the
+default /table view would serve private state over HTTP); ``at_least_once`` with
+idempotent agents, since correctness must not depend on exactly-once; memory store,
+restored from the changelogs on start; replication factor 1 for a one-broker dev
+cluster (raise it in production).
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import faust
+
+from agents.processor import Processor
+from agents.records import RawRecord
+from agents.sequencer import sequence_one
+from mechanisms.randomness import KeyedRandomness
+
+from .topics import INPUTS, MODEL_EVENTS, OUTPUTS
+
+
+def make_app(*, broker: str, rng: KeyedRandomness, partitions: int = 4, app_id: str = "dpstream",
+             data_dir: str | Path = "/tmp/dpstream-worker", web_port: int | None = None,
+             replication: int = 1, emit_override=None) -> faust.App:
+    app = faust.App(
+        app_id,
+        broker=f"kafka://{broker}",
+        store="memory://",
+        datadir=str(data_dir),
+        topic_partitions=partitions,
+        topic_replication_factor=replication,
+        processing_guarantee="at_least_once",
+        web_enabled=web_port is not None,
+        web_port=web_port or 6066,
+        web_tables_enabled=False,
+        key_serializer="raw",
+        value_serializer="raw",
+        broker_commit_every=100,
+        stream_wait_empty=False,
+    )
+    raw = dict(key_type=bytes, value_type=bytes, key_serializer="raw", value_serializer="raw",
+               partitions=partitions)
+    inputs = app.topic(*INPUTS, **raw)
+    log = app.topic(MODEL_EVENTS, **raw)
+    outputs = {name: app.topic(name, **raw) for name in OUTPUTS}
+    schema = faust.Schema(key_type=bytes, key_serializer="raw", value_serializer="json")
+    sequencer_state = app.Table("sequencer-state", partitions=partitions, schema=schema)
+    model_state = app.Table("model-state", partitions=partitions, schema=schema)
+    routes = {MODEL_EVENTS: log, **outputs}
+
+    async def emit(topic: str, key: str | None, value: dict) -> None:
+        if emit_override is not None:
+            await emit_override(topic, key, value)
+            return
+        await routes[topic].send(key=key.encode() if key else None, value=json.dumps(value).encode())
+
+    processor = Processor(rng, _TableView(model_state), emit)
+    app.dpstream = {"emit": emit, "processor": processor}
+
+    @app.agent(inputs, name="dpstream.sequencer")
+    async def sequencer(stream):
+        async for event in stream.events():
+            m = event.message
+            await sequence_one(RawRecord(m.topic, m.partition, m.offset, m.key, m.value or b""),
+                               _TableView(sequencer_state), emit)
+
+    @app.agent(log, name="dpstream.processor")
+    async def model_processor(stream):
+        async for event in stream.events():
+            m = event.message
+            await processor.handle(RawRecord(m.topic, m.partition, m.offset, m.key, m.value))
+
+    app.dpstream.update(sequencer=sequencer, processor_agent=model_processor,
+                        tables=(sequencer_state, model_state))
+    return app
+
+
+class _TableView:
+    """The MutableMapping surface the agents use, over a faust table (keys are str;
+    the table stores them as bytes with the raw key serializer)."""
+
+    def __init__(self, table):
+        self.table = table
+
+    def __getitem__(self, key: str):
+        return self.table[key.encode()]
+
+    def __setitem__(self, key: str, value) -> None:
+        self.table[key.encode()] = value
+
+    def __contains__(self, key: str) -> bool:
+        return key.encode() in self.table
+
+    def get(self, key: str, default=None):
+        return self.table.get(key.encode(), default)

@@ -1,0 +1,237 @@
+"""The ``dpstream`` command line.
+
+    dpstream demo                      the main job on the embedded runtime (no Kafka)
+    dpstream run --models M --examples E --queries Q --out DIR [--state S.db]
+    dpstream worker [--broker HOST:PORT]
+    dpstream produce --topic T --file F.jsonl      dpstream consume --topic T
+    dpstream models register F.json | list | show ID
+    dpstream schemas --out DIR
+
+The secret key comes from $DPSTREAM_SECRET_KEY or the file named by
+$DPSTREAM_SECRET_KEY_FILE, never from a flag (flags land in shell history and ps).
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+from pathlib import Path
+
+from mechanisms.errors import MissingKeyError
+from mechanisms.randomness import KeyedRandomness
+
+from . import topics
+
+DEFAULT_BROKER = "127.0.0.1:9092"
+
+
+def _key() -> KeyedRandomness:
+    try:
+        return KeyedRandomness.from_env()
+    except MissingKeyError as err:
+        sys.exit(f"dpstream: {err}")
+
+
+def cmd_demo(args) -> int:
+    from rich.console import Console
+    from rich.table import Table
+
+    from .demo import run_demo
+    rows = run_demo(args.fraud_events, args.queries, progress=not args.quiet)
+    meta = rows.pop()
+    table = Table(title="dpstream demo (embedded runtime)")
+    table.add_column("")
+    for r in rows:
+        table.add_column(r["model"], justify="right")
+
+    def fmt(v):
+        if isinstance(v, float):
+            return f"{v:.4f}" if v < 10 else f"{v:,.1f}"
+        return "-" if v is None else str(v)
+
+    for col in list(rows[0])[1:]:
+        table.add_row(col, *[fmt(r[col]) for r in rows])
+    console = Console()
+    console.print(table)
+    console.print(f"key: {meta['_key']}; rejected inputs: {meta['_rejected']}")
+    if args.json:
+        Path(args.json).write_text(json.dumps(rows, indent=2))
+    return 0
+
+
+def _read_jsonl(path: str | None):
+    if not path:
+        return []
+    with open(path, "rb") as fh:
+        return [line.rstrip(b"\n") for line in fh if line.strip()]
+
+
+def cmd_run(args) -> int:
+    from .embedded import EmbeddedRuntime, SqliteState
+    rng = _key()
+    state = SqliteState(args.state) if args.state else None
+    rt = EmbeddedRuntime(rng, state)
+    items = [(topics.MODELS, r) for r in _read_jsonl(args.models)]
+    items += [(topics.EXAMPLES, r) for r in _read_jsonl(args.examples)]
+    items += [(topics.QUERIES, r) for r in _read_jsonl(args.queries)]
+    asyncio.run(rt.feed_all(items))
+    if state is not None:
+        state.commit()
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    for topic in topics.OUTPUTS:
+        with open(out / f"{topic}.jsonl", "w") as fh:
+            for value in rt.outputs[topic]:
+                fh.write(json.dumps(value) + "\n")
+    print(f"dpstream run: {len(items)} inputs -> "
+          + ", ".join(f"{len(rt.outputs[t])} {t}" for t in topics.OUTPUTS) + f" in {out}")
+    return 0
+
+
+def cmd_worker(args) -> int:
+    import faust
+
+    from .app import make_app
+    app = make_app(broker=args.broker, rng=_key(), partitions=args.partitions, app_id=args.app_id,
+                   data_dir=args.data_dir, web_port=args.web_port)
+    worker = faust.Worker(app, loglevel=args.loglevel, quiet=True)
+    worker.execute_from_commandline()
+    return 0
+
+
+async def _produce(broker: str, topic: str, lines) -> int:
+    from aiokafka import AIOKafkaProducer
+    producer = AIOKafkaProducer(bootstrap_servers=broker, acks="all", enable_idempotence=True)
+    await producer.start()
+    n = 0
+    try:
+        for line in lines:
+            try:
+                key = json.loads(line).get("model_id")
+            except (ValueError, AttributeError):
+                key = None
+            await producer.send(topic, key=key.encode() if isinstance(key, str) else None, value=line)
+            n += 1
+        await producer.flush()
+    finally:
+        await producer.stop()
+    return n
+
+
+def cmd_produce(args) -> int:
+    n = asyncio.run(_produce(args.broker, args.topic, _read_jsonl(args.file)))
+    print(f"dpstream produce: {n} records -> {args.topic}", file=sys.stderr)
+    return 0
+
+
+async def read_topic(broker: str, topic: str, *, timeout: float = 5.0, limit: int | None = None):
+    """Every record of ``topic`` from the beginning until ``timeout`` s without news."""
+    from aiokafka import AIOKafkaConsumer
+    consumer = AIOKafkaConsumer(topic, bootstrap_servers=broker, auto_offset_reset="earliest",
+                                enable_auto_commit=False, group_id=None)
+    await consumer.start()
+    out = []
+    try:
+        while limit is None or len(out) < limit:
+            batch = await consumer.getmany(timeout_ms=int(timeout * 1000))
+            if not batch:
+                break
+            for tp, records in sorted(batch.items(), key=lambda kv: kv[0].partition):
+                out.extend(records)
+    finally:
+        await consumer.stop()
+    return out[:limit] if limit else out
+
+
+def cmd_consume(args) -> int:
+    records = asyncio.run(read_topic(args.broker, args.topic, timeout=args.timeout, limit=args.max))
+    for r in records:
+        sys.stdout.write(r.value.decode() + "\n")
+    return 0
+
+
+def cmd_models(args) -> int:
+    if args.action == "register":
+        lines = [Path(args.target).read_bytes().strip()]
+        asyncio.run(_produce(args.broker, topics.MODELS, lines))
+        print(f"dpstream models: registration sent for {json.loads(lines[0])['model_id']}")
+        return 0
+    models = {}
+    for r in asyncio.run(read_topic(args.broker, topics.MODEL_EVENTS, timeout=args.timeout)):
+        ev = json.loads(r.value)["event"]
+        if ev["type"] == "model":
+            models.setdefault(ev["model_id"], ev)
+    spent = {}
+    for r in asyncio.run(read_topic(args.broker, topics.LEDGER, timeout=args.timeout)):
+        e = json.loads(r.value)
+        spent[e["model_id"]] = e
+    for mid, cfg in sorted(models.items()):
+        if args.action == "show" and mid != args.target:
+            continue
+        e = spent.get(mid)
+        used = f"eps {e['spent_epsilon']:.6g} / {cfg['budget']['epsilon']:g} (epoch {e['epoch']})" if e \
+            else "eps 0"
+        print(f"{mid:24s} {cfg['params']['kind']:14s} d={cfg['dimension']:<8d} {used}")
+    return 0
+
+
+def cmd_schemas(args) -> int:
+    from schemas import json_schemas
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    for name, schema in json_schemas().items():
+        (out / f"{name}.json").write_text(json.dumps(schema, indent=2))
+    print(f"dpstream schemas: {len(json_schemas())} JSON Schemas in {out}")
+    return 0
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="dpstream", description=__doc__.splitlines()[0])
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    p = sub.add_parser("demo", help="run the demo on the embedded runtime")
+    p.add_argument("--fraud-events", type=int, default=20_000)
+    p.add_argument("--queries", type=int, default=5_000)
+    p.add_argument("--json", help="also write the summary as JSON")
+    p.add_argument("--quiet", action="store_true")
+    p.set_defaults(fn=cmd_demo)
+    p = sub.add_parser("run", help="embedded runtime over JSONL files")
+    p.add_argument("--models")
+    p.add_argument("--examples")
+    p.add_argument("--queries")
+    p.add_argument("--out", required=True)
+    p.add_argument("--state", help="SQLite file for state that survives restarts")
+    p.set_defaults(fn=cmd_run)
+    p = sub.add_parser("worker", help="run a faust worker")
+    p.add_argument("--broker", default=DEFAULT_BROKER)
+    p.add_argument("--partitions", type=int, default=4)
+    p.add_argument("--app-id", default="dpstream")
+    p.add_argument("--data-dir", default="/tmp/dpstream-worker")
+    p.add_argument("--web-port", type=int)
+    p.add_argument("--loglevel", default="warning")
+    p.set_defaults(fn=cmd_worker)
+    for name, fn in (("produce", cmd_produce), ("consume", cmd_consume)):
+        p = sub.add_parser(name)
+        p.add_argument("--broker", default=DEFAULT_BROKER)
+        p.add_argument("--topic", required=True)
+        if name == "produce":
+            p.add_argument("--file", required=True)
+        else:
+            p.add_argument("--timeout", type=float, default=5.0)
+            p.add_argument("--max", type=int)
+        p.set_defaults(fn=fn)
+    p = sub.add_parser("models", help="register, list or show models")
+    p.add_argument("action", choices=["register", "list", "show"])
+    p.add_argument("target", nargs="?")
+    p.add_argument("--broker", default=DEFAULT_BROKER)
+    p.add_argument("--timeout", type=float, default=3.0)
+    p.set_defaults(fn=cmd_models)
+    p = sub.add_parser("schemas", help="write JSON Schemas of every event")
+    p.add_argument("--out", default="schemas-json")
+    p.set_defaults(fn=cmd_schemas)
+    args = ap.parse_args(argv)
+    return args.fn(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

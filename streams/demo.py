@@ -1,0 +1,137 @@
+"""``dpstream demo``: the main job on the embedded runtime, no Kafka needed.
+
+Data (generated here, documented, reproducible from a public data key):
+* ``card-fraud`` (DP-Winnow): card transactions as sparse binary features: one of 40
+  merchant categories, one of 60 countries, channel, hour bucket and 20 device
+  flags, plus a constant feature (d = 200). Fraud (+1) iff any of 6 risky indicators
+  is present (a planted monotone disjunction, margin 1/11). Labelled examples arrive
+  with occasional unlabelled queries.
+* ``risk-score`` (private predictor): two real-valued risk scores per applicant
+  (standard normal), label +1 iff 1.0 * s1 - 0.6 * s2 >= 0.2 (a planted halfspace);
+  a labelled epoch sample, then unlabelled queries answered with BetweenThresholds.
+
+The demo uses a *public* demo key unless DPSTREAM_SECRET_KEY(_FILE) is set: its noise
+is reproducible by anyone, so it demonstrates the pipeline, not privacy.
+"""
+from __future__ import annotations
+
+import asyncio
+import math
+
+import numpy as np
+
+from mechanisms.errors import MissingKeyError
+from mechanisms.randomness import KeyedRandomness
+
+from .embedded import EmbeddedRuntime
+
+DEMO_KEY = b"dpstream-public-demo-key (not secret)"
+DATA_KEY = KeyedRandomness(b"dpstream-demo-data (public)")
+RISKY = [3, 17, 45, 88, 120, 150]
+
+
+def demo_key() -> tuple[KeyedRandomness, bool]:
+    try:
+        return KeyedRandomness.from_env(), True
+    except MissingKeyError:
+        return KeyedRandomness(DEMO_KEY), False
+
+
+def fraud_stream(n: int):
+    s = DATA_KEY.stream("demo", "fraud", 0)
+    cat, country = s.below(40, size=n), 40 + s.below(60, size=n)
+    channel, hour = 100 + s.below(4, size=n), 104 + s.below(6, size=n)
+    flags = s.bits(n * 20).reshape(n, 20) & s.bits(n * 20).reshape(n, 20) & s.bits(n * 20).reshape(n, 20)
+    risky_hit = s.bits(n) & s.bits(n)
+    risky_pick = np.array(RISKY)[s.below(len(RISKY), size=n)]
+    for i in range(n):
+        act = {int(cat[i]), int(country[i]), int(channel[i]), int(hour[i]), 199}
+        act |= {110 + int(j) for j in np.flatnonzero(flags[i])}
+        act -= set(RISKY)
+        if risky_hit[i]:
+            act.add(int(risky_pick[i]))
+        yield sorted(int(a) for a in act), (1 if risky_hit[i] else -1)
+
+
+def risk_scores(n: int, seed: int):
+    u = DATA_KEY.stream("demo", "risk", seed).uniform(4 * n)
+    r = np.sqrt(-2 * np.log(np.maximum(u[:2 * n], 1e-300)))
+    X = (r * np.cos(2 * math.pi * u[2 * n:])).reshape(n, 2)
+    return X, np.where(X @ np.array([1.0, -0.6]) >= 0.2, 1, -1).tolist()
+
+
+MODELS = [
+    {"model_id": "card-fraud", "dimension": 200, "budget": {"epsilon": 5e5, "delta": 1e-6},
+     "params": {"kind": "winnow", "mode": "practical", "eps_hat": 1.0, "eta": 0.08, "m": 3000,
+                "K": 1500, "L": 2.0, "rho": 1 / 11}},
+    {"model_id": "risk-score", "dimension": 2, "budget": {"epsilon": 8.0, "delta": 1e-6},
+     "params": {"kind": "predictor", "generator": "halfspace", "k": 3000, "m": 40, "v_max": 16}},
+]
+
+
+def events(n_fraud: int, n_queries: int):
+    for cfg in MODELS:
+        yield "models", cfg, None
+    for i, (act, y) in enumerate(fraud_stream(n_fraud)):
+        yield "examples", {"model_id": "card-fraud", "active": act, "y": y}, y
+        if i % 10 == 0:
+            yield "queries", {"model_id": "card-fraud", "active": act, "query_id": f"f{i}"}, y
+    k, m = MODELS[1]["params"]["k"], MODELS[1]["params"]["m"]
+    X, y = risk_scores(k * m, 0)
+    for x, t in zip(X, y):
+        yield "examples", {"model_id": "risk-score", "x": x.tolist(), "y": int(t)}, int(t)
+    Q, qy = risk_scores(n_queries, 1)
+    for i, (x, t) in enumerate(zip(Q, qy)):
+        yield "queries", {"model_id": "risk-score", "x": x.tolist(), "query_id": f"r{i}"}, int(t)
+
+
+def summarise(rt: EmbeddedRuntime, truths: list) -> list[dict]:
+    rows = []
+    for cfg in MODELS:
+        mid = cfg["model_id"]
+        preds = [(p, t) for p, t in zip(rt.outputs["predictions"], truths) if p["model_id"] == mid]
+        queries = [(p, t) for p, t in preds if p["kind"] == "query"]
+        answered = [(p, t) for p, t in queries if p["label"] is not None]
+        examples = [(p, t) for p, t in preds if p["kind"] == "example" and p["label"] is not None]
+        ledger = [e for e in rt.outputs["ledger"] if e["model_id"] == mid]
+        last = preds[-1][0]
+        rows.append({
+            "model": mid, "kind": cfg["params"]["kind"], "events": len(preds),
+            "queries answered": f"{len(answered)}/{len(queries)}",
+            "query accuracy": (sum(p["label"] == t for p, t in answered) / len(answered)) if answered else float("nan"),
+            "online mistakes": sum(p["label"] != t for p, t in examples) if examples else None,
+            "updates / hard queries": (sum(p["updated"] for p, _ in preds) if cfg["params"]["kind"] == "winnow"
+                                       else sum(p["status"] == "hard_query" for p, _ in preds)),
+            "eps spent": ledger[-1]["spent_epsilon"] if ledger else 0.0,
+            "eps budget": cfg["budget"]["epsilon"], "status": last["status"],
+        })
+    return rows
+
+
+def run_demo(n_fraud: int = 20_000, n_queries: int = 5_000, progress: bool = True) -> list[dict]:
+    rng, keyed = demo_key()
+    items = list(events(n_fraud, n_queries))
+    rt = EmbeddedRuntime(rng)
+    truths = []
+
+    async def go(advance):
+        for topic, payload, truth in items:
+            n_before = len(rt.outputs["predictions"])
+            await rt.feed(topic, payload)
+            if len(rt.outputs["predictions"]) > n_before:
+                truths.append(truth)
+            advance()
+
+    if progress:
+        from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
+                                   TimeElapsedColumn, TimeRemainingColumn)
+        with Progress(TextColumn("[bold]dpstream demo"), BarColumn(), MofNCompleteColumn(),
+                      TimeElapsedColumn(), TimeRemainingColumn(), transient=False) as bar:
+            task = bar.add_task("events", total=len(items))
+            asyncio.run(go(lambda: bar.advance(task)))
+    else:
+        asyncio.run(go(lambda: None))
+    rows = summarise(rt, truths)
+    rows.append({"_key": "configured" if keyed else "public demo key (not private)",
+                 "_rejected": len(rt.outputs["rejected"])})
+    return rows
