@@ -22,7 +22,7 @@ from schemas import LabeledExample, ModelConfig, Query, Rejected
 from .handlers import check_feasible
 from .records import RawRecord
 
-MAX_PAYLOAD = 4 * 1024 * 1024
+MAX_PAYLOAD = 512 * 1024          # below the broker's default 1 MiB message limit
 MODEL_EVENTS = "model-events"
 REJECTED = "rejected"
 

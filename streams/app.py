@@ -32,7 +32,7 @@ from .topics import INPUTS, MODEL_EVENTS, OUTPUTS
 
 def make_app(*, broker: str, rng: KeyedRandomness, partitions: int = 4, app_id: str = "dpstream",
              data_dir: str | Path = "/tmp/dpstream-worker", web_port: int | None = None,
-             replication: int = 1, emit_override=None) -> faust.App:
+             replication: int = 1, prefix: str = "", emit_override=None) -> faust.App:
     app = faust.App(
         app_id,
         broker=f"kafka://{broker}",
@@ -49,14 +49,17 @@ def make_app(*, broker: str, rng: KeyedRandomness, partitions: int = 4, app_id: 
         broker_commit_every=100,
         stream_wait_empty=False,
     )
+    # internal=True: the worker declares (creates) every topic with the shared partition
+    # count at start, so producers and consumers never race topic auto-creation.
     raw = dict(key_type=bytes, value_type=bytes, key_serializer="raw", value_serializer="raw",
-               partitions=partitions)
-    inputs = app.topic(*INPUTS, **raw)
-    log = app.topic(MODEL_EVENTS, **raw)
-    outputs = {name: app.topic(name, **raw) for name in OUTPUTS}
-    schema = faust.Schema(key_type=bytes, key_serializer="raw", value_serializer="json")
-    sequencer_state = app.Table("sequencer-state", partitions=partitions, schema=schema)
-    model_state = app.Table("model-state", partitions=partitions, schema=schema)
+               partitions=partitions, internal=True)
+    inputs = app.topic(*(prefix + t for t in INPUTS), **raw)
+    log = app.topic(prefix + MODEL_EVENTS, **raw)
+    outputs = {name: app.topic(prefix + name, **raw) for name in OUTPUTS}
+    # key_type=bytes makes faust use the raw codec for keys on write *and* on recovery
+    # (a Schema only covers writes); values are JSON (faust's fallback codec).
+    sequencer_state = app.Table("sequencer-state", partitions=partitions, key_type=bytes)
+    model_state = app.Table("model-state", partitions=partitions, key_type=bytes)
     routes = {MODEL_EVENTS: log, **outputs}
 
     async def emit(topic: str, key: str | None, value: dict) -> None:
@@ -72,7 +75,8 @@ def make_app(*, broker: str, rng: KeyedRandomness, partitions: int = 4, app_id: 
     async def sequencer(stream):
         async for event in stream.events():
             m = event.message
-            await sequence_one(RawRecord(m.topic, m.partition, m.offset, m.key, m.value or b""),
+            topic = m.topic[len(prefix):] if m.topic.startswith(prefix) else m.topic
+            await sequence_one(RawRecord(topic, m.partition, m.offset, m.key, m.value or b""),
                                _TableView(sequencer_state), emit)
 
     @app.agent(log, name="dpstream.processor")
@@ -80,6 +84,11 @@ def make_app(*, broker: str, rng: KeyedRandomness, partitions: int = 4, app_id: 
         async for event in stream.events():
             m = event.message
             await processor.handle(RawRecord(m.topic, m.partition, m.offset, m.key, m.value))
+
+    @app.task
+    async def declare_outputs():
+        for topic in outputs.values():          # no agent reads them, so declare explicitly
+            await topic.maybe_declare()
 
     app.dpstream.update(sequencer=sequencer, processor_agent=model_processor,
                         tables=(sequencer_state, model_state))

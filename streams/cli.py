@@ -94,7 +94,7 @@ def cmd_worker(args) -> int:
 
     from .app import make_app
     app = make_app(broker=args.broker, rng=_key(), partitions=args.partitions, app_id=args.app_id,
-                   data_dir=args.data_dir, web_port=args.web_port)
+                   data_dir=args.data_dir, web_port=args.web_port, prefix=args.prefix)
     worker = faust.Worker(app, loglevel=args.loglevel, quiet=True)
     worker.execute_from_commandline()
     return 0
@@ -209,6 +209,7 @@ def main(argv=None) -> int:
     p.add_argument("--data-dir", default="/tmp/dpstream-worker")
     p.add_argument("--web-port", type=int)
     p.add_argument("--loglevel", default="warning")
+    p.add_argument("--prefix", default="", help="prefix of every topic name")
     p.set_defaults(fn=cmd_worker)
     for name, fn in (("produce", cmd_produce), ("consume", cmd_consume)):
         p = sub.add_parser(name)

@@ -5,3 +5,8 @@ PREDICTIONS, LEDGER, RELEASES, REJECTED = "predictions", "ledger", "releases", "
 INPUTS = (MODELS, EXAMPLES, QUERIES)
 OUTPUTS = (PREDICTIONS, LEDGER, RELEASES, REJECTED)
 ALL = INPUTS + (MODEL_EVENTS,) + OUTPUTS
+
+
+def names(prefix: str = "") -> dict[str, str]:
+    """Topic names with an optional prefix (several deployments or tests on one cluster)."""
+    return {t: prefix + t for t in ALL}

@@ -1,0 +1,109 @@
+"""Helpers for tests against a real broker: worker processes, producing, reading topics."""
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections import defaultdict
+from pathlib import Path
+
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+
+ROOT = Path(__file__).resolve().parents[2]
+KEY_HEX = "0f1e2d3c4b5a69788796a5b4c3d2e1f0"
+
+
+class Worker:
+    def __init__(self, bootstrap: str, prefix: str, tmp: Path, name: str = "w"):
+        self.bootstrap, self.prefix, self.dir = bootstrap, prefix, tmp / name
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.log = self.dir / "worker.log"
+        self.proc: subprocess.Popen | None = None
+
+    def start(self, timeout: float = 90.0) -> "Worker":
+        env = dict(os.environ, DPSTREAM_SECRET_KEY=KEY_HEX, PYTHONPATH=str(ROOT))
+        self._log_fh = open(self.log, "ab")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "streams.cli", "worker", "--broker", self.bootstrap,
+             "--prefix", self.prefix, "--app-id", f"{self.prefix}app", "--loglevel", "info",
+             "--data-dir", str(self.dir / "data")],
+            cwd=ROOT, env=env, stdout=self._log_fh, stderr=subprocess.STDOUT)
+        start = time.time()
+        seen = self.log.stat().st_size if self.log.exists() else 0
+        while time.time() - start < timeout:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"worker exited: {self.log.read_text()[-3000:]}")
+            if b"Worker]: Ready" in self.log.read_bytes()[seen:]:
+                return self
+            time.sleep(0.5)
+        raise TimeoutError(f"worker not ready in {timeout}s: {self.log.read_text()[-3000:]}")
+
+    def kill(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGKILL)
+            self.proc.wait()
+
+    def stop(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                self.kill()
+
+
+async def produce(bootstrap: str, topic: str, payloads) -> None:
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all", enable_idempotence=True)
+    await producer.start()
+    try:
+        for p in payloads:
+            value = p if isinstance(p, bytes) else json.dumps(p).encode()
+            key = p.get("model_id") if isinstance(p, dict) else None
+            await producer.send(topic, key=key.encode() if key else None, value=value)
+        await producer.flush()
+    finally:
+        await producer.stop()
+
+
+async def read_all(bootstrap: str, topic: str, *, until: int | None = None, timeout: float = 60.0,
+                   idle: float = 2.0) -> list[dict]:
+    """Values of ``topic`` from the start: until ``until`` distinct records arrived (identical
+    re-deliveries count once) or ``timeout``; without ``until``, until ``idle`` s of silence."""
+    consumer = AIOKafkaConsumer(topic, bootstrap_servers=bootstrap, auto_offset_reset="earliest",
+                                enable_auto_commit=False, group_id=None)
+    await consumer.start()
+    out: list[dict] = []
+    distinct: set[bytes] = set()
+    deadline = time.time() + timeout
+    try:
+        while time.time() < deadline and (until is None or len(distinct) < until):
+            batch = await consumer.getmany(timeout_ms=int(idle * 1000))
+            if not batch and until is None:
+                break
+            for records in batch.values():
+                out.extend(json.loads(r.value) for r in records)
+                distinct.update(r.value for r in records)
+    finally:
+        await consumer.stop()
+    return out
+
+
+def per_model(values: list[dict], drop=("source",)) -> dict[str, list[dict]]:
+    """Outputs grouped by model in seq order, duplicates (identical re-deliveries) removed;
+    raises if one (model, seq) has two different outputs."""
+    seen: dict[tuple, dict] = {}
+    for v in values:
+        k = (v["model_id"], v["seq"], v.get("charges"))
+        body = {f: x for f, x in v.items() if f not in drop}
+        if k in seen and seen[k] != body:
+            raise AssertionError(f"two different outputs for {k}: {seen[k]} vs {body}")
+        seen[k] = body
+    out: dict[str, list[dict]] = defaultdict(list)
+    for (model, _, _), body in sorted(seen.items(), key=lambda kv: (kv[0][0], kv[0][1], kv[0][2] or 0)):
+        out[model].append(body)
+    return dict(out)
+

@@ -1,0 +1,151 @@
+"""End to end on a real broker: the worker's outputs equal the embedded runtime's,
+event for event; kill -9 and restart loses nothing and changes nothing; two workers
+give the single-worker result; bad input on every topic is dead-lettered."""
+import asyncio
+import json
+import time
+
+import pytest
+
+from mechanisms.randomness import KeyedRandomness
+from streams.embedded import EmbeddedRuntime
+
+from .kafka_helpers import KEY_HEX, Worker, per_model, produce, read_all
+from .workload import examples, models, queries
+
+pytestmark = pytest.mark.kafka
+
+
+def embedded_outputs():
+    rt = EmbeddedRuntime(KeyedRandomness(bytes.fromhex(KEY_HEX)))
+
+    async def go():
+        for topic, items in (("models", models()), ("examples", examples()), ("queries", queries())):
+            for p in items:
+                await rt.feed(topic, p)
+    asyncio.run(go())
+    return rt.outputs
+
+
+EXPECTED = {}
+
+
+def expected():
+    if not EXPECTED:
+        EXPECTED.update(embedded_outputs())
+    return EXPECTED
+
+
+async def feed_in_phases(bootstrap, prefix, on_examples=None):
+    await produce(bootstrap, prefix + "models", models())
+    await read_all(bootstrap, prefix + "model-events", until=len(models()), timeout=60)
+    ex = examples()
+    await produce(bootstrap, prefix + "examples", ex)
+    if on_examples is not None:
+        await on_examples()
+    await read_all(bootstrap, prefix + "predictions", until=len(ex), timeout=180)
+    await produce(bootstrap, prefix + "queries", queries())
+    total = len(ex) + len(queries())
+    preds = await read_all(bootstrap, prefix + "predictions", until=total, timeout=180)
+    ledger = await read_all(bootstrap, prefix + "ledger", idle=3)
+    releases = await read_all(bootstrap, prefix + "releases", idle=2)
+    return preds, ledger, releases
+
+
+def assert_same_as_embedded(preds, ledger, releases):
+    exp = expected()
+    got_p, exp_p = per_model(preds), per_model(exp["predictions"])
+    assert got_p.keys() == exp_p.keys()
+    for model in exp_p:
+        assert got_p[model] == exp_p[model], model
+    assert per_model(ledger) == per_model(exp["ledger"])
+    assert per_model(releases) == per_model(exp["releases"])
+
+
+def test_worker_outputs_equal_the_embedded_runtime_event_for_event(kafka_bootstrap, topic_prefix, tmp_path):
+    worker = Worker(kafka_bootstrap, topic_prefix + "-", tmp_path).start()
+    try:
+        preds, ledger, releases = asyncio.run(feed_in_phases(kafka_bootstrap, topic_prefix + "-"))
+    finally:
+        worker.stop()
+    assert len(preds) >= len(examples()) + len(queries())
+    assert_same_as_embedded(preds, ledger, releases)
+
+
+def test_kill_9_mid_stream_then_restart_loses_and_changes_nothing(kafka_bootstrap, topic_prefix, tmp_path):
+    prefix = topic_prefix + "-"
+    worker = Worker(kafka_bootstrap, prefix, tmp_path, "first").start()
+    restarted = []
+
+    async def crash_mid_stream():
+        await read_all(kafka_bootstrap, prefix + "predictions", until=800, timeout=120, idle=0.5)
+        worker.kill()                                         # SIGKILL, no clean shutdown
+        restarted.append(Worker(kafka_bootstrap, prefix, tmp_path, "second").start())
+
+    try:
+        preds, ledger, releases = asyncio.run(feed_in_phases(kafka_bootstrap, prefix, crash_mid_stream))
+    finally:
+        worker.kill()
+        for w in restarted:
+            w.stop()
+    assert restarted, "the worker was not restarted"
+    assert_same_as_embedded(preds, ledger, releases)        # per_model rejects conflicting duplicates
+    final = {e["model_id"]: e["spent_epsilon"] for e in sorted(ledger, key=lambda e: e["charges"])}
+    exp = {e["model_id"]: e["spent_epsilon"] for e in sorted(expected()["ledger"], key=lambda e: e["charges"])}
+    assert final == exp
+
+
+def test_two_workers_one_stopped_mid_stream_give_the_single_worker_result(kafka_bootstrap, topic_prefix, tmp_path):
+    prefix = topic_prefix + "-"
+    a = Worker(kafka_bootstrap, prefix, tmp_path, "a").start()
+    b = Worker(kafka_bootstrap, prefix, tmp_path, "b").start()
+
+    async def stop_one():
+        await read_all(kafka_bootstrap, prefix + "predictions", until=600, timeout=120, idle=0.5)
+        b.kill()
+
+    try:
+        preds, ledger, releases = asyncio.run(feed_in_phases(kafka_bootstrap, prefix, stop_one))
+    finally:
+        a.stop()
+        b.kill()
+    assert_same_as_embedded(preds, ledger, releases)
+
+
+def test_bad_input_on_every_topic_is_rejected_and_the_worker_keeps_going(kafka_bootstrap, topic_prefix, tmp_path):
+    prefix = topic_prefix + "-"
+    worker = Worker(kafka_bootstrap, prefix, tmp_path).start()
+    good = models()[0]
+    bad = {
+        "models": [b"{nope", {"model_id": "m", "dimension": -3}],
+        "examples": [b"[1, 2", {"model_id": "fraud-a", "active": [99], "y": 1},
+                     {"model_id": "fraud-a", "x": [float("nan")] * 30, "y": 1},
+                     {"model_id": "ghost", "active": [1], "y": 1}, b"x" * 600_000],
+        "queries": [b"\xff\xfe", {"model_id": "fraud-a", "x": [0.3] * 30},
+                    {"model_id": "ghost", "active": [1]}],
+    }
+
+    async def go():
+        await produce(kafka_bootstrap, prefix + "models", [good])
+        await read_all(kafka_bootstrap, prefix + "model-events", until=1, timeout=60)
+        for topic, payloads in bad.items():
+            await produce(kafka_bootstrap, prefix + topic,
+                          [p if isinstance(p, bytes) else json.dumps(p).encode() for p in payloads])
+        await produce(kafka_bootstrap, prefix + "examples", [{"model_id": "fraud-a", "active": [1], "y": 1}])
+        rejected = await read_all(kafka_bootstrap, prefix + "rejected", until=10, timeout=60)
+        preds = await read_all(kafka_bootstrap, prefix + "predictions", until=1, timeout=60)
+        return rejected, preds
+
+    try:
+        rejected, preds = asyncio.run(go())
+        assert worker.proc.poll() is None, "the worker died on bad input"
+    finally:
+        worker.stop()
+    assert len(rejected) == 10 and len(preds) == 1
+    reasons = " | ".join(r["reason"] for r in rejected)
+    for expected_reason in ("malformed JSON", "wrong dimension", "NaN", "unknown model",
+                            "oversized", "out of domain"):
+        assert expected_reason in reasons
+    for r in rejected:
+        assert set(r) == {"source", "size", "sha256", "reason"}
+        assert "nan" not in r["reason"].replace("NaN", "") and "0.3" not in r["reason"]
