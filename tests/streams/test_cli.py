@@ -1,0 +1,43 @@
+"""The CLI's embedded commands, as a user runs them."""
+import json
+from pathlib import Path
+
+import pytest
+
+from streams.cli import main
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_run_over_the_shipped_example_files_writes_every_output_topic(tmp_path, monkeypatch):
+    monkeypatch.setenv("DPSTREAM_SECRET_KEY", "00112233445566778899aabbccddeeff")
+    ex = ROOT / "examples"
+    assert main(["run", "--models", str(ex / "card-fraud.model.json"),
+                 "--examples", str(ex / "card-fraud.examples.jsonl"),
+                 "--queries", str(ex / "card-fraud.queries.jsonl"), "--out", str(tmp_path)]) == 0
+    preds = [json.loads(line) for line in (tmp_path / "predictions.jsonl").read_text().splitlines()]
+    assert len(preds) == 3000 + 300
+    assert (tmp_path / "ledger.jsonl").read_text() and not (tmp_path / "rejected.jsonl").read_text()
+    queries = [p for p in preds if p["kind"] == "query"]
+    assert sum(p["label"] is not None for p in queries) == 300
+
+
+def test_run_without_a_key_fails_clearly(tmp_path, monkeypatch):
+    monkeypatch.delenv("DPSTREAM_SECRET_KEY", raising=False)
+    monkeypatch.delenv("DPSTREAM_SECRET_KEY_FILE", raising=False)
+    with pytest.raises(SystemExit, match="no secret key"):
+        main(["run", "--models", str(ROOT / "examples/card-fraud.model.json"), "--out", str(tmp_path)])
+
+
+def test_schemas_command_writes_valid_json_schemas(tmp_path):
+    assert main(["schemas", "--out", str(tmp_path)]) == 0
+    names = {p.stem for p in tmp_path.glob("*.json")}
+    assert {"ModelConfig", "LabeledExample", "Query", "Prediction", "Rejected"} <= names
+    schema = json.loads((tmp_path / "Prediction.json").read_text())
+    assert "x" not in schema["properties"] and "active" not in schema["properties"]
+
+
+def test_demo_runs_end_to_end_on_a_small_stream(capsys):
+    assert main(["demo", "--fraud-events", "2000", "--queries", "300", "--quiet"]) == 0
+    out = capsys.readouterr().out
+    assert "card-fraud" in out and "risk-score" in out and "eps spent" in out
