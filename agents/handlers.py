@@ -19,7 +19,8 @@ from learners.greedy_cover import dp_greedy_cover
 from learners.inputs import BinaryInput
 from learners.predictor import (EXHAUSTED, HARD, NO_EPOCH, PredictorConfig, PredictorState,
                                 PrivatePredictor)
-from mechanisms.accounting import Ledger, LedgerEntry
+from mechanisms.accounting import Ledger, LedgerEntry, LedgerState
+from mechanisms.errors import DPStreamError
 from mechanisms.params import dp_winnow_practical_parameters, dp_winnow_theory_parameters
 from mechanisms.randomness import KeyedRandomness
 from schemas import LedgerEntryEvent, ModelConfig, Prediction, Release
@@ -275,7 +276,6 @@ class DecisionListHandler(Handler):
     def spent(self) -> float:
         if self.ledger_state is None:
             return 0.0
-        from mechanisms.accounting import LedgerState
         return Ledger(LedgerState(**self.ledger_state)).totals().epsilon
 
     def on_example(self, event, source, seq, outputs) -> None:
@@ -325,7 +325,6 @@ HANDLERS = {"winnow": WinnowHandler, "predictor": PredictorHandler,
 def check_feasible(config: ModelConfig) -> str | None:
     """Why a model config cannot run (None when it can): infeasible theory parameters,
     too few blocks for the budget, a generator that does not fit the dimension."""
-    from mechanisms.errors import DPStreamError
     try:
         if config.kind == "winnow":
             winnow_parameters(config)

@@ -16,6 +16,7 @@ leaves ``head`` pointing at the previous, complete version.
 """
 from __future__ import annotations
 
+import json
 from collections.abc import AsyncIterable, MutableMapping
 
 from mechanisms.randomness import KeyedRandomness
@@ -53,7 +54,6 @@ class Processor:
         return h
 
     async def handle(self, record: RawRecord) -> None:
-        import json
         body = json.loads(record.value)
         event, source = body["event"], body["source"]
         model_id = event["model_id"]

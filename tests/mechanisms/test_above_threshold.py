@@ -81,20 +81,23 @@ def test_instance_halts_after_it_fires(rng):
 def test_restored_state_continues_with_the_same_noise(rng):
     queries = list(range(0, 60, 2))
 
+    def build(state):
+        return AboveThreshold(epsilon=0.5, threshold=40, beta=0.1, rng=rng, model_id="r",
+                              state=state)
+
     def run(split):
-        state = AboveThresholdState(instance=7)
+        at = build(AboveThresholdState(instance=7))
         out = []
         for j, v in enumerate(queries):
             if j == split:   # rebuild from the plain record, as a restarted worker does
-                state = AboveThresholdState(**vars(state))
-            at = AboveThreshold(epsilon=0.5, threshold=40, beta=0.1, rng=rng, model_id="r",
-                                state=state) if j in (0, split) else at
-            if state.fired:
+                at = build(AboveThresholdState(**vars(at.state)))
+            if at.state.fired:
                 break
             out.append(at.step(v))
         return out
 
     assert run(split=-1) == run(split=10)
+    assert True in run(split=-1)          # the run reaches a fire, so the noise mattered
 
 
 def test_seed_interface_add_query_then_test(rng):

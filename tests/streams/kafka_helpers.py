@@ -1,7 +1,6 @@
 """Helpers for tests against a real broker: worker processes, producing, reading topics."""
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import signal

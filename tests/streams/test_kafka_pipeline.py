@@ -3,7 +3,6 @@ event for event; kill -9 and restart loses nothing and changes nothing; two work
 give the single-worker result; bad input on every topic is dead-lettered."""
 import asyncio
 import json
-import time
 
 import pytest
 
