@@ -38,7 +38,7 @@ _spec.loader.exec_module(_helpers)
 Worker = _helpers.Worker
 
 BROKER = "127.0.0.1:9092"
-MODEL = {"model_id": "bench", "dimension": 1000, "budget": {"epsilon": 1e9, "delta": 1e-6},
+MODEL = {"model_id": "bench", "dimension": 1000, "budget": {"epsilon": 1e6, "delta": 1e-6},
          "params": {"kind": "winnow", "eps_hat": 1.0, "eta": 0.05, "m": 2000, "K": 500, "L": 3.0}}
 
 
@@ -65,7 +65,7 @@ async def produce(topic, values, key=b"bench", rate=None):
         await p.stop()
 
 
-async def drain(topic, count, timeout=3600.0):
+async def drain(topic, count, timeout=1800.0):
     """Read ``count`` records of ``topic`` from the start; returns (records, seconds from the
     first to the last arrival)."""
     c = AIOKafkaConsumer(topic, bootstrap_servers=BROKER, auto_offset_reset="earliest",
@@ -81,6 +81,8 @@ async def drain(topic, count, timeout=3600.0):
                 out.extend(recs)
     finally:
         await c.stop()
+    if len(out) < count:
+        raise TimeoutError(f"{topic}: {len(out)} of {count} records after {timeout}s")
     return out, (time.perf_counter() - first) if first else float("nan")
 
 
@@ -136,7 +138,7 @@ def main() -> None:
     # 1'. the worker
     worker = Worker(BROKER, prefix, tmp, "w1").start()
     asyncio.run(produce(prefix + "models", [json.dumps(MODEL).encode()]))
-    asyncio.run(drain(prefix + "model-events", 1))
+    asyncio.run(drain(prefix + "model-events", 1, timeout=60))
     asyncio.run(produce(prefix + "examples", data))
     _, worker_secs = asyncio.run(drain(prefix + "predictions", args.n))
     print(f"throughput over {args.n:,} examples (DP-Winnow, d=1000, 20 active):")

@@ -47,6 +47,9 @@ def make_app(*, broker: str, rng: KeyedRandomness, partitions: int = 4, app_id: 
         key_serializer="raw",
         value_serializer="raw",
         broker_commit_every=100,
+        # a dead worker's partitions move after 10 s instead of faust's default 60 s
+        broker_session_timeout=10.0,
+        broker_heartbeat_interval=2.0,
         stream_wait_empty=False,
     )
     # internal=True: the worker declares (creates) every topic with the shared partition
