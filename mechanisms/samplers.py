@@ -113,15 +113,24 @@ def geometric_exp(stream: RandomStream, gamma: Fraction, size: int) -> np.ndarra
     return out
 
 
+SMALL_BATCH = 32   # below this many draws, the pure-Python path beats numpy's per-call overhead
+
+
 def discrete_laplace(stream: RandomStream, scale: Fraction | float, size: int) -> np.ndarray:
     """Z with P(Z = z) proportional to exp(-|z| / scale) (CKS Algorithm 2).
 
     Y ~ geometric_exp(1/scale), a fair sign bit B; (B = 1, Y = 0) is rejected so
-    that zero is not counted twice; Z = (1 - 2B) Y.
+    that zero is not counted twice; Z = (1 - 2B) Y. Batches of at most SMALL_BATCH
+    draws run the same algorithm in pure Python (same distribution, a different but
+    equally deterministic use of the stream, chosen by ``size`` alone).
     """
     scale = fraction_at_least(scale)
     if scale <= 0:
         raise ParameterError("scale", float(scale), "> 0")
+    if size <= SMALL_BATCH:
+        gamma = 1 / scale
+        return np.array([_dlap_scalar(stream, gamma.numerator, gamma.denominator)
+                         for _ in range(size)], dtype=np.int64)
     out = np.empty(size, dtype=np.int64)
     todo = np.arange(size)
     while todo.size:
@@ -131,6 +140,48 @@ def discrete_laplace(stream: RandomStream, scale: Fraction | float, size: int) -
         out[todo[ok]] = np.where(b[ok], -y[ok], y[ok])
         todo = todo[~ok]
     return out
+
+
+# ---------------------------------------------------------------- scalar twins (exact)
+_TWO64 = 1 << 64
+
+
+def _below_scalar(stream: RandomStream, n: int) -> int:
+    limit = _TWO64 - (_TWO64 % n)
+    while True:
+        u = int.from_bytes(stream.bytes(8), "little")
+        if u < limit:
+            return u % n
+
+
+def _bernoulli_exp_unit_scalar(stream: RandomStream, num: int, den: int) -> bool:
+    k = 1
+    while _below_scalar(stream, den * k) < num:
+        k += 1
+    return k % 2 == 1
+
+
+def _bernoulli_exp_scalar(stream: RandomStream, num: int, den: int) -> bool:
+    for _ in range(num // den):
+        if not _bernoulli_exp_unit_scalar(stream, 1, 1):
+            return False
+    return _bernoulli_exp_unit_scalar(stream, num % den, den)
+
+
+def _dlap_scalar(stream: RandomStream, s: int, t: int) -> int:
+    """One DLap draw with P(z) ~ exp(-|z| s/t) (CKS Algorithm 2, scalar)."""
+    while True:
+        u = _below_scalar(stream, t)
+        if not _bernoulli_exp_scalar(stream, u, t):
+            continue
+        v = 0
+        while _bernoulli_exp_scalar(stream, 1, 1):
+            v += 1
+        y = (u + t * v) // s
+        negative = _below_scalar(stream, 2) == 1
+        if negative and y == 0:
+            continue
+        return -y if negative else y
 
 
 def uniform_choice(stream: RandomStream, n: int, size: int = 1) -> np.ndarray:

@@ -61,3 +61,15 @@ def test_samplers_are_deterministic_given_the_stream(rng, scale, size, counter):
     a = discrete_laplace(rng.stream("t", "det", counter), scale, size)
     b = discrete_laplace(rng.stream("t", "det", counter), scale, size)
     assert np.array_equal(a, b) and a.dtype == np.int64
+
+
+@pytest.mark.parametrize("scale", [1.0, 37.5])
+def test_small_batch_path_matches_the_pmf(rng, scale):
+    """Batches of <= 32 draws take the pure-Python path: same distribution."""
+    z = np.concatenate([discrete_laplace(rng.stream("t", "small", (int(scale), i)), scale, 16)
+                        for i in range(2500)])
+    support = np.arange(-int(40 * scale) - 5, int(40 * scale) + 6)
+    assert chi_square_pvalue(z, support, discrete_laplace_pmf(support, scale)) > 1e-4
+    power = np.concatenate([discrete_laplace(rng.stream("t", "small-p", i), scale * 1.3, 16)
+                            for i in range(2500)])
+    assert chi_square_pvalue(power, support, discrete_laplace_pmf(support, scale)) < 1e-6
