@@ -9,6 +9,15 @@ one partition count, so a model's inputs, log and state live in the same partiti
 number and move together between workers (faust co-partitioning). The table
 changelog records go to the partition of the event being processed.
 
+Tables: ``sequencer-state`` (model configs, last input offset per input partition) and
+``model-state``, one record per key ``model/<id>/...`` (see agents/handlers.py):
+``head`` holds the round counters, AboveThreshold / BetweenThresholds state, hard-query
+set and ledger sums (small, written per event); ``weights/<k>``, ``hyp/<epoch>/<version>/<j>``,
+``buffer/<epoch>/<j>`` and ``release/<v>`` hold weights, hypotheses, epoch samples (the
+predictor's blocks are their keyed partition) and released lists, written only when
+they change. Changelogs and ``model-events`` carry raw features: they are as sensitive
+as the input topics (restrict them the same way; dpstream never logs them).
+
 Settings (faust facts from design.md section 3): ``web_tables_enabled=False`` (the
 default /table view would serve private state over HTTP); ``at_least_once`` with
 idempotent agents, since correctness must not depend on exactly-once; memory store,
