@@ -54,7 +54,7 @@ def cmd_demo(args) -> int:
         table.add_row(col, *[fmt(r[col]) for r in rows])
     console = Console()
     console.print(table)
-    console.print(f"key: {meta['_key']}; rejected inputs: {meta['_rejected']}")
+    console.print(f"noise key source: {meta['_key_source']}; rejected inputs: {meta['_rejected']}")
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=2))
     return 0

@@ -132,6 +132,6 @@ def run_demo(n_fraud: int = 20_000, n_queries: int = 5_000, progress: bool = Tru
     else:
         asyncio.run(go(lambda: None))
     rows = summarise(rt, truths)
-    rows.append({"_key": "configured" if keyed else "public demo key (not private)",
+    rows.append({"_key_source": "configured" if keyed else "public demo key (not private)",
                  "_rejected": len(rt.outputs["rejected"])})
     return rows
