@@ -58,7 +58,8 @@ class Handler:
             model_id=self.model_id, seq=self._seq, epoch=self.epoch, mechanism=entry.mechanism,
             epsilon=entry.epsilon, delta=entry.delta, count=entry.count, charges=entry.charges,
             spent_epsilon=entry.spent_epsilon, spent_delta=entry.spent_delta, rule=entry.rule,
-            budget_epsilon=b.epsilon, budget_delta=b.delta).model_dump())
+            budget_epsilon=b.epsilon, budget_delta=b.delta,
+            key_fingerprint=self.rng.fingerprint()).model_dump())
 
     def _predict(self, kind, source, event, label, status, version, updated=False) -> None:
         spent = self.spent()

@@ -94,6 +94,7 @@ class LedgerEntryEvent(Strict):
     rule: str
     budget_epsilon: float
     budget_delta: float
+    key_fingerprint: str = ""         # public, non-invertible id of the noise key (replay checks it)
 
 
 class Release(Strict):

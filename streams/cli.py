@@ -5,6 +5,7 @@
     dpstream worker [--broker HOST:PORT]
     dpstream produce --topic T --file F.jsonl      dpstream consume --topic T
     dpstream models register F.json | list | show ID
+    dpstream export --out DIR          dpstream replay [--dir DIR]
     dpstream schemas --out DIR
 
 The secret key comes from $DPSTREAM_SECRET_KEY or the file named by
@@ -79,14 +80,61 @@ def cmd_run(args) -> int:
     if state is not None:
         state.commit()
     out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    for topic in topics.OUTPUTS:
-        with open(out / f"{topic}.jsonl", "w") as fh:
-            for value in rt.outputs[topic]:
-                fh.write(json.dumps(value) + "\n")
+    write_export(out, rt.log, rt.outputs)
     print(f"dpstream run: {len(items)} inputs -> "
           + ", ".join(f"{len(rt.outputs[t])} {t}" for t in topics.OUTPUTS) + f" in {out}")
     return 0
+
+
+def write_export(out: Path, log: list[dict], outputs: dict) -> None:
+    """The layout `dpstream export` and `dpstream run` write and `dpstream replay --dir` reads."""
+    out.mkdir(parents=True, exist_ok=True)
+    with open(out / f"{topics.MODEL_EVENTS}.jsonl", "w") as fh:
+        for rec in log:
+            fh.write(json.dumps(rec) + "\n")
+    for topic in topics.OUTPUTS:
+        with open(out / f"{topic}.jsonl", "w") as fh:
+            for value in outputs.get(topic, []):
+                fh.write(json.dumps(value) + "\n")
+
+
+def read_export(src: Path) -> tuple[list[dict], dict]:
+    def load(name):
+        path = src / f"{name}.jsonl"
+        return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] \
+            if path.exists() else []
+    return load(topics.MODEL_EVENTS), {t: load(t) for t in topics.OUTPUTS}
+
+
+async def _export_kafka(broker: str, prefix: str, timeout: float) -> tuple[list[dict], dict]:
+    log = [{"partition": r.partition, "offset": r.offset, "value": json.loads(r.value)}
+           for r in await read_topic(broker, prefix + topics.MODEL_EVENTS, timeout=timeout)]
+    outputs = {t: [json.loads(r.value) for r in await read_topic(broker, prefix + t, timeout=timeout)]
+               for t in topics.OUTPUTS}
+    return log, outputs
+
+
+def cmd_export(args) -> int:
+    log, outputs = asyncio.run(_export_kafka(args.broker, args.prefix, args.timeout))
+    write_export(Path(args.out), log, outputs)
+    print(f"dpstream export: {len(log)} model events, "
+          + ", ".join(f"{len(v)} {k}" for k, v in outputs.items()) + f" -> {args.out}")
+    return 0
+
+
+def cmd_replay(args) -> int:
+    from .replay import WrongKeyError, replay
+    if args.dir:
+        log, outputs = read_export(Path(args.dir))
+    else:
+        log, outputs = asyncio.run(_export_kafka(args.broker, args.prefix, args.timeout))
+    try:
+        report = asyncio.run(replay(_key(), log, outputs, set(args.model) if args.model else None))
+    except WrongKeyError as err:
+        print(f"dpstream replay: {err}", file=sys.stderr)
+        return 2
+    print(report.summary())
+    return 0 if report.ok else 1
 
 
 def cmd_worker(args) -> int:
@@ -227,6 +275,19 @@ def main(argv=None) -> int:
     p.add_argument("--broker", default=DEFAULT_BROKER)
     p.add_argument("--timeout", type=float, default=3.0)
     p.set_defaults(fn=cmd_models)
+    p = sub.add_parser("export", help="write the log and output topics to JSONL files")
+    p.add_argument("--broker", default=DEFAULT_BROKER)
+    p.add_argument("--prefix", default="")
+    p.add_argument("--timeout", type=float, default=5.0)
+    p.add_argument("--out", required=True)
+    p.set_defaults(fn=cmd_export)
+    p = sub.add_parser("replay", help="recompute every release with the key and compare")
+    p.add_argument("--dir", help="an export directory (default: read the topics from Kafka)")
+    p.add_argument("--broker", default=DEFAULT_BROKER)
+    p.add_argument("--prefix", default="")
+    p.add_argument("--timeout", type=float, default=5.0)
+    p.add_argument("--model", action="append", help="only these model ids (repeatable)")
+    p.set_defaults(fn=cmd_replay)
     p = sub.add_parser("schemas", help="write JSON Schemas of every event")
     p.add_argument("--out", default="schemas-json")
     p.set_defaults(fn=cmd_schemas)

@@ -57,6 +57,7 @@ class EmbeddedRuntime:
         self.processor = Processor(rng, self.state, self._emit)
         self._pending: list[tuple[str, dict]] = []
         self.offsets: dict[str, int] = defaultdict(lambda: -1)
+        self.log: list[dict] = []           # the model-events log, as export writes it
 
     async def _emit(self, topic: str, key, value: dict) -> None:
         if topic == MODEL_EVENTS:
@@ -77,6 +78,7 @@ class EmbeddedRuntime:
             mkey, value = self._pending.pop(0)
             self.log_offset += 1
             self.state["embedded/log_offset"] = self.log_offset
+            self.log.append({"partition": 0, "offset": self.log_offset, "value": value})
             await self.processor.handle(RawRecord(MODEL_EVENTS, 0, self.log_offset, mkey.encode(),
                                                   json.dumps(value).encode()))
 

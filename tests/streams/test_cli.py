@@ -41,3 +41,22 @@ def test_demo_runs_end_to_end_on_a_small_stream(capsys):
     assert main(["demo", "--fraud-events", "2000", "--queries", "300", "--quiet"]) == 0
     out = capsys.readouterr().out
     assert "card-fraud" in out and "risk-score" in out and "eps spent" in out
+
+
+def test_run_then_replay_verifies_and_a_tampered_export_fails(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("DPSTREAM_SECRET_KEY", "00112233445566778899aabbccddeeff")
+    ex = ROOT / "examples"
+    main(["run", "--models", str(ex / "card-fraud.model.json"),
+          "--examples", str(ex / "card-fraud.examples.jsonl"), "--out", str(tmp_path)])
+    assert main(["replay", "--dir", str(tmp_path)]) == 0
+    assert "OK: every release reproduced" in capsys.readouterr().out
+    path = tmp_path / "predictions.jsonl"
+    lines = path.read_text().splitlines()
+    row = json.loads(lines[10])
+    row["label"] = -row["label"]
+    lines[10] = json.dumps(row)
+    path.write_text("\n".join(lines) + "\n")
+    assert main(["replay", "--dir", str(tmp_path)]) == 1
+    assert f"seq {row['seq']}" in capsys.readouterr().out
+    monkeypatch.setenv("DPSTREAM_SECRET_KEY", "ffeeddccbbaa99887766554433221100")
+    assert main(["replay", "--dir", str(tmp_path)]) == 2

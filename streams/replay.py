@@ -1,0 +1,126 @@
+"""Replay for audits: recompute every release from the model-events log and compare.
+
+The log (``model-events``: partition, offset, validated event) fixes what each model
+saw and in which order. Replay runs the same processor with the model's key on a
+fresh in-memory state and compares, per model and per output seq, every prediction,
+ledger entry and release with what was published. Before comparing anything it
+checks the published ledger's key fingerprint against the key given, so a wrong key
+fails at once instead of producing a storm of mismatches.
+
+Still to come (issue 5): the no-key structural checks, the HTML audit report, the
+status view and metrics.
+"""
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+from agents.processor import Processor
+from agents.records import RawRecord
+from mechanisms.randomness import KeyedRandomness
+
+from .topics import LEDGER, MODEL_EVENTS, PREDICTIONS, RELEASES
+
+COMPARED = (PREDICTIONS, LEDGER, RELEASES)
+IGNORED_FIELDS = ("source",)     # transport positions, not releases
+
+
+class WrongKeyError(Exception):
+    """The key given to replay is not the one that produced the published ledger."""
+
+
+@dataclass
+class TopicReport:
+    matched: int = 0
+    mismatches: list = field(default_factory=list)    # (model, seq, published, recomputed)
+    missing: list = field(default_factory=list)       # recomputed but never published
+    extra: list = field(default_factory=list)         # published but not recomputed
+
+    @property
+    def ok(self) -> bool:
+        return not (self.mismatches or self.missing or self.extra)
+
+
+@dataclass
+class ReplayReport:
+    events: int
+    topics: dict
+
+    @property
+    def ok(self) -> bool:
+        return all(t.ok for t in self.topics.values())
+
+    def summary(self) -> str:
+        lines = [f"replayed {self.events:,} model events"]
+        for name, t in self.topics.items():
+            lines.append(f"  {name:12s} matched {t.matched:,}, mismatched {len(t.mismatches)}, "
+                         f"missing {len(t.missing)}, extra {len(t.extra)}")
+            if t.mismatches:
+                model, seq, pub, rec = t.mismatches[0]
+                diff = {k: (pub.get(k), rec.get(k)) for k in set(pub) | set(rec)
+                        if pub.get(k) != rec.get(k)}
+                lines.append(f"    first mismatch: model {model!r} seq {seq}: published vs recomputed {diff}")
+            for label, items in (("missing", t.missing), ("extra", t.extra)):
+                if items:
+                    lines.append(f"    first {label}: model {items[0][0]!r} seq {items[0][1]}")
+        lines.append("OK: every release reproduced" if self.ok else "FAILED: see above")
+        return "\n".join(lines)
+
+
+def _key(v: dict) -> tuple:
+    return v["model_id"], v["seq"], v.get("charges", v.get("version", 0) if "rules" in v else 0)
+
+
+def _index(values) -> dict:
+    out = {}
+    for v in values:
+        out[_key(v)] = {k: x for k, x in v.items() if k not in IGNORED_FIELDS}
+    return out
+
+
+def check_key(rng: KeyedRandomness, ledger: list[dict]) -> None:
+    prints = {e.get("key_fingerprint") for e in ledger if e.get("key_fingerprint")}
+    if prints and prints != {rng.fingerprint()}:
+        raise WrongKeyError(
+            f"the published ledger was produced with key fingerprint(s) {sorted(prints)}, "
+            f"the replay key's fingerprint is {rng.fingerprint()}: wrong key, nothing compared")
+
+
+async def replay(rng: KeyedRandomness, log: list[dict], published: dict[str, list[dict]],
+                 models: set[str] | None = None) -> ReplayReport:
+    """``log``: model-events records {partition, offset, value}; ``published``: the output
+    topics' values. Only models in ``models`` are compared (all when None)."""
+    check_key(rng, published.get(LEDGER, []))
+    recomputed: dict[str, list] = defaultdict(list)
+
+    async def emit(topic, key, value):
+        recomputed[topic].append(value)
+
+    processor = Processor(rng, {}, emit)
+    n = 0
+    for rec in sorted(log, key=lambda r: (r["partition"], r["offset"])):
+        value = rec["value"]
+        if models is not None and value["event"]["model_id"] not in models:
+            continue
+        await processor.handle(RawRecord(MODEL_EVENTS, rec["partition"], rec["offset"],
+                                         value["event"]["model_id"].encode(),
+                                         json.dumps(value).encode()))
+        n += 1
+    topics = {}
+    for topic in COMPARED:
+        pub = [v for v in published.get(topic, []) if models is None or v["model_id"] in models]
+        got, want = _index(pub), _index(recomputed[topic])
+        report = TopicReport()
+        for k in sorted(set(got) | set(want), key=lambda k: (k[0], k[1], k[2] or 0)):
+            if k in got and k in want:
+                if got[k] == want[k]:
+                    report.matched += 1
+                else:
+                    report.mismatches.append((k[0], k[1], got[k], want[k]))
+            elif k in want:
+                report.missing.append(k)
+            else:
+                report.extra.append(k)
+        topics[topic] = report
+    return ReplayReport(n, topics)
