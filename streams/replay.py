@@ -124,3 +124,46 @@ async def replay(rng: KeyedRandomness, log: list[dict], published: dict[str, lis
                 report.extra.append(k)
         topics[topic] = report
     return ReplayReport(n, topics)
+
+
+def verify_public(published: dict[str, list[dict]]) -> list[str]:
+    """Checks that need no key (``dpstream replay --no-key``): each ledger's running totals
+    equal the composition of its entries under the declared rule and stay within the
+    budget, charge counters run 1, 2, 3, ... per (model, epoch), and prediction seqs and
+    hypothesis versions never go backwards. Returns the problems found (empty: all good)."""
+    from mechanisms.accounting import Ledger
+    from mechanisms.errors import BudgetExhausted
+
+    problems: list[str] = []
+    ledgers: dict[tuple, dict] = {}
+    for e in published.get(LEDGER, []):
+        ledgers.setdefault((e["model_id"], e["epoch"]), {})[e["charges"]] = e   # dedupe
+    for (model, epoch), entries in sorted(ledgers.items()):
+        order = sorted(entries)
+        if order != list(range(1, len(order) + 1)):
+            problems.append(f"ledger {model} epoch {epoch}: charge counters {order[:5]}... not 1..n")
+            continue
+        first = entries[order[0]]
+        led = Ledger.create(epsilon=first["budget_epsilon"], delta=first["budget_delta"],
+                            rule=first["rule"])
+        for c in order:
+            e = entries[c]
+            try:
+                led.charge(e["mechanism"], e["epsilon"], e["delta"], e["count"])
+            except BudgetExhausted:
+                problems.append(f"ledger {model} epoch {epoch} charge {c}: exceeds the budget")
+                break
+            t = led.totals()
+            if abs(t.epsilon - e["spent_epsilon"]) > 1e-9 * max(1.0, t.epsilon) or \
+                    abs(t.delta - e["spent_delta"]) > 1e-9 * max(1e-12, t.delta):
+                problems.append(f"ledger {model} epoch {epoch} charge {c} (seq {e['seq']}): running "
+                                f"total {e['spent_epsilon']!r} != composition {t.epsilon!r}")
+    last: dict[str, tuple] = {}
+    for p in published.get(PREDICTIONS, []):
+        seq, version = p["seq"], p["version"]
+        prev = last.get(p["model_id"])
+        if prev is not None and seq > prev[0] and version < prev[1]:
+            problems.append(f"predictions {p['model_id']} seq {seq}: version went back to {version}")
+        if prev is None or seq > prev[0]:
+            last[p["model_id"]] = (seq, version)
+    return problems

@@ -52,3 +52,13 @@ def test_wrong_key_fails_before_comparing():
     rt = run_models()
     with pytest.raises(WrongKeyError, match="wrong key"):
         asyncio.run(replay(KeyedRandomness(b"another-key-000000000000"), rt.log, rt.outputs))
+
+
+def test_no_key_checks_pass_on_honest_output_and_catch_a_wrong_running_total():
+    from streams.replay import verify_public
+    rt = run_models()
+    assert verify_public(rt.outputs) == []
+    published = copy.deepcopy(dict(rt.outputs))
+    published["ledger"][2]["spent_epsilon"] *= 0.5          # under-reported spending
+    problems = verify_public(published)
+    assert len(problems) == 1 and "charge 3" in problems[0]
