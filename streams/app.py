@@ -36,6 +36,7 @@ from agents.records import RawRecord
 from agents.sequencer import sequence_one
 from mechanisms.randomness import KeyedRandomness
 
+from .observe import Metrics, collect_status
 from .topics import INPUTS, MODEL_EVENTS, OUTPUTS
 
 
@@ -73,29 +74,44 @@ def make_app(*, broker: str, rng: KeyedRandomness, partitions: int = 4, app_id: 
     sequencer_state = app.Table("sequencer-state", partitions=partitions, key_type=bytes)
     model_state = app.Table("model-state", partitions=partitions, key_type=bytes)
     routes = {MODEL_EVENTS: log, **outputs}
+    metrics = Metrics()
 
     async def emit(topic: str, key: str | None, value: dict) -> None:
+        metrics.observe_emit(topic, value)
         if emit_override is not None:
             await emit_override(topic, key, value)
             return
         await routes[topic].send(key=key.encode() if key else None, value=json.dumps(value).encode())
 
     processor = Processor(rng, _TableView(model_state), emit)
-    app.dpstream = {"emit": emit, "processor": processor}
+    app.dpstream = {"emit": emit, "processor": processor, "metrics": metrics}
 
     @app.agent(inputs, name="dpstream.sequencer")
     async def sequencer(stream):
         async for event in stream.events():
             m = event.message
             topic = m.topic[len(prefix):] if m.topic.startswith(prefix) else m.topic
-            await sequence_one(RawRecord(topic, m.partition, m.offset, m.key, m.value or b""),
-                               _TableView(sequencer_state), emit)
+            metrics.events_in.labels(topic).inc()
+            with metrics.timer("sequencer"):
+                await sequence_one(RawRecord(topic, m.partition, m.offset, m.key, m.value or b""),
+                                   _TableView(sequencer_state), emit)
 
     @app.agent(log, name="dpstream.processor")
     async def model_processor(stream):
         async for event in stream.events():
             m = event.message
-            await processor.handle(RawRecord(m.topic, m.partition, m.offset, m.key, m.value))
+            metrics.events_in.labels(MODEL_EVENTS).inc()
+            with metrics.timer("processor"):
+                await processor.handle(RawRecord(m.topic, m.partition, m.offset, m.key, m.value))
+
+    @app.page("/status/")
+    async def status_view(web, request):
+        """Per model on this worker: kind, epoch, rounds, updates or hard queries, budget."""
+        return web.json({"models": collect_status(model_state)})
+
+    @app.page("/metrics/")
+    async def metrics_view(web, request):
+        return web.bytes(metrics.text(), content_type="text/plain; version=0.0.4")
 
     @app.task
     async def declare_outputs():

@@ -149,3 +149,12 @@ async def test_infeasible_registration_is_rejected():
            "params": {"kind": "predictor", "generator": "thresholds", "k": 10, "m": 5, "v_max": 5}}
     rt = await run([("models", cfg)])
     assert "k >=" in rt.outputs["rejected"][0]["reason"]
+
+
+async def test_status_summary_shows_counters_and_budget_but_no_features():
+    from streams.observe import collect_status
+    rt = await run([("models", winnow_config())] + winnow_events(n=100))
+    status = collect_status(rt.state)["w1"]
+    assert status["kind"] == "winnow" and status["rounds"] == 100 and status["events"] == 121
+    assert status["spent_epsilon"] == rt.outputs["ledger"][-1]["spent_epsilon"]
+    assert "active" not in json.dumps(status) and "cache" not in json.dumps(status)

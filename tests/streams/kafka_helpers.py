@@ -17,8 +17,10 @@ KEY_HEX = "0f1e2d3c4b5a69788796a5b4c3d2e1f0"
 
 
 class Worker:
-    def __init__(self, bootstrap: str, prefix: str, tmp: Path, name: str = "w"):
+    def __init__(self, bootstrap: str, prefix: str, tmp: Path, name: str = "w",
+                 web_port: int | None = None):
         self.bootstrap, self.prefix, self.dir = bootstrap, prefix, tmp / name
+        self.web_port = web_port
         self.dir.mkdir(parents=True, exist_ok=True)
         self.log = self.dir / "worker.log"
         self.proc: subprocess.Popen | None = None
@@ -29,7 +31,8 @@ class Worker:
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "streams.cli", "worker", "--broker", self.bootstrap,
              "--prefix", self.prefix, "--app-id", f"{self.prefix}app", "--loglevel", "info",
-             "--data-dir", str(self.dir / "data")],
+             "--data-dir", str(self.dir / "data")]
+            + (["--web-port", str(self.web_port)] if self.web_port else []),
             cwd=ROOT, env=env, stdout=self._log_fh, stderr=subprocess.STDOUT)
         start = time.time()
         seen = self.log.stat().st_size if self.log.exists() else 0

@@ -3,6 +3,9 @@ event for event; kill -9 and restart loses nothing and changes nothing; two work
 give the single-worker result; bad input on every topic is dead-lettered."""
 import asyncio
 import json
+import socket
+from urllib.error import HTTPError
+from urllib.request import urlopen
 
 import pytest
 
@@ -15,6 +18,12 @@ from .kafka_helpers import KEY_HEX, Worker, per_model, produce, read_all
 from .workload import examples, models, queries
 
 pytestmark = pytest.mark.kafka
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 def embedded_outputs():
@@ -119,7 +128,8 @@ def test_two_workers_one_stopped_mid_stream_give_the_single_worker_result(kafka_
 
 def test_bad_input_on_every_topic_is_rejected_and_the_worker_keeps_going(kafka_bootstrap, topic_prefix, tmp_path):
     prefix = topic_prefix + "-"
-    worker = Worker(kafka_bootstrap, prefix, tmp_path).start()
+    port = free_port()
+    worker = Worker(kafka_bootstrap, prefix, tmp_path, web_port=port).start()
     good = models()[0]
     bad = {
         "models": [b"{nope", {"model_id": "m", "dimension": -3}],
@@ -144,8 +154,18 @@ def test_bad_input_on_every_topic_is_rejected_and_the_worker_keeps_going(kafka_b
     try:
         rejected, preds = asyncio.run(go())
         assert worker.proc.poll() is None, "the worker died on bad input"
+        status = json.loads(urlopen(f"http://127.0.0.1:{port}/status/", timeout=10).read())
+        metrics = urlopen(f"http://127.0.0.1:{port}/metrics/", timeout=10).read().decode()
+        with pytest.raises(HTTPError):              # web_tables_enabled=False: no state over HTTP
+            urlopen(f"http://127.0.0.1:{port}/table/model-state/", timeout=10)
     finally:
         worker.stop()
+    model = status["models"]["fraud-a"]
+    assert model["kind"] == "winnow" and model["events"] == 2 and model["spent_epsilon"] > 0
+    assert "dpstream_rejected_total 10.0" in metrics
+    assert 'dpstream_budget_spent_epsilon{model_id="fraud-a"}' in metrics
+    for text in (json.dumps(status), metrics):     # counters only: no features, labels or keys
+        assert "active" not in text and KEY_HEX not in text
     assert len(rejected) == 10 and len(preds) == 1
     reasons = " | ".join(r["reason"] for r in rejected)
     for expected_reason in ("malformed JSON", "wrong dimension", "NaN", "unknown model",

@@ -1,0 +1,96 @@
+"""What a worker shows about itself: a status summary per model and Prometheus metrics.
+
+Neither exposes features, labels, keys or noise: the status view reads only counters
+and ledger sums from each model's ``head`` record; the metrics count events per topic,
+rejected inputs, processing latency and budget spent per model.
+"""
+from __future__ import annotations
+
+import time
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+from mechanisms.accounting import Ledger, LedgerState
+
+
+def status_of(config: dict, head: dict) -> dict:
+    """Public summary of one model from its config and head record."""
+    kind = config["params"]["kind"]
+    budget = config["budget"]
+    out = {"kind": kind, "dimension": config["dimension"], "events": head.get("n", 0),
+           "budget_epsilon": budget["epsilon"], "budget_delta": budget["delta"]}
+    ledger = None
+    if kind == "winnow":
+        s = head["learner"]
+        ledger = s["ledger"]
+        out.update(epoch=0, rounds=s["t"], updates=s["k"], frozen=s["frozen"],
+                   exhausted=s["exhausted"])
+    elif kind == "predictor":
+        s = head["predictor"]
+        ledger = s["ledger"]
+        out.update(epoch=s["epoch"], rounds=s["queries"], hard_queries=s["tops"],
+                   hypothesis_version=s["version"], exhausted=s["exhausted"],
+                   buffered_examples=head.get("buffer_n", 0))
+    else:
+        ledger = head.get("ledger")
+        out.update(epoch=head["window"], releases=head["version"],
+                   buffered_examples=head["buffer_n"], exhausted=False)
+    spent = Ledger(LedgerState(**ledger)).totals() if ledger else None
+    out["spent_epsilon"] = spent.epsilon if spent else 0.0
+    out["spent_delta"] = spent.delta if spent else 0.0
+    out["left_epsilon"] = max(0.0, budget["epsilon"] - out["spent_epsilon"])
+    return out
+
+
+def collect_status(state) -> dict:
+    """Status of every model whose head is in ``state`` (a worker: its partitions)."""
+    models = {}
+    for key in list(state.keys()):
+        k = key.decode() if isinstance(key, bytes) else key
+        if k.startswith("model/") and k.endswith("/head"):
+            model_id = k[len("model/"):-len("/head")]
+            cfg = state.get(f"model/{model_id}/config".encode() if isinstance(key, bytes)
+                            else f"model/{model_id}/config")
+            if cfg is not None:
+                models[model_id] = status_of(cfg, state[key])
+    return models
+
+
+class Metrics:
+    def __init__(self):
+        self.registry = CollectorRegistry()
+        self.events_in = Counter("dpstream_events_in", "input records handled", ["topic"],
+                                 registry=self.registry)
+        self.events_out = Counter("dpstream_events_out", "records emitted", ["topic"],
+                                  registry=self.registry)
+        self.rejected = Counter("dpstream_rejected", "inputs dead-lettered", registry=self.registry)
+        self.latency = Histogram("dpstream_processing_seconds", "time to handle one record",
+                                 ["stage"], registry=self.registry,
+                                 buckets=(0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.5, 1, 5))
+        self.spent = Gauge("dpstream_budget_spent_epsilon", "epsilon spent (current epoch)",
+                           ["model_id"], registry=self.registry)
+
+    def observe_emit(self, topic: str, value: dict) -> None:
+        self.events_out.labels(topic).inc()
+        if topic == "rejected":
+            self.rejected.inc()
+        elif topic == "ledger":
+            self.spent.labels(value["model_id"]).set(value["spent_epsilon"])
+
+    def timer(self, stage: str):
+        return _Timer(self.latency.labels(stage))
+
+    def text(self) -> bytes:
+        return generate_latest(self.registry)
+
+
+class _Timer:
+    def __init__(self, hist):
+        self.hist = hist
+
+    def __enter__(self):
+        self.t0 = time.perf_counter()
+        return self
+
+    def __exit__(self, *exc):
+        self.hist.observe(time.perf_counter() - self.t0)
