@@ -134,13 +134,44 @@ def cmd_replay(args) -> int:
               f"OK: {len(outputs['ledger'])} ledger entries and {len(outputs['predictions'])} "
               "predictions are consistent (no key: releases themselves not recomputed)")
         return 1 if problems else 0
+    models = set(args.model) if args.model else None
     try:
-        report = asyncio.run(replay(_key(), log, outputs, set(args.model) if args.model else None))
+        if len(log) > 10_000 and sys.stderr.isatty():
+            import time
+
+            from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
+                                       TimeRemainingColumn)
+            with Progress(TextColumn("replay"), BarColumn(), MofNCompleteColumn(),
+                          TextColumn("{task.fields[rate]}"), TimeRemainingColumn()) as bar:
+                task = bar.add_task("replay", total=len(log), rate="")
+                seen, t0 = [0], time.perf_counter()
+
+                def tick():
+                    seen[0] += 1
+                    if seen[0] % 1000 == 0 or seen[0] == len(log):
+                        rate = seen[0] / max(time.perf_counter() - t0, 1e-9)
+                        bar.update(task, completed=seen[0], rate=f"{rate:,.0f} events/s")
+
+                report = asyncio.run(replay(_key(), log, outputs, models, tick))
+        else:
+            report = asyncio.run(replay(_key(), log, outputs, models))
     except WrongKeyError as err:
         print(f"dpstream replay: {err}", file=sys.stderr)
         return 2
     print(report.summary())
     return 0 if report.ok else 1
+
+
+def cmd_audit_report(args) -> int:
+    from .report import build_report
+    log, outputs = read_export(Path(args.dir))
+    summary = None
+    if not args.no_key:
+        from .replay import replay
+        summary = asyncio.run(replay(_key(), log, outputs)).summary()
+    path = build_report(log, outputs, Path(args.out), summary)
+    print(f"dpstream audit-report: {path}")
+    return 0
 
 
 def cmd_worker(args) -> int:
@@ -295,6 +326,11 @@ def main(argv=None) -> int:
     p.add_argument("--model", action="append", help="only these model ids (repeatable)")
     p.add_argument("--no-key", action="store_true", help="verify only the public record")
     p.set_defaults(fn=cmd_replay)
+    p = sub.add_parser("audit-report", help="HTML report and PNG figures per model")
+    p.add_argument("--dir", required=True, help="an export directory")
+    p.add_argument("--out", required=True)
+    p.add_argument("--no-key", action="store_true", help="skip the keyed replay summary")
+    p.set_defaults(fn=cmd_audit_report)
     p = sub.add_parser("schemas", help="write JSON Schemas of every event")
     p.add_argument("--out", default="schemas-json")
     p.set_defaults(fn=cmd_schemas)

@@ -88,7 +88,7 @@ def check_key(rng: KeyedRandomness, ledger: list[dict]) -> None:
 
 
 async def replay(rng: KeyedRandomness, log: list[dict], published: dict[str, list[dict]],
-                 models: set[str] | None = None) -> ReplayReport:
+                 models: set[str] | None = None, progress=None) -> ReplayReport:
     """``log``: model-events records {partition, offset, value}; ``published``: the output
     topics' values. Only models in ``models`` are compared (all when None)."""
     check_key(rng, published.get(LEDGER, []))
@@ -107,6 +107,8 @@ async def replay(rng: KeyedRandomness, log: list[dict], published: dict[str, lis
                                          value["event"]["model_id"].encode(),
                                          json.dumps(value).encode()))
         n += 1
+        if progress is not None:
+            progress()
     topics = {}
     for topic in COMPARED:
         pub = [v for v in published.get(topic, []) if models is None or v["model_id"] in models]

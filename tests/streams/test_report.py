@@ -1,0 +1,78 @@
+"""The audit report, rendered by a real headless browser (Debian's chromium)."""
+import asyncio
+import os
+import re
+import shutil
+import subprocess
+
+import pytest
+
+from mechanisms.randomness import KeyedRandomness
+from streams.embedded import EmbeddedRuntime
+from streams.replay import replay
+from streams.report import build_report
+
+KEY = b"report-tests-key-00000000"
+
+
+def chromium() -> str:
+    path = shutil.which("chromium") or shutil.which("chromium-browser")
+    if path is None:
+        if os.environ.get("DPSTREAM_REQUIRE_CHROMIUM") == "1":
+            pytest.fail("chromium is required here (apt-get install chromium)")
+        pytest.skip("chromium not installed")
+    return path
+
+
+def browser(args, tmp_path):
+    return subprocess.run(
+        [chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
+         "--no-first-run", "--disable-background-networking", "--disable-component-update",
+         "--disable-sync", f"--user-data-dir={tmp_path / 'profile'}", *args],
+        capture_output=True, timeout=120)
+
+
+def run_two_models():
+    rt = EmbeddedRuntime(KeyedRandomness(KEY))
+    s = KeyedRandomness(b"report-test-data-00000000").stream("d", "x", 0)
+    winnow = {"model_id": "w", "dimension": 20, "budget": {"epsilon": 1e5, "delta": 1e-6},
+              "params": {"kind": "winnow", "eps_hat": 1.0, "eta": 0.1, "m": 100, "K": 30, "L": 2.0}}
+    pred = {"model_id": "p", "dimension": 1, "budget": {"epsilon": 8.0, "delta": 1e-6},
+            "params": {"kind": "predictor", "generator": "thresholds", "k": 900, "m": 3, "v_max": 10}}
+
+    async def go():
+        await rt.feed("models", winnow)
+        await rt.feed("models", pred)
+        for _ in range(300):
+            act = sorted(set(s.below(20, size=3).tolist()))
+            await rt.feed("examples", {"model_id": "w", "active": act, "y": 1 if min(act) < 2 else -1})
+        for v in s.uniform(2700):
+            await rt.feed("examples", {"model_id": "p", "x": [float(v)], "y": 1 if v >= 0.5 else -1})
+        for v in s.uniform(400):
+            await rt.feed("queries", {"model_id": "p", "x": [float(v)]})
+    asyncio.run(go())
+    return rt
+
+
+def test_report_renders_in_chromium_with_figures_and_numbers_that_match_the_ledger(tmp_path):
+    rt = run_two_models()
+    summary = asyncio.run(replay(KeyedRandomness(KEY), rt.log, rt.outputs)).summary()
+    path = build_report(rt.log, rt.outputs, tmp_path / "report", summary)
+    dom = browser(["--dump-dom", path.as_uri()], tmp_path).stdout.decode()
+    assert "dpstream audit report" in dom and "OK: every release reproduced" in dom
+    for model in ("w", "p"):
+        section = dom[dom.index(f'data-model="{model}"'):]
+        section = section[: section.find("</section>")]
+        figures = re.findall(r'<img[^>]+class="figure"[^>]+src="data:image/png;base64,', section)
+        assert len(figures) == 2
+        ledger = [e for e in rt.outputs["ledger"] if e["model_id"] == model]
+        spent = float(re.search(r'data-spent-epsilon="([^"]+)"', section).group(1))
+        charges = int(re.search(r'data-charges="([^"]+)"', section).group(1))
+        assert spent == ledger[-1]["spent_epsilon"] and charges == len(ledger)
+        assert (tmp_path / "report" / f"{model}-budget.png").stat().st_size > 5000
+    hard = int(re.search(r'data-model="p".*?data-hard-queries="(\d+)"', dom, re.S).group(1))
+    assert hard == sum(p["status"] == "hard_query" for p in rt.outputs["predictions"])
+    shot = tmp_path / "shot.png"
+    browser([f"--screenshot={shot}", "--window-size=1000,2400", path.as_uri()], tmp_path)
+    assert shot.stat().st_size > 20_000
+    assert "active" not in path.read_text()
