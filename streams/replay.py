@@ -160,12 +160,47 @@ def verify_public(published: dict[str, list[dict]]) -> list[str]:
                     abs(t.delta - e["spent_delta"]) > 1e-9 * max(1e-12, t.delta):
                 problems.append(f"ledger {model} epoch {epoch} charge {c} (seq {e['seq']}): running "
                                 f"total {e['spent_epsilon']!r} != composition {t.epsilon!r}")
-    last: dict[str, tuple] = {}
-    for p in published.get(PREDICTIONS, []):
-        seq, version = p["seq"], p["version"]
-        prev = last.get(p["model_id"])
-        if prev is not None and seq > prev[0] and version < prev[1]:
-            problems.append(f"predictions {p['model_id']} seq {seq}: version went back to {version}")
-        if prev is None or seq > prev[0]:
-            last[p["model_id"]] = (seq, version)
+    problems += _check_predictions(published)
     return problems
+
+
+def _check_predictions(published: dict[str, list[dict]]) -> list[str]:
+    problems: list[str] = []
+    preds: dict[str, dict[int, dict]] = defaultdict(dict)
+    for p in published.get(PREDICTIONS, []):
+        preds[p["model_id"]][p["seq"]] = p
+    epochs_at: dict[str, list[tuple[int, int]]] = defaultdict(list)
+    charge_seqs: dict[str, list[int]] = defaultdict(list)
+    for e in published.get(LEDGER, []):
+        epochs_at[e["model_id"]].append((e["seq"], e["epoch"]))
+        charge_seqs[e["model_id"]].append(e["seq"])
+    for model, by_seq in preds.items():
+        winnow = _is_winnow(by_seq)
+        prev, exhausted_at = None, None
+        for seq in sorted(by_seq):
+            p = by_seq[seq]
+            if prev is not None and p["version"] < prev["version"]:
+                problems.append(f"predictions {model} seq {seq}: version went back to {p['version']}")
+            elif prev is not None and winnow and \
+                    p["version"] != prev["version"] + int(bool(p.get("updated"))):
+                problems.append(f"predictions {model} seq {seq}: version changed without an update "
+                                f"(or an update without a version change)")
+            if p["status"] == "budget_exhausted" and exhausted_at is None:
+                exhausted_at = seq
+                later = [c for c in charge_seqs[model] if c > seq]
+                if winnow and later:
+                    problems.append(f"ledger {model}: charge at seq {later[0]} after exhaustion "
+                                    f"at seq {seq}")
+            elif exhausted_at is not None and not winnow and p["label"] is not None:
+                if any(exhausted_at < s2 <= seq for s2, _ in epochs_at[model]):
+                    exhausted_at = None
+                else:
+                    problems.append(f"predictions {model} seq {seq}: answered after exhaustion at "
+                                    f"seq {exhausted_at} without a new epoch")
+            prev = p
+    return problems
+
+
+def _is_winnow(by_seq: dict) -> bool:
+    """DP-Winnow predictions label every example; the other kinds answer examples with None."""
+    return any(p["kind"] == "example" and p["label"] is not None for p in by_seq.values())

@@ -62,3 +62,19 @@ def test_no_key_checks_pass_on_honest_output_and_catch_a_wrong_running_total():
     published["ledger"][2]["spent_epsilon"] *= 0.5          # under-reported spending
     problems = verify_public(published)
     assert len(problems) == 1 and "charge 3" in problems[0]
+
+
+def test_no_key_checks_catch_a_forged_version_and_answers_after_exhaustion():
+    from streams.replay import verify_public
+    rt = run_models()
+    published = copy.deepcopy(dict(rt.outputs))
+    quiet = next(i for i, p in enumerate(published["predictions"][50:], 50)
+                 if p["kind"] == "example" and not p["updated"])
+    for p in published["predictions"][quiet:]:
+        p["version"] += 1                        # a version bump no update explains
+    assert any("without an update" in msg for msg in verify_public(published))
+
+    exhausted = copy.deepcopy(dict(rt.outputs))
+    exhausted["predictions"][5]["status"] = "budget_exhausted"    # claimed exhausted early...
+    later = [e for e in exhausted["ledger"] if e["seq"] > exhausted["predictions"][5]["seq"]]
+    assert later and any("after exhaustion" in msg for msg in verify_public(exhausted))
