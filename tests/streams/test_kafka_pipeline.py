@@ -12,7 +12,7 @@ import pytest
 from mechanisms.randomness import KeyedRandomness
 from streams.cli import _export_kafka
 from streams.embedded import EmbeddedRuntime
-from streams.replay import replay
+from streams.replay import replay, verify_public
 
 from .kafka_helpers import KEY_HEX, Worker, per_model, produce, read_all
 from .workload import examples, models, queries
@@ -84,6 +84,7 @@ def test_worker_outputs_equal_the_embedded_runtime_event_for_event(kafka_bootstr
     log, outputs = asyncio.run(_export_kafka(kafka_bootstrap, topic_prefix + "-", 3.0))
     report = asyncio.run(replay(KeyedRandomness(bytes.fromhex(KEY_HEX)), log, outputs))
     assert report.ok and report.topics["predictions"].matched == len(examples()) + len(queries())
+    assert verify_public(outputs) == []          # and the keyless checks raise no false alarm
 
 
 def test_kill_9_mid_stream_then_restart_loses_and_changes_nothing(kafka_bootstrap, topic_prefix, tmp_path):
