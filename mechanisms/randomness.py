@@ -84,7 +84,9 @@ class KeyedRandomness:
         return cls(_decode_key(p.read_text().strip()))
 
     def fingerprint(self) -> str:
-        """A public, non-invertible identifier of the key (for audit reports)."""
+        """A public, non-invertible identifier of the key (ledger entries carry it so that
+        replay can reject a wrong key at once). Safe for random keys of >= 128 bits; a
+        guessable passphrase could be tested against it offline, so use random keys."""
         return hashlib.sha256(b"dpstream-fingerprint\x00" + self._secret).hexdigest()[:16]
 
     def model_key(self, model_id: str) -> bytes:
