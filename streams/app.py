@@ -71,14 +71,8 @@ def make_app(*, broker: str, rng: KeyedRandomness, partitions: int = 4, app_id: 
     outputs = {name: app.topic(prefix + name, **raw) for name in OUTPUTS}
     # key_type=bytes makes faust use the raw codec for keys on write *and* on recovery
     # (a Schema only covers writes); values are JSON (faust's fallback codec).
-    # Per-event head records make the changelogs grow with history; short segments let
-    # the broker's compaction keep them near one record per key, so a restarted worker
-    # restores state, not history (Kafka compacts closed segments only).
-    compaction = {"segment.ms": "60000", "min.cleanable.dirty.ratio": "0.05"}
-    sequencer_state = app.Table("sequencer-state", partitions=partitions, key_type=bytes,
-                                extra_topic_configs=compaction)
-    model_state = app.Table("model-state", partitions=partitions, key_type=bytes,
-                            extra_topic_configs=compaction)
+    sequencer_state = app.Table("sequencer-state", partitions=partitions, key_type=bytes)
+    model_state = app.Table("model-state", partitions=partitions, key_type=bytes)
     routes = {MODEL_EVENTS: log, **outputs}
     metrics = Metrics()
 
