@@ -66,17 +66,13 @@ def run(mode: str, args, X, y, target) -> None:
     print(f"\n[{mode}] k={args.k:,}, d={args.d}, T={args.T:,}, budget (eps={eps}, delta=1e-6), "
           f"v_max={v_max}: eps_BT={model.budget.eps_bt:.4f}, noise scale b={b:.1f} votes, "
           f"accuracy margin {config.accuracy_margin(args.T, 0.01):.0f} votes")
-    print(f"  fit {k_lp(args.k)} LPs: {t_fit:.1f}s; queries/s {args.T / (t_loop - regen_time):,.0f} "
+    print(f"  fit {args.k:,} LPs: {t_fit:.1f}s; queries/s {args.T / (t_loop - regen_time):,.0f} "
           f"(excluding {regen_time:.1f}s of regeneration after hard queries)")
     bound = f"d+1 = {args.d + 1}" if adaptive else f"VC*log2(T) = {(args.d + 1) * math.log2(args.T):.0f}"
     print(f"  hard queries {model.state.tops} (bound {bound}); answered {answered:,}; "
           f"accuracy {correct / max(answered, 1):.4f}; exhausted {model.state.exhausted}")
     print(f"  eps spent {spent.epsilon:.3f} vs naive per-query composition {naive.epsilon:,.0f}: "
           f"{naive.epsilon / spent.epsilon:,.0f}x more queries per unit eps")
-
-
-def k_lp(k: int) -> str:
-    return f"{k:,}"
 
 
 def main() -> None:
