@@ -78,7 +78,9 @@ class Handler:
     def _append_row(self, epoch: int, n: int, row: list) -> int:
         chunk = n // CHUNK
         key = self.key("buffer", epoch, chunk)
-        rows = list(self.state.get(key, [])) if n % CHUNK else []
+        # truncate: after a crash the chunk may already hold this row (written before the
+        # head that counts it), and re-applying the event must not append it twice
+        rows = list(self.state.get(key, []))[:n % CHUNK]
         rows.append(row)
         self.state[key] = rows
         return n + 1

@@ -13,6 +13,12 @@ every event lives in ``head``; large state (weights, hypotheses, buffered sample
 is written only when it changes, under versioned keys that are never overwritten
 with different content, and ``head`` is written last: a crash between the two
 leaves ``head`` pointing at the previous, complete version.
+
+Crash order (records.py): an event's ledger records are made durable first, then its
+prediction and release records, and only then is its state written. So a release
+never exists without its ledger record, and state on the changelog never runs ahead
+of the outputs it implies. A failed delivery drops the in-memory handler, so the next
+attempt reloads from the state mapping instead of an advanced, unsaved learner.
 """
 from __future__ import annotations
 
@@ -23,8 +29,7 @@ from mechanisms.randomness import KeyedRandomness
 from schemas import ModelConfig
 
 from .handlers import HANDLERS, Outputs
-from .records import RawRecord
-from .sequencer import Emit
+from .records import Emit, Fetch, RawRecord, deliver
 
 PREDICTIONS, LEDGER, RELEASES = "predictions", "ledger", "releases"
 
@@ -32,8 +37,9 @@ PREDICTIONS, LEDGER, RELEASES = "predictions", "ledger", "releases"
 class Processor:
     """Keeps loaded handlers between events; the state mapping stays the truth."""
 
-    def __init__(self, rng: KeyedRandomness, state: MutableMapping, emit: Emit):
-        self.rng, self.state, self.emit = rng, state, emit
+    def __init__(self, rng: KeyedRandomness, state: MutableMapping, emit: Emit,
+                 fetch: Fetch | None = None):
+        self.rng, self.state, self.emit, self.fetch = rng, state, emit, fetch
         self._handlers: dict[str, object] = {}
 
     async def run(self, records: AsyncIterable[RawRecord]) -> None:
@@ -54,21 +60,36 @@ class Processor:
         return h
 
     async def handle(self, record: RawRecord) -> None:
+        """Apply one log record; with ``fetch``, first re-read the records of its partition
+        the runtime skipped (``log/<partition>`` holds the next expected offset)."""
+        if self.fetch is None:
+            await self._apply(record)
+            return
+        position = f"log/{record.partition}"
+        expected = self.state.get(position, 0)
+        if record.offset > expected:
+            for missed in await self.fetch(record.topic, record.partition, expected, record.offset):
+                await self._apply(missed)
+        await self._apply(record)
+        if record.offset >= expected:
+            self.state[position] = record.offset + 1
+
+    async def _apply(self, record: RawRecord) -> None:
         body = json.loads(record.value)
         event, source = body["event"], body["source"]
         model_id = event["model_id"]
         src_topic_part, src_offset = source.rsplit(":", 1)
         if event["type"] == "model":
-            if f"model/{model_id}/config" not in self.state:
+            if f"model/{model_id}/head" not in self.state:     # config alone: a crash mid-create
                 config = ModelConfig.model_validate(event)
                 self.state[f"model/{model_id}/config"] = event
                 handler = HANDLERS[config.kind](config, self.rng, self.state)
                 outputs = Outputs()
                 handler.create(outputs, record.offset)
                 handler.head_sources[src_topic_part] = int(src_offset)
+                await self._flush(outputs)
                 handler.save(record.offset)
                 self._handlers[model_id] = handler
-                await self._flush(outputs)
             return
         handler = self._handler(model_id)
         if handler is None:      # the sequencer only forwards events of registered models
@@ -82,14 +103,18 @@ class Processor:
         else:
             handler.on_query(event, source, record.offset, outputs)
         handler.head_sources[src_topic_part] = int(src_offset)
+        try:
+            await self._flush(outputs)
+        except BaseException:
+            self._handlers.pop(model_id, None)
+            raise
         handler.save(record.offset)
-        await self._flush(outputs)
 
     async def _flush(self, outputs: Outputs) -> None:
-        for topic, key, value in outputs.items:
-            await self.emit(topic, key, value)
+        await deliver(self.emit, [o for o in outputs.items if o[0] == LEDGER])
+        await deliver(self.emit, [o for o in outputs.items if o[0] != LEDGER])
 
 
 async def processor(records: AsyncIterable[RawRecord], state: MutableMapping, emit: Emit,
-                    rng: KeyedRandomness) -> None:
-    await Processor(rng, state, emit).run(records)
+                    rng: KeyedRandomness, fetch: Fetch | None = None) -> None:
+    await Processor(rng, state, emit, fetch).run(records)

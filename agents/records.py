@@ -1,8 +1,32 @@
-"""Input records as agents see them, independent of the runtime."""
+"""Input records and the output contract, as agents see them, independent of the runtime.
+
+Output contract (``Emit``): ``await emit(topic, key, value)`` enqueues one output record,
+in call order, and returns ``None`` if the record is already durable or an awaitable
+that completes once it is (for Kafka: the broker acknowledged it). Agents write their
+state only after every output of the event is durable (``deliver``). That ordering is
+what makes a kill -9 safe: state that reached the changelog implies its outputs reached
+their topics, so an event the restarted worker skips as applied has all its outputs,
+and an event whose state was lost is re-applied with the same keyed noise, producing
+identical duplicates that consumers drop by ``(model_id, seq)``.
+
+Completeness (``Fetch``): agents do not trust the runtime to hand them every record.
+Each keeps, per input partition, the next offset it expects; a record beyond it means
+records were dropped on the way (faust's recovery can drop fetched records and ack them
+anyway, faust-streaming issues #216 and #596; we saw twenty records of one partition
+vanish after a kill -9), and the agent reads the missing range from the log itself
+before going on. Offsets a log does not hold (compaction, transaction markers) are
+simply absent from what ``fetch`` returns.
+"""
 from __future__ import annotations
 
+import asyncio
 import hashlib
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
+
+Emit = Callable[[str, "str | None", dict], Awaitable["Awaitable | None"]]
+# fetch(topic, partition, start, end): the records of [start, end) still in the log
+Fetch = Callable[[str, int, int, int], Awaitable[list["RawRecord"]]]
 
 
 @dataclass(frozen=True)
@@ -19,3 +43,11 @@ class RawRecord:
 
     def fingerprint(self) -> tuple[int, str]:
         return len(self.value), hashlib.sha256(self.value).hexdigest()
+
+
+async def deliver(emit: Emit, items: Iterable[tuple[str, str | None, dict]]) -> None:
+    """Enqueue ``items`` in order, then wait until every one of them is durable."""
+    pending = [await emit(topic, key, value) for topic, key, value in items]
+    waits = [p for p in pending if p is not None]
+    if waits:
+        await asyncio.gather(*waits)

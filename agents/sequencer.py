@@ -8,25 +8,25 @@ the payload. Validation messages are built without input values (pydantic's
 
 State: ``config/<model>`` (the registered ModelConfig, as JSON-able dict) and
 ``src/<topic>:<partition>`` (the last input offset handled): a record at or before it
-is a re-delivery and is skipped, because its outputs were already produced.
+is a re-delivery and is skipped, because its outputs were already produced: the offset
+is written only after the forwarded record is durable (see ``records.deliver``).
 """
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterable, Awaitable, Callable, MutableMapping
+from collections.abc import AsyncIterable, MutableMapping
 
 from pydantic import ValidationError
 
 from schemas import LabeledExample, ModelConfig, Query, Rejected
 
 from .handlers import check_feasible
-from .records import RawRecord
+from .records import Emit, Fetch, RawRecord, deliver
 
 MAX_PAYLOAD = 512 * 1024          # below the broker's default 1 MiB message limit
 MODEL_EVENTS = "model-events"
 REJECTED = "rejected"
 
-Emit = Callable[[str, str | None, dict], Awaitable[None]]
 _KIND_BY_TOPIC = {"models": "model", "examples": "example", "queries": "query"}
 
 
@@ -74,22 +74,37 @@ def parse(record: RawRecord, configs: MutableMapping) -> tuple[dict | None, str 
     return event.model_dump(mode="json", exclude_none=True), None
 
 
-async def sequencer(records: AsyncIterable[RawRecord], state: MutableMapping, emit: Emit) -> None:
+async def sequencer(records: AsyncIterable[RawRecord], state: MutableMapping, emit: Emit,
+                    fetch: Fetch | None = None) -> None:
     async for record in records:
-        await sequence_one(record, state, emit)
+        await sequence_one(record, state, emit, fetch)
 
 
-async def sequence_one(record: RawRecord, state: MutableMapping, emit: Emit) -> None:
+async def sequence_one(record: RawRecord, state: MutableMapping, emit: Emit,
+                       fetch: Fetch | None = None) -> None:
+    """Handle one input record; with ``fetch``, first re-read any records of its partition
+    the runtime skipped (records.py, Completeness)."""
     src_key = f"src/{record.topic}:{record.partition}"
+    last = state.get(src_key, -1)
+    if last >= record.offset:
+        return
+    if fetch is not None and record.offset > last + 1:
+        for missed in await fetch(record.topic, record.partition, last + 1, record.offset):
+            await _sequence(missed, state, emit, src_key)
+    await _sequence(record, state, emit, src_key)
+
+
+async def _sequence(record: RawRecord, state: MutableMapping, emit: Emit, src_key: str) -> None:
     if state.get(src_key, -1) >= record.offset:
         return
     event, reason = parse(record, state)
     if event is None:
         size, digest = record.fingerprint()
-        await emit(REJECTED, None, Rejected(source=record.source, size=size, sha256=digest,
-                                            reason=reason).model_dump())
+        await deliver(emit, [(REJECTED, None, Rejected(
+            source=record.source, size=size, sha256=digest, reason=reason).model_dump())])
     else:
         if event["type"] == "model":
             state[f"config/{event['model_id']}"] = event
-        await emit(MODEL_EVENTS, event["model_id"], {"source": record.source, "event": event})
-    state[src_key] = record.offset
+        await deliver(emit, [(MODEL_EVENTS, event["model_id"],
+                              {"source": record.source, "event": event})])
+    state[src_key] = record.offset          # only once the output is durable (records.py)

@@ -18,6 +18,14 @@ predictor's blocks are their keyed partition) and released lists, written only w
 they change. Changelogs and ``model-events`` carry raw features: they are as sensitive
 as the input topics (restrict them the same way; dpstream never logs them).
 
+Crash safety: every agent writes a table only after the outputs of the event are
+acknowledged by the broker (agents/records.py), and faust flushes the producer before
+it commits input offsets (faust/transport/consumer.py, Consumer._commit_offsets), so
+neither the changelog nor the committed offsets can run ahead of the outputs. Both
+agents also check that offsets arrive without gaps and re-read any range the runtime
+dropped straight from the broker (streams/logread.py; counted in
+``dpstream_gap_records_total``).
+
 Settings (faust facts from design.md section 3): ``web_tables_enabled=False`` (the
 default /table view would serve private state over HTTP); ``at_least_once`` with
 idempotent agents, since correctness must not depend on exactly-once; memory store,
@@ -36,8 +44,13 @@ from agents.records import RawRecord
 from agents.sequencer import sequence_one
 from mechanisms.randomness import KeyedRandomness
 
+from .logread import read_range
 from .observe import Metrics, collect_status
 from .topics import INPUTS, MODEL_EVENTS, OUTPUTS
+
+
+CHANGELOG_COMPACTION = {"segment.ms": "60000", "segment.bytes": str(16 * 1024 * 1024),
+                        "min.cleanable.dirty.ratio": "0.1"}
 
 
 def make_app(*, broker: str, rng: KeyedRandomness, partitions: int = 4, app_id: str = "dpstream",
@@ -61,6 +74,7 @@ def make_app(*, broker: str, rng: KeyedRandomness, partitions: int = 4, app_id: 
         broker_session_timeout=10.0,
         broker_heartbeat_interval=2.0,
         stream_wait_empty=False,
+        stream_publish_on_commit=False,     # send now: emit must return the delivery future
     )
     # internal=True: the worker declares (creates) every topic with the shared partition
     # count at start, so producers and consumers never race topic auto-creation.
@@ -71,19 +85,35 @@ def make_app(*, broker: str, rng: KeyedRandomness, partitions: int = 4, app_id: 
     outputs = {name: app.topic(prefix + name, **raw) for name in OUTPUTS}
     # key_type=bytes makes faust use the raw codec for keys on write *and* on recovery
     # (a Schema only covers writes); values are JSON (faust's fallback codec).
-    sequencer_state = app.Table("sequencer-state", partitions=partitions, key_type=bytes)
-    model_state = app.Table("model-state", partitions=partitions, key_type=bytes)
+    # Heads are rewritten on every event, so an uncompacted changelog grows with history
+    # and a restart would replay all of it. Kafka compacts closed segments only (topic
+    # configs segment.ms / segment.bytes / min.cleanable.dirty.ratio): short segments keep
+    # each changelog near one record per key, so a restarted worker restores state, not
+    # history (measured by bench/pipeline.py's recovery step).
+    sequencer_state = app.Table("sequencer-state", partitions=partitions, key_type=bytes,
+                                extra_topic_configs=CHANGELOG_COMPACTION)
+    model_state = app.Table("model-state", partitions=partitions, key_type=bytes,
+                            extra_topic_configs=CHANGELOG_COMPACTION)
     routes = {MODEL_EVENTS: log, **outputs}
     metrics = Metrics()
 
-    async def emit(topic: str, key: str | None, value: dict) -> None:
+    async def emit(topic: str, key: str | None, value: dict):
+        """Enqueue on the producer; return the delivery future (agents/records.py's
+        contract: agents await it before writing state). faust's Topic.send returns the
+        aiokafka send future unless ``stream_publish_on_commit`` attaches messages to the
+        commit instead, which this app leaves off (faust/topics.py, Topic.send)."""
         metrics.observe_emit(topic, value)
         if emit_override is not None:
-            await emit_override(topic, key, value)
-            return
-        await routes[topic].send(key=key.encode() if key else None, value=json.dumps(value).encode())
+            return await emit_override(topic, key, value)
+        return await routes[topic].send(key=key.encode() if key else None,
+                                        value=json.dumps(value).encode())
 
-    processor = Processor(rng, _TableView(model_state), emit)
+    async def fetch(topic: str, partition: int, start: int, end: int):
+        records = await read_range(broker, topic, partition, start, end, name=prefix + topic)
+        metrics.gap_records.labels(topic).inc(len(records))
+        return records
+
+    processor = Processor(rng, _TableView(model_state), emit, fetch)
     app.dpstream = {"emit": emit, "processor": processor, "metrics": metrics}
 
     @app.agent(inputs, name="dpstream.sequencer")
@@ -94,7 +124,7 @@ def make_app(*, broker: str, rng: KeyedRandomness, partitions: int = 4, app_id: 
             metrics.events_in.labels(topic).inc()
             with metrics.timer("sequencer"):
                 await sequence_one(RawRecord(topic, m.partition, m.offset, m.key, m.value or b""),
-                                   _TableView(sequencer_state), emit)
+                                   _TableView(sequencer_state), emit, fetch)
 
     @app.agent(log, name="dpstream.processor")
     async def model_processor(stream):
@@ -102,7 +132,7 @@ def make_app(*, broker: str, rng: KeyedRandomness, partitions: int = 4, app_id: 
             m = event.message
             metrics.events_in.labels(MODEL_EVENTS).inc()
             with metrics.timer("processor"):
-                await processor.handle(RawRecord(m.topic, m.partition, m.offset, m.key, m.value))
+                await processor.handle(RawRecord(MODEL_EVENTS, m.partition, m.offset, m.key, m.value))
 
     @app.page("/status/")
     async def status_view(web, request):

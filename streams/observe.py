@@ -63,6 +63,8 @@ class Metrics:
                                  registry=self.registry)
         self.events_out = Counter("dpstream_events_out", "records emitted", ["topic"],
                                   registry=self.registry)
+        self.gap_records = Counter("dpstream_gap_records", "records the runtime skipped and the "
+                                   "agents re-read from the log", ["topic"], registry=self.registry)
         self.rejected = Counter("dpstream_rejected", "inputs dead-lettered", registry=self.registry)
         self.latency = Histogram("dpstream_processing_seconds", "time to handle one record",
                                  ["stage"], registry=self.registry,

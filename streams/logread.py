@@ -1,0 +1,50 @@
+"""Read a range of one partition straight from the broker: how the agents recover
+records the faust runtime dropped (agents/records.py, Completeness).
+
+A fresh consumer with no group (nothing committed, no rebalance), assigned to the one
+partition and positioned with ``seek`` (aiokafka's AIOKafkaConsumer.assign / seek /
+getmany). If ``start`` is below the log start (retention), the consumer resets to the
+earliest record, so the range holds only what the log still has. Gaps are rare, so a
+consumer per call is cheaper than one more long-lived connection per worker.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from aiokafka import AIOKafkaConsumer, TopicPartition
+
+from agents.records import RawRecord
+
+log = logging.getLogger("dpstream.logread")
+
+
+class GapNotFilled(RuntimeError):
+    pass
+
+
+async def read_range(bootstrap: str, topic: str, partition: int, start: int, end: int, *,
+                     name: str | None = None, timeout: float = 30.0) -> list[RawRecord]:
+    """Records of ``topic``/``partition`` with ``start <= offset < end`` (``name`` is the
+    topic's name on the broker when it differs, e.g. with a prefix)."""
+    tp = TopicPartition(name or topic, partition)
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, group_id=None,
+                                enable_auto_commit=False, auto_offset_reset="earliest")
+    await consumer.start()
+    out: list[RawRecord] = []
+    try:
+        consumer.assign([tp])
+        consumer.seek(tp, start)
+        deadline = asyncio.get_running_loop().time() + timeout
+        while await consumer.position(tp) < end:
+            if asyncio.get_running_loop().time() > deadline:
+                raise GapNotFilled(f"{tp.topic}[{partition}] offsets {start}..{end - 1}: "
+                                   f"log not readable within {timeout:.0f}s")
+            batch = await consumer.getmany(tp, timeout_ms=500)
+            out.extend(RawRecord(topic, partition, r.offset, r.key, r.value or b"")
+                       for r in batch.get(tp, []) if start <= r.offset < end)
+    finally:
+        await consumer.stop()
+    log.warning("re-read %d record(s) of %s[%d] offsets %d..%d that the runtime skipped",
+                len(out), tp.topic, partition, start, end - 1)
+    return out
