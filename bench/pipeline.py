@@ -109,6 +109,23 @@ async def raw_loop(src, dst, count):
     return time.perf_counter() - t0
 
 
+async def count_records(topic) -> int:
+    """Records a restarted worker has to read from ``topic`` (all partitions, from the
+    log start): after compaction, far fewer than the offsets written."""
+    c = AIOKafkaConsumer(topic, bootstrap_servers=BROKER, auto_offset_reset="earliest",
+                         group_id=None, enable_auto_commit=False, fetch_max_bytes=52428800)
+    await c.start()
+    n = 0
+    try:
+        while True:
+            batch = await c.getmany(timeout_ms=2000, max_records=50000)
+            if not batch:
+                return n
+            n += sum(len(r) for r in batch.values())
+    finally:
+        await c.stop()
+
+
 async def create(topics):
     admin = AIOKafkaAdminClient(bootstrap_servers=BROKER)
     await admin.start()
@@ -167,6 +184,10 @@ def main() -> None:
         asyncio.run(drain(prefix + "predictions", args.history))
         print(f"history of {args.history:,} events processed in {time.perf_counter() - t0:.0f}s")
     worker.kill()
+    for table in ("model-state", "sequencer-state"):
+        name = f"{prefix}app-{table}-changelog"
+        print(f"  {table} changelog: {asyncio.run(count_records(name)):,} records to restore "
+              f"(about one write per event without compaction)")
     t0 = time.perf_counter()
     restarted = Worker(BROKER, prefix, tmp, "w2").start(timeout=3600)
     asyncio.run(produce(prefix + "examples", payloads(1, seed=99)))
