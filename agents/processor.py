@@ -14,7 +14,7 @@ is written only when it changes, under versioned keys that are never overwritten
 with different content, and ``head`` is written last: a crash between the two
 leaves ``head`` pointing at the previous, complete version.
 
-Crash order (records.py): an event's ledger records are made durable first, then its
+Crash order (records.py): a batch's ledger records are made durable first, then its
 prediction and release records, and only then is its state written. So a release
 never exists without its ledger record, and state on the changelog never runs ahead
 of the outputs it implies. A failed delivery drops the in-memory handler, so the next
@@ -35,12 +35,21 @@ PREDICTIONS, LEDGER, RELEASES = "predictions", "ledger", "releases"
 
 
 class Processor:
-    """Keeps loaded handlers between events; the state mapping stays the truth."""
+    """Keeps loaded handlers between events; the state mapping stays the truth.
+
+    Events are applied in batches (one event is a batch of one): every event of the
+    batch is applied in memory, the batch's outputs are made durable (ledger records
+    first), and only then is each touched model's ``head`` written, once. So a batch
+    costs one round trip to the broker and one head record per model, not per event.
+    State mappings that place records by partition (the faust tables) expose
+    ``set_partition``; every write goes to the partition of the model's events.
+    """
 
     def __init__(self, rng: KeyedRandomness, state: MutableMapping, emit: Emit,
                  fetch: Fetch | None = None):
         self.rng, self.state, self.emit, self.fetch = rng, state, emit, fetch
         self._handlers: dict[str, object] = {}
+        self._set_partition = getattr(state, "set_partition", lambda partition: None)
 
     async def run(self, records: AsyncIterable[RawRecord]) -> None:
         async for record in records:
@@ -60,59 +69,68 @@ class Processor:
         return h
 
     async def handle(self, record: RawRecord) -> None:
-        """Apply one log record; with ``fetch``, first re-read the records of its partition
-        the runtime skipped (``log/<partition>`` holds the next expected offset)."""
-        if self.fetch is None:
-            await self._apply(record)
-            return
-        position = f"log/{record.partition}"
-        expected = self.state.get(position, 0)
-        if record.offset > expected:
-            for missed in await self.fetch(record.topic, record.partition, expected, record.offset):
-                await self._apply(missed)
-        await self._apply(record)
-        if record.offset >= expected:
-            self.state[position] = record.offset + 1
+        await self.handle_batch([record])
 
-    async def _apply(self, record: RawRecord) -> None:
+    async def handle_batch(self, records: list[RawRecord]) -> None:
+        """Apply ``records`` (in log order); with ``fetch``, first re-read the records of
+        each partition the runtime skipped (``log/<partition>``: next expected offset)."""
+        outputs = Outputs()
+        dirty: dict[str, tuple[object, int]] = {}        # model id -> (handler, partition)
+        positions: dict[int, int] = {}
+        for record in records:
+            p = record.partition
+            if self.fetch is None:
+                self._apply(record, outputs, dirty)
+                continue
+            expected = positions.get(p, self.state.get(f"log/{p}", 0))
+            missed = []
+            if record.offset > expected:
+                missed = await self.fetch(record.topic, p, expected, record.offset)
+            for r in (*missed, record):
+                self._apply(r, outputs, dirty)
+            positions[p] = max(expected, record.offset + 1)
+        try:
+            await deliver(self.emit, [o for o in outputs.items if o[0] == LEDGER])
+            await deliver(self.emit, [o for o in outputs.items if o[0] != LEDGER])
+        except BaseException:
+            for model_id in dirty:
+                self._handlers.pop(model_id, None)
+            raise
+        for handler, p in dirty.values():
+            self._set_partition(p)
+            handler.save(handler.head_seq)
+        for p, position in positions.items():
+            self._set_partition(p)
+            self.state[f"log/{p}"] = position
+
+    def _apply(self, record: RawRecord, outputs: Outputs, dirty: dict) -> None:
         body = json.loads(record.value)
         event, source = body["event"], body["source"]
         model_id = event["model_id"]
         src_topic_part, src_offset = source.rsplit(":", 1)
+        self._set_partition(record.partition)          # cold records written while applying
         if event["type"] == "model":
-            if f"model/{model_id}/head" not in self.state:     # config alone: a crash mid-create
-                config = ModelConfig.model_validate(event)
-                self.state[f"model/{model_id}/config"] = event
-                handler = HANDLERS[config.kind](config, self.rng, self.state)
-                outputs = Outputs()
-                handler.create(outputs, record.offset)
-                handler.head_sources[src_topic_part] = int(src_offset)
-                await self._flush(outputs)
-                handler.save(record.offset)
-                self._handlers[model_id] = handler
-            return
-        handler = self._handler(model_id)
-        if handler is None:      # the sequencer only forwards events of registered models
-            return
-        if record.offset <= handler.head_seq or \
-                handler.head_sources.get(src_topic_part, -1) >= int(src_offset):
-            return
-        outputs = Outputs()
-        if event["type"] == "example":
-            handler.on_example(event, source, record.offset, outputs)
+            if model_id in dirty or f"model/{model_id}/head" in self.state:
+                return                                  # config alone: a crash mid-create
+            config = ModelConfig.model_validate(event)
+            self.state[f"model/{model_id}/config"] = event
+            handler = HANDLERS[config.kind](config, self.rng, self.state)
+            handler.create(outputs, record.offset)
         else:
-            handler.on_query(event, source, record.offset, outputs)
+            handler = dirty[model_id][0] if model_id in dirty else self._handler(model_id)
+            if handler is None:  # the sequencer only forwards events of registered models
+                return
+            if record.offset <= handler.head_seq or \
+                    handler.head_sources.get(src_topic_part, -1) >= int(src_offset):
+                return
+            if event["type"] == "example":
+                handler.on_example(event, source, record.offset, outputs)
+            else:
+                handler.on_query(event, source, record.offset, outputs)
         handler.head_sources[src_topic_part] = int(src_offset)
-        try:
-            await self._flush(outputs)
-        except BaseException:
-            self._handlers.pop(model_id, None)
-            raise
-        handler.save(record.offset)
-
-    async def _flush(self, outputs: Outputs) -> None:
-        await deliver(self.emit, [o for o in outputs.items if o[0] == LEDGER])
-        await deliver(self.emit, [o for o in outputs.items if o[0] != LEDGER])
+        handler.head_seq = record.offset
+        self._handlers[model_id] = handler
+        dirty[model_id] = (handler, record.partition)
 
 
 async def processor(records: AsyncIterable[RawRecord], state: MutableMapping, emit: Emit,

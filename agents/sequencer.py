@@ -82,29 +82,47 @@ async def sequencer(records: AsyncIterable[RawRecord], state: MutableMapping, em
 
 async def sequence_one(record: RawRecord, state: MutableMapping, emit: Emit,
                        fetch: Fetch | None = None) -> None:
-    """Handle one input record; with ``fetch``, first re-read any records of its partition
-    the runtime skipped (records.py, Completeness)."""
-    src_key = f"src/{record.topic}:{record.partition}"
-    last = state.get(src_key, -1)
-    if last >= record.offset:
-        return
-    if fetch is not None and record.offset > last + 1:
-        for missed in await fetch(record.topic, record.partition, last + 1, record.offset):
-            await _sequence(missed, state, emit, src_key)
-    await _sequence(record, state, emit, src_key)
+    await sequence_batch([record], state, emit, fetch)
 
 
-async def _sequence(record: RawRecord, state: MutableMapping, emit: Emit, src_key: str) -> None:
-    if state.get(src_key, -1) >= record.offset:
-        return
+async def sequence_batch(records: list[RawRecord], state: MutableMapping, emit: Emit,
+                         fetch: Fetch | None = None) -> None:
+    """Handle input records in order; with ``fetch``, first re-read any records of their
+    partitions the runtime skipped (records.py, Completeness). The outputs of the whole
+    batch are made durable before any input offset is recorded."""
+    set_partition = getattr(state, "set_partition", lambda partition: None)
+    outputs: list[tuple[str, str | None, dict]] = []
+    last: dict[tuple[str, int], int] = {}
+    for record in records:
+        where = (record.topic, record.partition)
+        done = last.get(where, state.get(_src_key(*where), -1))
+        if done >= record.offset:
+            continue
+        missed = []
+        if fetch is not None and record.offset > done + 1:
+            missed = await fetch(record.topic, record.partition, done + 1, record.offset)
+        for r in (*missed, record):
+            if r.offset > last.get(where, done):
+                set_partition(r.partition)
+                outputs.append(_sequence(r, state))
+                last[where] = r.offset
+    await deliver(emit, outputs)
+    for (topic, partition), offset in last.items():    # only once the outputs are durable
+        set_partition(partition)
+        state[_src_key(topic, partition)] = offset
+
+
+def _src_key(topic: str, partition: int) -> str:
+    return f"src/{topic}:{partition}"
+
+
+def _sequence(record: RawRecord, state: MutableMapping) -> tuple[str, str | None, dict]:
+    """The output for one new input record (registering a valid model's config)."""
     event, reason = parse(record, state)
     if event is None:
         size, digest = record.fingerprint()
-        await deliver(emit, [(REJECTED, None, Rejected(
-            source=record.source, size=size, sha256=digest, reason=reason).model_dump())])
-    else:
-        if event["type"] == "model":
-            state[f"config/{event['model_id']}"] = event
-        await deliver(emit, [(MODEL_EVENTS, event["model_id"],
-                              {"source": record.source, "event": event})])
-    state[src_key] = record.offset          # only once the output is durable (records.py)
+        return REJECTED, None, Rejected(source=record.source, size=size, sha256=digest,
+                                        reason=reason).model_dump()
+    if event["type"] == "model":
+        state[f"config/{event['model_id']}"] = event
+    return MODEL_EVENTS, event["model_id"], {"source": record.source, "event": event}

@@ -41,7 +41,7 @@ import faust
 
 from agents.processor import Processor
 from agents.records import RawRecord
-from agents.sequencer import sequence_one
+from agents.sequencer import sequence_batch
 from mechanisms.randomness import KeyedRandomness
 
 from .logread import read_range
@@ -49,6 +49,7 @@ from .observe import Metrics, collect_status
 from .topics import INPUTS, MODEL_EVENTS, OUTPUTS
 
 
+BATCH, BATCH_WITHIN = 500, 0.005     # events per batch at most; seconds to wait for more
 CHANGELOG_COMPACTION = {"segment.ms": "60000", "segment.bytes": str(16 * 1024 * 1024),
                         "min.cleanable.dirty.ratio": "0.1"}
 
@@ -116,23 +117,32 @@ def make_app(*, broker: str, rng: KeyedRandomness, partitions: int = 4, app_id: 
     processor = Processor(rng, _TableView(model_state), emit, fetch)
     app.dpstream = {"emit": emit, "processor": processor, "metrics": metrics}
 
-    @app.agent(inputs, name="dpstream.sequencer")
-    async def sequencer(stream):
-        async for event in stream.events():
+    def records(events) -> list[RawRecord]:
+        out = []
+        for event in events:
             m = event.message
             topic = m.topic[len(prefix):] if m.topic.startswith(prefix) else m.topic
             metrics.events_in.labels(topic).inc()
+            out.append(RawRecord(topic, m.partition, m.offset, m.key, m.value or b""))
+        return out
+
+    # Batches: stream.take_events yields up to BATCH events (or what arrived within
+    # BATCH_WITHIN s) and acks them after the body returns (faust/streams.py). Inside
+    # it no event is current, so the table views write with explicit partitions.
+    @app.agent(inputs, name="dpstream.sequencer")
+    async def sequencer(stream):
+        view = _TableView(sequencer_state)
+        async for events in stream.take_events(BATCH, within=BATCH_WITHIN):
+            batch = records(events)
             with metrics.timer("sequencer"):
-                await sequence_one(RawRecord(topic, m.partition, m.offset, m.key, m.value or b""),
-                                   _TableView(sequencer_state), emit, fetch)
+                await sequence_batch(batch, view, emit, fetch)
 
     @app.agent(log, name="dpstream.processor")
     async def model_processor(stream):
-        async for event in stream.events():
-            m = event.message
-            metrics.events_in.labels(MODEL_EVENTS).inc()
+        async for events in stream.take_events(BATCH, within=BATCH_WITHIN):
+            batch = records(events)
             with metrics.timer("processor"):
-                await processor.handle(RawRecord(MODEL_EVENTS, m.partition, m.offset, m.key, m.value))
+                await processor.handle_batch(batch)
 
     @app.page("/status/")
     async def status_view(web, request):
@@ -155,16 +165,29 @@ def make_app(*, broker: str, rng: KeyedRandomness, partitions: int = 4, app_id: 
 
 class _TableView:
     """The MutableMapping surface the agents use, over a faust table (keys are str;
-    the table stores them as bytes with the raw key serializer)."""
+    the table stores them as bytes with the raw key serializer).
+
+    ``set_partition(p)`` makes later writes go to changelog partition ``p``: what
+    faust's Table.on_key_set does with the current event's partition, done explicitly
+    (Collection.send_changelog, then the store), because batches have no current event.
+    """
 
     def __init__(self, table):
         self.table = table
+        self.partition: int | None = None
+
+    def set_partition(self, partition: int) -> None:
+        self.partition = partition
 
     def __getitem__(self, key: str):
         return self.table[key.encode()]
 
     def __setitem__(self, key: str, value) -> None:
-        self.table[key.encode()] = value
+        if self.partition is None:
+            self.table[key.encode()] = value
+            return
+        self.table.send_changelog(self.partition, key.encode(), value)
+        self.table.data[key.encode()] = value
 
     def __contains__(self, key: str) -> bool:
         return key.encode() in self.table

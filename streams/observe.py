@@ -66,7 +66,7 @@ class Metrics:
         self.gap_records = Counter("dpstream_gap_records", "records the runtime skipped and the "
                                    "agents re-read from the log", ["topic"], registry=self.registry)
         self.rejected = Counter("dpstream_rejected", "inputs dead-lettered", registry=self.registry)
-        self.latency = Histogram("dpstream_processing_seconds", "time to handle one record",
+        self.latency = Histogram("dpstream_processing_seconds", "time to handle one batch of records",
                                  ["stage"], registry=self.registry,
                                  buckets=(0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.5, 1, 5))
         self.spent = Gauge("dpstream_budget_spent_epsilon", "epsilon spent (current epoch)",
