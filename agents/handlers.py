@@ -1,7 +1,7 @@
 """Per-kind model handlers: load a learner from the state mapping, apply one event,
 write back what changed, and describe the outputs.
 
-Keys (all under ``model/<id>/``): ``config``; ``head`` (written every event: log
+Keys (all under ``model/<id>/``): ``config``; ``head`` (written once per batch of events: log
 position, input positions, the learner's small counters); versioned cold records
 ``weights/<k>`` (DP-Winnow), ``buffer/<epoch>/<chunk>`` (buffered samples),
 ``hyp/<epoch>/<version>/<chunk>`` (predictor hypotheses), ``release/<version>``

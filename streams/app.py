@@ -12,7 +12,7 @@ changelog records go to the partition of the event being processed.
 Tables: ``sequencer-state`` (model configs, last input offset per input partition) and
 ``model-state``, one record per key ``model/<id>/...`` (see agents/handlers.py):
 ``head`` holds the round counters, AboveThreshold / BetweenThresholds state, hard-query
-set and ledger sums (small, written per event); ``weights/<k>``, ``hyp/<epoch>/<version>/<j>``,
+set and ledger sums (small, written once per batch); ``weights/<k>``, ``hyp/<epoch>/<version>/<j>``,
 ``buffer/<epoch>/<j>`` and ``release/<v>`` hold weights, hypotheses, epoch samples (the
 predictor's blocks are their keyed partition) and released lists, written only when
 they change. Changelogs and ``model-events`` carry raw features: they are as sensitive
@@ -86,7 +86,7 @@ def make_app(*, broker: str, rng: KeyedRandomness, partitions: int = 4, app_id: 
     outputs = {name: app.topic(prefix + name, **raw) for name in OUTPUTS}
     # key_type=bytes makes faust use the raw codec for keys on write *and* on recovery
     # (a Schema only covers writes); values are JSON (faust's fallback codec).
-    # Heads are rewritten on every event, so an uncompacted changelog grows with history
+    # Heads are rewritten on every batch, so an uncompacted changelog grows with history
     # and a restart would replay all of it. Kafka compacts closed segments only (topic
     # configs segment.ms / segment.bytes / min.cleanable.dirty.ratio): short segments keep
     # each changelog near one record per key, so a restarted worker restores state, not
