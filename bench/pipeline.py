@@ -187,7 +187,7 @@ def main() -> None:
     for table in ("model-state", "sequencer-state"):
         name = f"{prefix}app-{table}-changelog"
         print(f"  {table} changelog: {asyncio.run(count_records(name)):,} records to restore "
-              f"(about one write per event without compaction)")
+              f"(what compaction left of the writes)")
     t0 = time.perf_counter()
     restarted = Worker(BROKER, prefix, tmp, "w2").start(timeout=3600)
     asyncio.run(produce(prefix + "examples", payloads(1, seed=99)))
