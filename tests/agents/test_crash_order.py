@@ -101,7 +101,7 @@ async def crash_then_restart(log, fail_at, restart_from):
 def crash_points(log):
     """Delivery calls to fail at: a spread of charges (ledger records go first), every release,
     the first outputs of each model, events next to the 256-row buffer chunk boundaries,
-    the predictor's epoch start, and an even spread of the rest."""
+    and an even spread of the rest."""
     calls = asyncio.run(_ordered_calls(log))
     charges = [n for n, (_, topic) in enumerate(calls, 1) if topic == "ledger"]
     picks = set(charges[:3] + charges[3::6])
