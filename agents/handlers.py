@@ -151,9 +151,17 @@ class WinnowHandler(Handler):
         return "budget_exhausted" if s.exhausted else ("frozen" if s.frozen else "answered")
 
     def on_example(self, event, source, seq, outputs) -> None:
+        """The record of a labelled example carries no label: sgn(<w~, x_t>) is a function
+        of the private example that Theorem 11 (which covers the hypothesis sequence w~)
+        does not cover. Version and update flag are functions of w~'s sequence."""
         self._begin(seq, outputs)
         r = self.model.learn_one(binary_input(event, self.config.dimension), event["y"])
-        self._predict("example", source, event, r.prediction, self._status(), r.version, r.updated)
+        status = "learning" if self._status() == "answered" else self._status()
+        self._predict("example", source, event, None, status, r.version, r.updated)
+
+    def internal_mistakes(self) -> int:
+        """Online mistakes so far: a private statistic, for in-process evaluation only."""
+        return self.model.state.total_mistakes
 
     def on_query(self, event, source, seq, outputs) -> None:
         self._begin(seq, outputs)

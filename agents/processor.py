@@ -55,6 +55,10 @@ class Processor:
         async for record in records:
             await self.handle(record)
 
+    def handler(self, model_id: str):
+        """The model's handler, loaded from the state mapping (None if unregistered)."""
+        return self._handler(model_id)
+
     def _handler(self, model_id: str):
         h = self._handlers.get(model_id)
         head = self.state.get(f"model/{model_id}/head")

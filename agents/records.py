@@ -20,7 +20,6 @@ simply absent from what ``fetch`` returns.
 from __future__ import annotations
 
 import asyncio
-import hashlib
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 
@@ -40,9 +39,6 @@ class RawRecord:
     @property
     def source(self) -> str:
         return f"{self.topic}:{self.partition}:{self.offset}"
-
-    def fingerprint(self) -> tuple[int, str]:
-        return len(self.value), hashlib.sha256(self.value).hexdigest()
 
 
 async def deliver(emit: Emit, items: Iterable[tuple[str, str | None, dict]]) -> None:

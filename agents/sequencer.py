@@ -1,10 +1,11 @@
 """Validate raw input records and append them to the ordered per-model log.
 
 Bad input (malformed JSON, unknown type, wrong dimension, NaN, out-of-domain values,
-unknown model, oversized payload) never raises and never changes state: it becomes a
-``rejected`` record with the reason, the payload's size and SHA-256, and no bytes of
-the payload. Validation messages are built without input values (pydantic's
-``include_input=False``), so features cannot leak through a reason.
+unknown model, oversized payload, and anything else a payload can make the parser
+raise) never raises and never changes state: it becomes a ``rejected`` record with its
+source (topic:partition:offset) and a reason. A reason is built only from words the
+schemas fix: field names of the schemas and pydantic's error codes, never an input
+value, a model id, a count or a field name the input made up (``_reason``).
 
 State: ``config/<model>`` (the registered ModelConfig, as JSON-able dict) and
 ``src/<topic>:<partition>`` (the last input offset handled): a record at or before it
@@ -30,26 +31,59 @@ REJECTED = "rejected"
 _KIND_BY_TOPIC = {"models": "model", "examples": "example", "queries": "query"}
 
 
+def _schema_words() -> frozenset[str]:
+    words: set[str] = {"winnow", "predictor", "decision_list", "continual_winnow"}
+    todo = [ModelConfig, LabeledExample, Query]
+    while todo:
+        cls = todo.pop()
+        for name, field in cls.model_fields.items():
+            words.add(name)
+            for sub in getattr(field.annotation, "__args__", ()) or (field.annotation,):
+                if isinstance(sub, type) and hasattr(sub, "model_fields"):
+                    todo.append(sub)
+    return frozenset(words)
+
+
+_SCHEMA_WORDS = _schema_words()
+
+
 def _reason(err: ValidationError) -> str:
-    parts = [f"{'.'.join(str(p) for p in e['loc']) or 'payload'}: {e['msg']}"
-             for e in err.errors(include_input=False, include_url=False)]
-    return "invalid: " + "; ".join(parts)
+    """'invalid: <loc>: <error code>; ...' with loc made of schema field names only (an
+    input's own field names become '?', list positions '[]'); the message itself only
+    for our own validators' fixed texts (value_error)."""
+    parts = []
+    for e in err.errors(include_input=False, include_url=False, include_context=False):
+        loc = ".".join(p if isinstance(p, str) and p in _SCHEMA_WORDS else
+                       "[]" if isinstance(p, int) else "?" for p in e["loc"]) or "payload"
+        # value_error messages are the schemas' own validator texts (fixed strings)
+        parts.append(f"{loc}: {e['msg'] if e['type'] == 'value_error' else e['type']}")
+    return "invalid: " + "; ".join(sorted(set(parts)))
 
 
 def parse(record: RawRecord, configs: MutableMapping) -> tuple[dict | None, str | None]:
-    """(validated event as dict, None) or (None, reason)."""
+    """(validated event as dict, None) or (None, reason); never raises."""
+    try:
+        return _parse(record, configs)
+    except RecursionError:
+        return None, "malformed JSON: nested too deeply"
+    except Exception:            # noqa: BLE001 - any input that breaks the parser is a dead letter
+        return None, "malformed event"
+
+
+def _parse(record: RawRecord, configs: MutableMapping) -> tuple[dict | None, str | None]:
     if len(record.value) > MAX_PAYLOAD:
-        return None, f"oversized payload: {len(record.value)} bytes > {MAX_PAYLOAD}"
+        return None, f"oversized payload: above the {MAX_PAYLOAD}-byte limit"
     try:
         raw = json.loads(record.value)
-    except (UnicodeDecodeError, json.JSONDecodeError):
+    except (UnicodeDecodeError, ValueError):        # JSONDecodeError, or an integer too long
         return None, "malformed JSON"
     if not isinstance(raw, dict):
         return None, "malformed event: expected a JSON object"
     kind = raw.get("type") or _KIND_BY_TOPIC.get(record.topic)
-    model_cls = {"model": ModelConfig, "example": LabeledExample, "query": Query}.get(kind)
+    model_cls = {"model": ModelConfig, "example": LabeledExample, "query": Query}.get(kind) \
+        if isinstance(kind, str) else None
     if model_cls is None:
-        return None, f"unknown event type {str(kind)[:40]!r}"
+        return None, "unknown event type"
     raw.setdefault("type", kind)
     try:
         event = model_cls.model_validate(raw)
@@ -59,12 +93,12 @@ def parse(record: RawRecord, configs: MutableMapping) -> tuple[dict | None, str 
         known = configs.get(f"config/{event.model_id}")
         dumped = event.model_dump(mode="json")
         if known is not None and known != dumped:       # an identical re-registration is a no-op
-            return None, f"model {event.model_id!r} is already registered with another config"
+            return None, "model id already registered with another config"
         problem = check_feasible(event)
         return (None, problem) if problem else (dumped, None)
     cfg = configs.get(f"config/{event.model_id}")
     if cfg is None:
-        return None, f"unknown model {event.model_id!r}"
+        return None, "unknown model"
     config = ModelConfig.model_validate(cfg)
     problem = event.dimension_error(config.dimension, config.binary)
     if problem:
@@ -120,9 +154,7 @@ def _sequence(record: RawRecord, state: MutableMapping) -> tuple[str, str | None
     """The output for one new input record (registering a valid model's config)."""
     event, reason = parse(record, state)
     if event is None:
-        size, digest = record.fingerprint()
-        return REJECTED, None, Rejected(source=record.source, size=size, sha256=digest,
-                                        reason=reason).model_dump()
+        return REJECTED, None, Rejected(source=record.source, reason=reason).model_dump()
     if event["type"] == "model":
         state[f"config/{event['model_id']}"] = event
     return MODEL_EVENTS, event["model_id"], {"source": record.source, "event": event}

@@ -19,7 +19,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--runs", type=int, default=100_000)
     args = ap.parse_args()
-    rng = KeyedRandomness(b"bench-audit-key-0000000")
+    rng = KeyedRandomness(b"bench-audit-key-0000000000000000")
     print(f"{'mechanism':48s} {'claim':>12s} {'eps lower bound':>16s} {'verdict':>10s}")
     for sc in standard_scenarios():
         t0 = time.perf_counter()

@@ -11,7 +11,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from mechanisms.randomness import KeyedRandomness  # noqa: E402
 
-DATA_KEY = KeyedRandomness(b"dpstream-bench-data-not-secret")
+DATA_KEY = KeyedRandomness(b"dpstream-bench-data-not-secret00")
 
 
 def timed(fn):

@@ -54,7 +54,7 @@ def main() -> None:
     from river import linear_model
 
     rho = 1.0 / (2 * RELEVANT - 1)
-    rng = KeyedRandomness(b"bench-dp-winnow-key-00000")
+    rng = KeyedRandomness(b"bench-dp-winnow-key-000000000000")
     for d in args.dims:
         rows, labels = disjunction_rows(d, RELEVANT, ACTIVE, args.T, seed=d)
         inputs = [BinaryInput(d, active=np.sort(r)) for r in rows]

@@ -51,7 +51,7 @@ def main() -> None:
     args = ap.parse_args()
     family = FeatureFamily(args.d)
     target = planted(family)
-    rng = KeyedRandomness(b"bench-greedy-key-0000000")
+    rng = KeyedRandomness(b"bench-greedy-key-000000000000000")
     for n in args.ns:
         packed, y = sample(family, target, n, seed=n)
         print(f"\nn = {n:,}, |F| = {len(family):,} (+ constant rule), packed rows {packed.nbytes / 2**20:.0f} MiB")

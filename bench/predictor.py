@@ -32,7 +32,7 @@ def gaussian(seed: str, n: int, d: int) -> np.ndarray:
 
 
 def run(mode: str, args, X, y, target) -> None:
-    rng = KeyedRandomness(b"bench-predictor-key-00000")
+    rng = KeyedRandomness(b"bench-predictor-key-000000000000")
     adaptive = mode == "adaptive"
     eps, v_max = (2.0, args.d + 2) if adaptive else (8.0, 64)
     config = PredictorConfig(k=args.k, epsilon=eps, delta=1e-6, v_max=v_max)

@@ -34,7 +34,7 @@ def main() -> None:
     ap.add_argument("--single", type=int, default=5_000)
     ap.add_argument("--scale", type=float, default=4.0)
     args = ap.parse_args()
-    rng = KeyedRandomness(b"bench-key-not-secret-0000")
+    rng = KeyedRandomness(b"bench-key-not-secret-00000000000")
     stream = rng.stream("bench", "dlap", 0)
     batch = rate(lambda: discrete_laplace(stream, args.scale, args.n), args.n)
     single = rate(lambda: [discrete_laplace(stream, args.scale, 1) for _ in range(args.single)],

@@ -111,7 +111,7 @@ class DPWinnow:
 
     >>> from mechanisms.params import dp_winnow_practical_parameters
     >>> params = dp_winnow_practical_parameters(eps_hat=0.5, eta=0.2, m=50, K=5, L=3.0, delta=1e-6)
-    >>> rng = KeyedRandomness(b"doc-key-0123456789")
+    >>> rng = KeyedRandomness(b"doc-key-012345678900000000000000")
     >>> model = DPWinnow(params=params, d=8, rng=rng, model_id="doc", budget=(params.epsilon, 1e-6))
     >>> model.learn_one(BinaryInput.from_active([1, 2], 8), +1).prediction in (-1, 1)
     True

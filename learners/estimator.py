@@ -1,16 +1,31 @@
 """An sklearn-style DP decision-list classifier (fit / predict / score / get_params),
-without depending on scikit-learn.
+without depending on scikit-learn: DP-GreedyCover (seed 000 Algorithm 3.1) behind the
+estimator interface.
+
+What the epsilon covers: one call of ``fit`` is (epsilon, delta)-DP with respect to
+replacing one row of that call's (X, y) (``fitted.ledger_`` records that one charge).
+Fits on overlapping data compose: k fits of the same rows cost k times the budget (basic
+composition), as in any DP library; cross-validation's refits are such fits.
+
+Noise: each fit draws from its own keyed stream, named by a fresh 128-bit nonce from the
+OS CSPRNG (``fit_nonce_``), so two fits never share noise: not two fits with the same
+key, not ``clone()``s in cross-validation, and never a streaming model (whose ids cannot
+contain ':'). The nonce only names the stream; the noise itself is keyed (design.md
+section 5), so ``fit(X, y, nonce=fitted.fit_nonce_)`` with the same key reproduces a fit
+bit for bit for an audit. Reusing a nonce on other data reuses noise: do it only to
+reproduce.
 
 >>> import numpy as np
 >>> X = np.array([[1, 0], [0, 1], [1, 1], [0, 0]] * 50)
 >>> y = X[:, 0].astype(int)
->>> clf = DPDecisionListClassifier(epsilon=4.0, delta=1e-6, key=b"doc-key-0123456789").fit(X, y)
+>>> clf = DPDecisionListClassifier(epsilon=4.0, delta=1e-6, key=bytes(range(32))).fit(X, y)
 >>> clf.score(X, y) >= 0.5
 True
 """
 from __future__ import annotations
 
 import inspect
+import os
 
 import numpy as np
 
@@ -40,11 +55,10 @@ def round_epsilon(accounting: str, epsilon: float, delta: float, n_features: int
 
 class DPDecisionListClassifier:
     def __init__(self, *, epsilon: float = 1.0, delta: float = 1e-6, max_conjunction: int = 1,
-                 negations: bool = True, accounting: str = "set_cover", key: bytes | None = None,
-                 model_id: str = "decision-list", fit_round: int = 0):
+                 negations: bool = True, accounting: str = "set_cover", key: bytes | None = None):
         self.epsilon, self.delta = epsilon, delta
         self.max_conjunction, self.negations = max_conjunction, negations
-        self.accounting, self.key, self.model_id, self.fit_round = accounting, key, model_id, fit_round
+        self.accounting, self.key = accounting, key
 
     def get_params(self, deep: bool = True) -> dict:
         names = [p for p in inspect.signature(type(self).__init__).parameters if p != "self"]
@@ -58,7 +72,12 @@ class DPDecisionListClassifier:
             setattr(self, k, v)
         return self
 
-    def fit(self, X, y) -> "DPDecisionListClassifier":
+    def fit(self, X, y, *, nonce: bytes | None = None) -> "DPDecisionListClassifier":
+        """Fit on (X, y); ``nonce`` only to reproduce an earlier fit (see the module doc)."""
+        if nonce is None:
+            nonce = os.urandom(16)
+        if not isinstance(nonce, bytes) or len(nonce) != 16:
+            raise ParameterError("nonce", "<bytes>", "16 bytes (a fitted estimator's fit_nonce_)")
         X = np.asarray(X)
         family = FeatureFamily(X.shape[1], self.max_conjunction, self.negations)
         X = check_rows(X, family.d)
@@ -67,7 +86,8 @@ class DPDecisionListClassifier:
         self.epsilon_round_ = round_epsilon(self.accounting, self.epsilon, self.delta, len(family))
         self.ledger_ = Ledger.create(epsilon=self.epsilon, delta=self.delta, rule="basic")
         self.ledger_.charge(f"dp_greedy_cover[{self.accounting}]", self.epsilon, self.delta)
-        stream = rng.stream(self.model_id, "dp_greedy_cover", self.fit_round)
+        self.fit_nonce_ = nonce
+        stream = rng.stream("estimator:" + nonce.hex(), "dp_greedy_cover", 0)
         self.list_ = dp_greedy_cover(family, X, y, epsilon_round=self.epsilon_round_, stream=stream)
         return self
 

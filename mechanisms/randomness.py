@@ -2,8 +2,8 @@
 
 Design (design.md section 5):
 
-* A secret key (>= 16 bytes, from a file or an environment variable, never a topic)
-  is expanded per model with HKDF-SHA256 (info = model id), then per
+* A secret key (at least 32 random bytes, given as hex in a file or an environment
+  variable, never on a topic or a flag) is expanded per model with HKDF-SHA256 (info = model id), then per
   ``(purpose, counter)`` with HMAC-SHA256 into a 256-bit ChaCha20 key. The
   ChaCha20 keystream (``cryptography`` package, zero nonce: every stream has its
   own key, so a nonce is never reused) is the stream's random bytes.
@@ -13,6 +13,11 @@ Design (design.md section 5):
 
 There is no fallback to OS randomness: without a key, :func:`KeyedRandomness.from_env`
 raises :class:`MissingKeyError`. Tests pass an explicit test key.
+
+Key policy: the key's public fingerprint (on every ledger entry) would let anyone test
+guessed passphrases offline, so only high-entropy keys are accepted: at least 32 bytes,
+and from the environment or a file only as at least 64 hex digits (e.g.
+``python3 -c 'import secrets; print(secrets.token_hex(32))'``). No passphrase path.
 """
 from __future__ import annotations
 
@@ -30,6 +35,7 @@ from .errors import MissingKeyError, ParameterError
 
 KEY_ENV = "DPSTREAM_SECRET_KEY"
 KEY_FILE_ENV = "DPSTREAM_SECRET_KEY_FILE"
+MIN_KEY_BYTES = 32
 _MAX_U64 = np.uint64(0xFFFFFFFFFFFFFFFF)
 _CHUNK = 1 << 14  # keystream bytes fetched per refill
 
@@ -47,15 +53,15 @@ def _encode_counter(counter: int | tuple[int, ...]) -> bytes:
 class KeyedRandomness:
     """Derives independent deterministic streams from one secret key.
 
-    >>> rng = KeyedRandomness(b"test-key-0123456789abcdef")
+    >>> rng = KeyedRandomness(b"test-key-0123456789abcdef0000000")
     >>> a = rng.stream("m1", "noise", 0).uniform(3)
     >>> bool((a == rng.stream("m1", "noise", 0).uniform(3)).all())
     True
     """
 
     def __init__(self, secret: bytes):
-        if not isinstance(secret, (bytes, bytearray)) or len(secret) < 16:
-            raise ParameterError("secret", "<redacted>", "at least 16 bytes of key material")
+        if not isinstance(secret, (bytes, bytearray)) or len(secret) < MIN_KEY_BYTES:
+            raise ParameterError("secret", "<redacted>", f"at least {MIN_KEY_BYTES} bytes of key material")
         self._secret = bytes(secret)
         self._model_keys: dict[str, bytes] = {}
 
@@ -64,8 +70,8 @@ class KeyedRandomness:
 
     @classmethod
     def from_env(cls, environ: dict | None = None) -> "KeyedRandomness":
-        """Key from ``$DPSTREAM_SECRET_KEY`` (hex or text) or the file named by
-        ``$DPSTREAM_SECRET_KEY_FILE``; raises :class:`MissingKeyError` otherwise."""
+        """Key from ``$DPSTREAM_SECRET_KEY`` (hex) or the file named by
+        ``$DPSTREAM_SECRET_KEY_FILE`` (hex); raises :class:`MissingKeyError` otherwise."""
         env = os.environ if environ is None else environ
         if env.get(KEY_FILE_ENV):
             return cls.from_file(env[KEY_FILE_ENV])
@@ -106,13 +112,18 @@ class KeyedRandomness:
 
 
 def _decode_key(text: str) -> bytes:
+    """At least 32 bytes as hex digits; anything else (a passphrase) is refused."""
     try:
         raw = bytes.fromhex(text)
-        if len(raw) >= 16:
-            return raw
     except ValueError:
-        pass
-    return text.encode()
+        raw = b""
+    if len(raw) < MIN_KEY_BYTES:
+        raise MissingKeyError(
+            f"the secret key must be at least {MIN_KEY_BYTES} random bytes written as hex "
+            f"({2 * MIN_KEY_BYTES}+ hex digits), e.g. python3 -c 'import secrets; "
+            "print(secrets.token_hex(32))'; passphrases are refused (the public key "
+            "fingerprint would let anyone test guesses offline)")
+    return raw
 
 
 class RandomStream:

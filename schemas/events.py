@@ -2,7 +2,9 @@
 
 Validation happens here, at the edge (design.md section 5): a payload that does not
 parse into one of these models never reaches an agent's state; it goes to
-``rejected`` with a reason and the payload's size and hash, never its bytes.
+``rejected`` with where it sat and a reason built without input values: no bytes,
+size or hash of the payload (a plain hash of a small input space is inverted by
+hashing guesses; a size gives away the number of active features).
 Features: dense ``x`` (floats) or sparse ``active`` (indices that are +1 in a
 {-1,+1}^d vector); exactly one of them.
 """
@@ -39,14 +41,14 @@ class Features(Strict):
         """Why these features do not fit a model of dimension d (None when they do)."""
         if self.x is not None:
             if len(self.x) != d:
-                return f"wrong dimension: x has {len(self.x)} entries, the model expects {d}"
+                return f"wrong dimension: the model expects x with {d} entries"
             if binary and any(v not in (-1.0, 1.0) for v in self.x):
                 return "out of domain: this model needs x in {-1, +1}^d"
             return None
         if not binary:
             return "sparse 'active' features need a model over {-1, +1}^d"
         if self.active and max(self.active) >= d:
-            return f"wrong dimension: an active index is >= the model dimension {d}"
+            return f"wrong dimension: active indices must be below the model dimension {d}"
         return None
 
 
@@ -66,7 +68,9 @@ Status = Literal["answered", "hard_query", "budget_exhausted", "learning", "froz
 
 
 class Prediction(Strict):
-    """One output per input event; never carries features."""
+    """One output per input event; never carries features. ``label`` is set only on
+    queries: the record of a labelled example has ``label = None`` for every model kind
+    (a label computed from a private example is not covered by any ledger entry)."""
     model_id: ModelId
     source: str                       # "topic:partition:offset" of the input event
     seq: int                          # position in the model's sequenced event log
@@ -107,10 +111,10 @@ class Release(Strict):
 
 
 class Rejected(Strict):
-    """Dead letter: where it came from and why, never the payload itself."""
+    """Dead letter: where the record sits (``topic:partition:offset``, enough for the data
+    owner to find it) and why, in words fixed by the schema (field names and error
+    codes, never an input value, size or hash)."""
     source: str
-    size: int
-    sha256: str
     reason: str = Field(max_length=500)
 
     @field_validator("reason")

@@ -56,7 +56,8 @@ CHANGELOG_COMPACTION = {"segment.ms": "60000", "segment.bytes": str(16 * 1024 * 
 
 def make_app(*, broker: str, rng: KeyedRandomness, partitions: int = 4, app_id: str = "dpstream",
              data_dir: str | Path = "/tmp/dpstream-worker", web_port: int | None = None,
-             replication: int = 1, prefix: str = "", emit_override=None) -> faust.App:
+             replication: int = 1, prefix: str = "", emit_override=None,
+             latency_metrics: bool = False) -> faust.App:
     app = faust.App(
         app_id,
         broker=f"kafka://{broker}",
@@ -96,7 +97,7 @@ def make_app(*, broker: str, rng: KeyedRandomness, partitions: int = 4, app_id: 
     model_state = app.Table("model-state", partitions=partitions, key_type=bytes,
                             extra_topic_configs=CHANGELOG_COMPACTION)
     routes = {MODEL_EVENTS: log, **outputs}
-    metrics = Metrics()
+    metrics = Metrics(latency=latency_metrics)
 
     async def emit(topic: str, key: str | None, value: dict):
         """Enqueue on the producer; return the delivery future (agents/records.py's

@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -86,14 +87,23 @@ def cmd_run(args) -> int:
     return 0
 
 
+def _owner_only(path: Path):
+    """Open ``path`` for writing with mode 0600 (also when it already existed)."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    os.fchmod(fd, 0o600)
+    return os.fdopen(fd, "w")
+
+
 def write_export(out: Path, log: list[dict], outputs: dict) -> None:
-    """The layout `dpstream export` and `dpstream run` write and `dpstream replay --dir` reads."""
-    out.mkdir(parents=True, exist_ok=True)
-    with open(out / f"{topics.MODEL_EVENTS}.jsonl", "w") as fh:
+    """The layout `dpstream export` and `dpstream run` write and `dpstream replay --dir` reads.
+    ``model-events.jsonl`` holds raw features and labels: the directory is created 0700
+    and every file 0600 (owner only)."""
+    out.mkdir(parents=True, exist_ok=True, mode=0o700)
+    with _owner_only(out / f"{topics.MODEL_EVENTS}.jsonl") as fh:
         for rec in log:
             fh.write(json.dumps(rec) + "\n")
     for topic in topics.OUTPUTS:
-        with open(out / f"{topic}.jsonl", "w") as fh:
+        with _owner_only(out / f"{topic}.jsonl") as fh:
             for value in outputs.get(topic, []):
                 fh.write(json.dumps(value) + "\n")
 
@@ -164,13 +174,16 @@ def cmd_replay(args) -> int:
 
 def cmd_audit_report(args) -> int:
     from .report import build_report
+    if args.internal and args.no_key:
+        sys.exit("dpstream audit-report: --internal recomputes mistakes with the key; drop --no-key")
     log, outputs = read_export(Path(args.dir))
-    summary = None
+    summary, mistakes = None, ({} if args.internal else None)
     if not args.no_key:
         from .replay import replay
-        summary = asyncio.run(replay(_key(), log, outputs)).summary()
-    path = build_report(log, outputs, Path(args.out), summary)
-    print(f"dpstream audit-report: {path}")
+        summary = asyncio.run(replay(_key(), log, outputs, mistakes=mistakes)).summary()
+    path = build_report(log, outputs, Path(args.out), summary, mistakes)
+    form = "INTERNAL (contains information about the private examples)" if args.internal else "public"
+    print(f"dpstream audit-report: {path} ({form})")
     return 0
 
 
@@ -179,7 +192,8 @@ def cmd_worker(args) -> int:
 
     from .app import make_app
     app = make_app(broker=args.broker, rng=_key(), partitions=args.partitions, app_id=args.app_id,
-                   data_dir=args.data_dir, web_port=args.web_port, prefix=args.prefix)
+                   data_dir=args.data_dir, web_port=args.web_port, prefix=args.prefix,
+                   latency_metrics=args.latency_metrics)
     worker = faust.Worker(app, loglevel=args.loglevel, quiet=True)
     worker.execute_from_commandline()
     return 0
@@ -239,16 +253,23 @@ def cmd_consume(args) -> int:
 def cmd_models(args) -> int:
     if args.action == "register":
         lines = [Path(args.target).read_bytes().strip()]
-        asyncio.run(_produce(args.broker, topics.MODELS, lines))
+        asyncio.run(_produce(args.broker, args.prefix + topics.MODELS, lines))
         print(f"dpstream models: registration sent for {json.loads(lines[0])['model_id']}")
         return 0
+    # Configs come from the `models` topic (registrations only, never the model-events log,
+    # which holds raw features); the first valid registration of an id is the one in force.
+    from pydantic import ValidationError
+
+    from schemas import ModelConfig
     models = {}
-    for r in asyncio.run(read_topic(args.broker, topics.MODEL_EVENTS, timeout=args.timeout)):
-        ev = json.loads(r.value)["event"]
-        if ev["type"] == "model":
-            models.setdefault(ev["model_id"], ev)
+    for r in asyncio.run(read_topic(args.broker, args.prefix + topics.MODELS, timeout=args.timeout)):
+        try:
+            cfg = ModelConfig.model_validate_json(r.value)
+        except (ValidationError, ValueError):
+            continue
+        models.setdefault(cfg.model_id, cfg.model_dump(mode="json"))
     spent = {}
-    for r in asyncio.run(read_topic(args.broker, topics.LEDGER, timeout=args.timeout)):
+    for r in asyncio.run(read_topic(args.broker, args.prefix + topics.LEDGER, timeout=args.timeout)):
         e = json.loads(r.value)
         spent[e["model_id"]] = e
     for mid, cfg in sorted(models.items()):
@@ -295,6 +316,8 @@ def main(argv=None) -> int:
     p.add_argument("--web-port", type=int)
     p.add_argument("--loglevel", default="warning")
     p.add_argument("--prefix", default="", help="prefix of every topic name")
+    p.add_argument("--latency-metrics", action="store_true",
+                   help="export a coarse batch-latency histogram (a timing side channel; off by default)")
     p.set_defaults(fn=cmd_worker)
     for name, fn in (("produce", cmd_produce), ("consume", cmd_consume)):
         p = sub.add_parser(name)
@@ -310,6 +333,7 @@ def main(argv=None) -> int:
     p.add_argument("action", choices=["register", "list", "show"])
     p.add_argument("target", nargs="?")
     p.add_argument("--broker", default=DEFAULT_BROKER)
+    p.add_argument("--prefix", default="", help="prefix of every topic name")
     p.add_argument("--timeout", type=float, default=3.0)
     p.set_defaults(fn=cmd_models)
     p = sub.add_parser("export", help="write the log and output topics to JSONL files")
@@ -330,6 +354,8 @@ def main(argv=None) -> int:
     p.add_argument("--dir", required=True, help="an export directory")
     p.add_argument("--out", required=True)
     p.add_argument("--no-key", action="store_true", help="skip the keyed replay summary")
+    p.add_argument("--internal", action="store_true",
+                   help="add exact online mistakes (private statistics; for the data owner only)")
     p.set_defaults(fn=cmd_audit_report)
     p = sub.add_parser("schemas", help="write JSON Schemas of every event")
     p.add_argument("--out", default="schemas-json")

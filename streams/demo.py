@@ -26,7 +26,7 @@ from mechanisms.randomness import KeyedRandomness
 from .embedded import EmbeddedRuntime
 
 DEMO_KEY = b"dpstream-public-demo-key (not secret)"
-DATA_KEY = KeyedRandomness(b"dpstream-demo-data (public)")
+DATA_KEY = KeyedRandomness(b"dpstream-demo-data (public)00000")
 RISKY = [3, 17, 45, 88, 120, 150]
 
 
@@ -98,14 +98,14 @@ def summarise(rt: EmbeddedRuntime, truths: list) -> list[dict]:
         preds = [(p, t) for p, t in zip(rt.outputs["predictions"], truths) if p["model_id"] == mid]
         queries = [(p, t) for p, t in preds if p["kind"] == "query"]
         answered = [(p, t) for p, t in queries if p["label"] is not None]
-        examples = [(p, t) for p, t in preds if p["kind"] == "example" and p["label"] is not None]
         ledger = [e for e in rt.outputs["ledger"] if e["model_id"] == mid]
         last = preds[-1][0]
         rows.append({
             "model": mid, "kind": cfg["params"]["kind"], "events": len(preds),
             "queries answered": f"{len(answered)}/{len(queries)}",
             "query accuracy": (sum(p["label"] == t for p, t in answered) / len(answered)) if answered else float("nan"),
-            "online mistakes": sum(p["label"] != t for p, t in examples) if examples else None,
+            # computed in-process from the learner (where the data is), never from the topic
+            "online mistakes": getattr(rt.processor.handler(mid), "internal_mistakes", lambda: None)(),
             "updates / hard queries": (sum(p["updated"] for p, _ in preds) if cfg["params"]["kind"] == "winnow"
                                        else sum(p["status"] == "hard_query" for p, _ in preds)),
             "eps spent": ledger[-1]["spent_epsilon"] if ledger else 0.0,

@@ -2,10 +2,16 @@
 
 Neither exposes features, labels, keys or noise: the status view reads only counters
 and ledger sums from each model's ``head`` record; the metrics count events per topic,
-rejected inputs, processing latency and budget spent per model.
+rejected inputs and budget spent per model.
+
+Timing is a side channel: how long a batch takes depends on the data (an update, an LP
+refit after a hard query, a training window), so a fine-grained latency histogram can
+tell an observer when private work happened. It is off by default; ``--latency-metrics``
+turns on a coarse one (buckets 10 ms, 100 ms, 1 s, 10 s) for operators who accept that.
 """
 from __future__ import annotations
 
+import contextlib
 import time
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
@@ -57,7 +63,7 @@ def collect_status(state) -> dict:
 
 
 class Metrics:
-    def __init__(self):
+    def __init__(self, latency: bool = False):
         self.registry = CollectorRegistry()
         self.events_in = Counter("dpstream_events_in", "input records handled", ["topic"],
                                  registry=self.registry)
@@ -66,9 +72,9 @@ class Metrics:
         self.gap_records = Counter("dpstream_gap_records", "records the runtime skipped and the "
                                    "agents re-read from the log", ["topic"], registry=self.registry)
         self.rejected = Counter("dpstream_rejected", "inputs dead-lettered", registry=self.registry)
-        self.latency = Histogram("dpstream_processing_seconds", "time to handle one batch of records",
-                                 ["stage"], registry=self.registry,
-                                 buckets=(0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.5, 1, 5))
+        self.latency = Histogram("dpstream_processing_seconds", "time to handle one batch of records "
+                                 "(coarse, opt-in: a timing side channel)", ["stage"],
+                                 registry=self.registry, buckets=(0.01, 0.1, 1, 10)) if latency else None
         self.spent = Gauge("dpstream_budget_spent_epsilon", "epsilon spent (current epoch)",
                            ["model_id"], registry=self.registry)
 
@@ -80,7 +86,7 @@ class Metrics:
             self.spent.labels(value["model_id"]).set(value["spent_epsilon"])
 
     def timer(self, stage: str):
-        return _Timer(self.latency.labels(stage))
+        return _Timer(self.latency.labels(stage)) if self.latency is not None else contextlib.nullcontext()
 
     def text(self) -> bytes:
         return generate_latest(self.registry)

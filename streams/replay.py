@@ -6,9 +6,6 @@ fresh in-memory state and compares, per model and per output seq, every predicti
 ledger entry and release with what was published. Before comparing anything it
 checks the published ledger's key fingerprint against the key given, so a wrong key
 fails at once instead of producing a storm of mismatches.
-
-Still to come (issue 5): the no-key structural checks, the HTML audit report, the
-status view and metrics.
 """
 from __future__ import annotations
 
@@ -88,9 +85,13 @@ def check_key(rng: KeyedRandomness, ledger: list[dict]) -> None:
 
 
 async def replay(rng: KeyedRandomness, log: list[dict], published: dict[str, list[dict]],
-                 models: set[str] | None = None, progress=None) -> ReplayReport:
+                 models: set[str] | None = None, progress=None, mistakes: dict | None = None
+                 ) -> ReplayReport:
     """``log``: model-events records {partition, offset, value}; ``published``: the output
-    topics' values. Only models in ``models`` are compared (all when None)."""
+    topics' values. Only models in ``models`` are compared (all when None). With a dict
+    ``mistakes``, each online learner's exact cumulative mistakes after every labelled
+    example are collected into it as {model: [(seq, mistakes)]}: a private statistic, for
+    the internal audit report only."""
     check_key(rng, published.get(LEDGER, []))
     recomputed: dict[str, list] = defaultdict(list)
 
@@ -103,10 +104,14 @@ async def replay(rng: KeyedRandomness, log: list[dict], published: dict[str, lis
         value = rec["value"]
         if models is not None and value["event"]["model_id"] not in models:
             continue
+        model_id = value["event"]["model_id"]
         await processor.handle(RawRecord(MODEL_EVENTS, rec["partition"], rec["offset"],
-                                         value["event"]["model_id"].encode(),
-                                         json.dumps(value).encode()))
+                                         model_id.encode(), json.dumps(value).encode()))
         n += 1
+        if mistakes is not None and value["event"]["type"] == "example":
+            handler = processor.handler(model_id)
+            if handler is not None and hasattr(handler, "internal_mistakes"):
+                mistakes.setdefault(model_id, []).append((handler.n - 1, handler.internal_mistakes()))
         if progress is not None:
             progress()
     topics = {}
@@ -174,8 +179,9 @@ def _check_predictions(published: dict[str, list[dict]]) -> list[str]:
     for e in published.get(LEDGER, []):
         epochs_at[e["model_id"]].append((e["seq"], e["epoch"]))
         charge_seqs[e["model_id"]].append(e["seq"])
+    winnows = _winnow_models(published.get(LEDGER, []))
     for model, by_seq in preds.items():
-        winnow = _is_winnow(by_seq)
+        winnow = model in winnows
         prev, exhausted_at = None, None
         for seq in sorted(by_seq):
             p = by_seq[seq]
@@ -201,6 +207,6 @@ def _check_predictions(published: dict[str, list[dict]]) -> list[str]:
     return problems
 
 
-def _is_winnow(by_seq: dict) -> bool:
-    """DP-Winnow predictions label every example; the other kinds answer examples with None."""
-    return any(p["kind"] == "example" and p["label"] is not None for p in by_seq.values())
+def _winnow_models(ledger: list[dict]) -> set[str]:
+    """Models whose ledger shows DP-Winnow's mechanisms (their versions move with updates)."""
+    return {e["model_id"] for e in ledger if e["mechanism"] in ("above_threshold", "weight_draw")}

@@ -1,12 +1,17 @@
 """``dpstream audit-report``: a self-contained HTML report (and PNG figures) per model.
 
-Input: an export directory (``dpstream export`` / ``dpstream run``). Per model: the
-predictions and mistakes over time (mistakes need the labels in the model-events log,
-which an auditor holds; only counts appear in the report), the cumulative privacy
-budget against its cap, update rounds (DP-Winnow) and hard queries (predictor) marked
-on the timeline, and the parameter table with the theorem each value comes from. No
-feature value, label or key appears in the report. Every number carries a
-``data-*`` attribute so tests (and scripts) can check it against the ledger.
+Two forms:
+
+* public (default): a function of the published topics alone (predictions, ledger,
+  releases, model configs): query answers over time, update rounds (DP-Winnow) and hard
+  queries (predictor) as released, the cumulative privacy budget against its cap, and
+  the parameter table with the theorem each value comes from. It reads no label and no
+  feature, so it can be shared wherever the output topics can.
+* internal (``--internal``, needs the key): adds each model's exact cumulative online
+  mistakes, recomputed by a keyed replay where the data is. Mistake counts are private
+  statistics of the labelled examples; the report says so on its first line.
+
+Every number carries a ``data-*`` attribute so tests (and scripts) can check it.
 """
 from __future__ import annotations
 
@@ -64,16 +69,12 @@ def _png(fig) -> bytes:
     return buf.getvalue()
 
 
-def model_figures(model_id, preds, ledger, truths, budget_eps):
+def model_figures(model_id, preds, ledger, budget_eps, mistakes=None):
+    """(timeline PNG, budget PNG). ``mistakes``: [(seq, cumulative)] for the internal form."""
     fig, ax = plt.subplots(figsize=(8, 3))
-    mistakes, total, xs = [], 0, []
-    for p in preds:
-        t = truths.get(p["seq"])
-        if p["label"] is not None and t is not None:
-            total += p["label"] != t
-            xs.append(p["seq"])
-            mistakes.append(total)
-    ax.plot(xs, mistakes, label="cumulative mistakes (labelled examples)")
+    if mistakes:
+        ax.plot([s for s, _ in mistakes], [m for _, m in mistakes],
+                label="cumulative online mistakes (INTERNAL)")
     answered = [p["seq"] for p in preds if p["kind"] == "query" and p["label"] is not None]
     ax.plot(answered, range(1, len(answered) + 1), label="queries answered")
     for p in preds:
@@ -82,7 +83,7 @@ def model_figures(model_id, preds, ledger, truths, budget_eps):
         if p["status"] == "hard_query":
             ax.axvline(p["seq"], color="tab:red", alpha=0.6, lw=0.8)
     ax.set_xlabel("model event (seq)")
-    ax.set_title(f"{model_id}: predictions and mistakes (green: updates, red: hard queries)")
+    ax.set_title(f"{model_id}: released answers (green: updates, red: hard queries)")
     ax.legend(loc="upper left", fontsize=8)
     timeline = _png(fig)
     fig, ax = plt.subplots(figsize=(8, 3))
@@ -96,13 +97,14 @@ def model_figures(model_id, preds, ledger, truths, budget_eps):
     return timeline, _png(fig)
 
 
-def build_report(log: list[dict], outputs: dict, out: Path, replay_summary: str | None = None) -> Path:
+def build_report(log: list[dict], outputs: dict, out: Path, replay_summary: str | None = None,
+                 mistakes: dict | None = None) -> Path:
+    """Write ``out/report.html``. Public unless ``mistakes`` ({model: [(seq, cumulative)]},
+    from a keyed replay) is given; the log is read only for the model configs."""
     out.mkdir(parents=True, exist_ok=True)
-    configs, truths = {}, defaultdict(dict)
-    per_model_events = defaultdict(int)
+    configs = {}
     for rec in sorted(log, key=lambda r: (r["partition"], r["offset"])):
         ev = rec["value"]["event"]
-        per_model_events[ev["model_id"]] += 1
         if ev["type"] == "model":
             configs[ev["model_id"]] = ModelConfig.model_validate(ev)
     preds_by, ledger_by = defaultdict(dict), defaultdict(dict)
@@ -110,27 +112,18 @@ def build_report(log: list[dict], outputs: dict, out: Path, replay_summary: str 
         preds_by[p["model_id"]][p["seq"]] = p
     for e in outputs.get("ledger", []):
         ledger_by[e["model_id"]][(e["epoch"], e["charges"])] = e
-    # labels, by the model's own event counter (registration is event 0)
-    counters = defaultdict(int)
-    for rec in sorted(log, key=lambda r: (r["partition"], r["offset"])):
-        ev = rec["value"]["event"]
-        seq = counters[ev["model_id"]]
-        counters[ev["model_id"]] += 1
-        if ev["type"] == "example":
-            truths[ev["model_id"]][seq] = ev["y"]
     sections = []
     for model_id, cfg in sorted(configs.items()):
         preds = [preds_by[model_id][s] for s in sorted(preds_by[model_id])]
         ledger = [ledger_by[model_id][k] for k in sorted(ledger_by[model_id])]
-        timeline, budget = model_figures(model_id, preds, ledger, truths[model_id], cfg.budget.epsilon)
+        curve = (mistakes or {}).get(model_id)
+        timeline, budget = model_figures(model_id, preds, ledger, cfg.budget.epsilon, curve)
         (out / f"{model_id}-timeline.png").write_bytes(timeline)
         (out / f"{model_id}-budget.png").write_bytes(budget)
-        labelled = [p for p in preds if p["label"] is not None and p["seq"] in truths[model_id]]
         numbers = {
             "events": len(preds) + 1,
             "queries": sum(p["kind"] == "query" for p in preds),
             "answered": sum(p["kind"] == "query" and p["label"] is not None for p in preds),
-            "mistakes": sum(p["label"] != truths[model_id][p["seq"]] for p in labelled),
             "updates": sum(bool(p.get("updated")) for p in preds),
             "hard-queries": sum(p["status"] == "hard_query" for p in preds),
             "charges": len(ledger),
@@ -138,6 +131,8 @@ def build_report(log: list[dict], outputs: dict, out: Path, replay_summary: str 
             "spent-delta": ledger[-1]["spent_delta"] if ledger else 0.0,
             "budget-epsilon": cfg.budget.epsilon,
         }
+        if curve is not None:
+            numbers["internal-mistakes"] = curve[-1][1] if curve else 0
         cells = "".join(f'<tr><th>{k}</th><td data-{k}="{v}">{v:.6g}</td></tr>' if isinstance(v, float)
                         else f'<tr><th>{k}</th><td data-{k}="{v}">{v}</td></tr>' for k, v in numbers.items())
         params = "".join(f"<tr><td>{html.escape(a)}</td><td>{html.escape(b)}</td><td>{html.escape(c)}</td></tr>"
@@ -148,18 +143,28 @@ def build_report(log: list[dict], outputs: dict, out: Path, replay_summary: str 
 <section class="model" id="model-{html.escape(model_id)}" data-model="{html.escape(model_id)}">
 <h2>{html.escape(model_id)} ({cfg.kind}, d = {cfg.dimension})</h2>
 <table class="numbers">{cells}</table>
-{img(timeline, "predictions and mistakes over time")}
+{img(timeline, "released answers over time")}
 {img(budget, "cumulative privacy budget")}
 <h3>Parameters</h3>
 <table class="params"><tr><th>parameter</th><th>value</th><th>source</th></tr>{params}</table>
 </section>""")
-    replay_html = f"<pre id='replay'>{html.escape(replay_summary)}</pre>" if replay_summary else ""
+    if mistakes is not None:
+        banner = ("<p id='form' data-form='internal'><strong>INTERNAL: this report contains "
+                  "information about the private examples (exact online mistakes). Do not "
+                  "share it beyond the data owner.</strong></p>")
+        scope = "Includes exact mistake counts recomputed with the key."
+    else:
+        banner = "<p id='form' data-form='public'>Public report: built from the published topics only.</p>"
+        scope = "No features, labels, mistake counts or keys."
+    verified = (f"<pre id='replay'>{html.escape(replay_summary)}</pre>" if replay_summary else
+                "<p id='replay' data-verified='no'><strong>Releases were not verified: no key was "
+                "given, so nothing was recomputed.</strong></p>")
     page = f"""<!doctype html><html><head><meta charset="utf-8"><title>dpstream audit report</title>
 <style>body{{font-family:sans-serif;max-width:960px;margin:2em auto}} table{{border-collapse:collapse;margin:1em 0}}
 td,th{{border:1px solid #ccc;padding:2px 8px;text-align:left}} img{{display:block;margin:1em 0;max-width:100%}}</style>
-</head><body><h1>dpstream audit report</h1>
-<p>{len(log):,} model events, {len(configs)} model(s). Counts and budgets only: no features, labels or keys.</p>
-{replay_html}{''.join(sections)}</body></html>"""
+</head><body>{banner}<h1>dpstream audit report</h1>
+<p>{len(log):,} model events, {len(configs)} model(s). {scope}</p>
+{verified}{''.join(sections)}</body></html>"""
     path = out / "report.html"
     path.write_text(page)
     return path

@@ -22,7 +22,7 @@ from streams.embedded import EmbeddedRuntime
 
 from ..streams.kafka_helpers import per_model
 
-RNG = KeyedRandomness(b"crash-order-tests-key-00000")
+RNG = KeyedRandomness(b"crash-order-tests-key-0000000000")
 
 
 def workload():

@@ -4,7 +4,7 @@ import numpy as np
 from learners.inputs import BinaryInput
 from mechanisms.randomness import KeyedRandomness
 
-RNG = KeyedRandomness(b"dpstream-test-streams-0001")
+RNG = KeyedRandomness(b"dpstream-test-streams-0001000000")
 
 
 def random_margin_target(d: int, seed: int, support: int = 3):

@@ -11,7 +11,7 @@ from learners.greedy_cover import dp_greedy_cover, rivest_greedy
 from mechanisms.errors import ParameterError
 from mechanisms.randomness import KeyedRandomness
 
-RNG = KeyedRandomness(b"decision-list-tests-key")
+RNG = KeyedRandomness(b"decision-list-tests-key000000000")
 
 
 def bits01(seed: int, n: int, d: int) -> np.ndarray:
@@ -48,13 +48,16 @@ def test_rivest_greedy_returns_a_consistent_list(target, seed, n):
     assert np.array_equal(rivest_greedy(target.family, X, y).predict(X), y)
 
 
-def test_dp_greedy_cover_is_accurate_on_a_planted_list_and_deterministic_given_the_key():
+KEY = b"decision-list-tests-key-32-bytes!!"
+
+
+def test_dp_greedy_cover_is_accurate_on_a_planted_list_and_reproducible_from_key_and_nonce():
     fam = FeatureFamily(30)
     target = DecisionList(fam, ((2, 1), (30 + 7, 0), (11, 1), (TRUE, 0)), 0)
     X = bits01(1, 20_000, 30)
     y = target.predict(X)
-    clf = DPDecisionListClassifier(epsilon=1.0, key=b"decision-list-tests-key").fit(X, y)
-    again = DPDecisionListClassifier(epsilon=1.0, key=b"decision-list-tests-key").fit(X, y)
+    clf = DPDecisionListClassifier(epsilon=1.0, key=KEY).fit(X, y)
+    again = DPDecisionListClassifier(epsilon=1.0, key=KEY).fit(X, y, nonce=clf.fit_nonce_)
     assert clf.list_.rules == again.list_.rules
     Xt = bits01(2, 5000, 30)
     assert clf.score(Xt, target.predict(Xt)) > 0.95
@@ -104,3 +107,17 @@ def test_margin_shrinks_like_one_over_r_to_the_D():
     m_same = exact_margin(same, -1, decision_list_weights(same, -1, 8))
     m_alt = exact_margin(alt, 1, decision_list_weights(alt, 1, 8))
     assert m_same > 0.05 and m_alt < m_same / 4
+
+
+def test_two_fits_with_the_same_key_never_share_noise():
+    """Issue 8: each fit draws a fresh stream. At a tiny epsilon the exponential mechanism
+    is close to uniform over 2 |F| + 2 choices per round, so two fits sharing noise give
+    the same list and two independent fits almost surely do not."""
+    X = bits01(3, 200, 40)
+    y = (X[:, 0] == 1).astype(int)
+    first = DPDecisionListClassifier(epsilon=1e-3, key=KEY).fit(X, y)
+    second = DPDecisionListClassifier(epsilon=1e-3, key=KEY).fit(X, y)
+    assert first.fit_nonce_ != second.fit_nonce_
+    assert first.list_.rules != second.list_.rules
+    with pytest.raises(ParameterError):
+        DPDecisionListClassifier(key=KEY).fit(X, y, nonce=b"short")

@@ -11,7 +11,7 @@ from learners.predictor import (ANSWERED, EXHAUSTED, HARD, PredictorConfig, Pred
 from mechanisms.errors import ThresholdsTooClose
 from mechanisms.randomness import KeyedRandomness
 
-RNG = KeyedRandomness(b"predictor-tests-key-000")
+RNG = KeyedRandomness(b"predictor-tests-key-000000000000")
 
 
 def data_stream(name, seed):

@@ -27,7 +27,7 @@ def test_changing_any_input_gives_an_unrelated_stream(rng, change):
         "model": lambda: rng.stream("m2", "p", 0),
         "purpose": lambda: rng.stream("m", "p2", 0),
         "counter": lambda: rng.stream("m", "p", 1),
-        "key": lambda: KeyedRandomness(b"another-key-0123456789").stream("m", "p", 0),
+        "key": lambda: KeyedRandomness(b"another-key-01234567890000000000").stream("m", "p", 0),
     }[change]().uint64(20_000)
     assert not np.array_equal(base, other)
     # independence: the joint distribution of the top 3 bits of paired words is uniform
@@ -56,7 +56,7 @@ def test_missing_key_raises_instead_of_falling_back_to_os_randomness():
 
 
 def test_key_from_environment_and_file_agree(tmp_path):
-    hexkey = "00112233445566778899aabbccddeeff"
+    hexkey = "00112233445566778899aabbccddeeff" * 2
     path = tmp_path / "key"
     path.write_text(hexkey + "\n")
     a = KeyedRandomness.from_env({"DPSTREAM_SECRET_KEY": hexkey}).stream("m", "p", 0).uint64(4)
@@ -68,5 +68,15 @@ def test_short_keys_are_refused_and_keys_never_appear_in_repr():
     with pytest.raises(ParameterError) as err:
         KeyedRandomness(b"short")
     assert "short" not in str(err.value)
-    key = b"super-secret-material-123"
+    key = b"super-secret-material-123-padded-to-32"
     assert "super-secret" not in repr(KeyedRandomness(key))
+
+
+@pytest.mark.parametrize("value", ["correct horse battery staple, a long passphrase",
+                                   "00112233445566778899aabbccddeeff",        # 16 bytes: too short
+                                   "zz" * 32])
+def test_passphrases_and_short_hex_keys_are_refused_from_the_environment(value):
+    """Issue 8: the ledger's key fingerprint must not be a passphrase oracle."""
+    with pytest.raises(MissingKeyError) as err:
+        KeyedRandomness.from_env({"DPSTREAM_SECRET_KEY": value})
+    assert value not in str(err.value)

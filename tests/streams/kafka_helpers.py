@@ -13,7 +13,7 @@ from pathlib import Path
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 
 ROOT = Path(__file__).resolve().parents[2]
-KEY_HEX = "0f1e2d3c4b5a69788796a5b4c3d2e1f0"
+KEY_HEX = "0f1e2d3c4b5a69788796a5b4c3d2e1f00123456789abcdeffedcba9876543210"
 
 
 class Worker:

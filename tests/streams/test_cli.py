@@ -10,7 +10,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_run_over_the_shipped_example_files_writes_every_output_topic(tmp_path, monkeypatch):
-    monkeypatch.setenv("DPSTREAM_SECRET_KEY", "00112233445566778899aabbccddeeff")
+    monkeypatch.setenv("DPSTREAM_SECRET_KEY", "00112233445566778899aabbccddeeff" * 2)
     ex = ROOT / "examples"
     assert main(["run", "--models", str(ex / "card-fraud.model.json"),
                  "--examples", str(ex / "card-fraud.examples.jsonl"),
@@ -44,7 +44,7 @@ def test_demo_runs_end_to_end_on_a_small_stream(capsys):
 
 
 def test_run_then_replay_verifies_and_a_tampered_export_fails(tmp_path, monkeypatch, capsys):
-    monkeypatch.setenv("DPSTREAM_SECRET_KEY", "00112233445566778899aabbccddeeff")
+    monkeypatch.setenv("DPSTREAM_SECRET_KEY", "00112233445566778899aabbccddeeff" * 2)
     ex = ROOT / "examples"
     main(["run", "--models", str(ex / "card-fraud.model.json"),
           "--examples", str(ex / "card-fraud.examples.jsonl"), "--out", str(tmp_path)])
@@ -52,11 +52,12 @@ def test_run_then_replay_verifies_and_a_tampered_export_fails(tmp_path, monkeypa
     assert "OK: every release reproduced" in capsys.readouterr().out
     path = tmp_path / "predictions.jsonl"
     lines = path.read_text().splitlines()
-    row = json.loads(lines[10])
-    row["label"] = -row["label"]
-    lines[10] = json.dumps(row)
+    i = 10
+    row = json.loads(lines[i])
+    row["version"] += 1
+    lines[i] = json.dumps(row)
     path.write_text("\n".join(lines) + "\n")
     assert main(["replay", "--dir", str(tmp_path)]) == 1
     assert f"seq {row['seq']}" in capsys.readouterr().out
-    monkeypatch.setenv("DPSTREAM_SECRET_KEY", "ffeeddccbbaa99887766554433221100")
+    monkeypatch.setenv("DPSTREAM_SECRET_KEY", "ffeeddccbbaa99887766554433221100" * 2)
     assert main(["replay", "--dir", str(tmp_path)]) == 2

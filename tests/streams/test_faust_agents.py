@@ -19,7 +19,7 @@ def app_and_outputs():
     async def collect(topic, key, value):
         collected.append((topic, key, value))
 
-    app = make_app(broker="127.0.0.1:1", rng=KeyedRandomness(b"faust-agent-tests-key-0"),
+    app = make_app(broker="127.0.0.1:1", rng=KeyedRandomness(b"faust-agent-tests-key-0000000000"),
                    emit_override=collect, app_id="dpstream-test")
     app.finalize()
     app.conf.store = "memory://"

@@ -173,5 +173,5 @@ def test_bad_input_on_every_topic_is_rejected_and_the_worker_keeps_going(kafka_b
                             "oversized", "out of domain"):
         assert expected_reason in reasons
     for r in rejected:
-        assert set(r) == {"source", "size", "sha256", "reason"}
+        assert set(r) == {"source", "reason"}
         assert "nan" not in r["reason"].replace("NaN", "") and "0.3" not in r["reason"]

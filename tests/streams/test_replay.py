@@ -8,14 +8,14 @@ from mechanisms.randomness import KeyedRandomness
 from streams.embedded import EmbeddedRuntime
 from streams.replay import WrongKeyError, replay
 
-KEY = b"replay-tests-key-00000000"
+KEY = b"replay-tests-key-0000000000000000"
 
 
 def run_models():
     rt = EmbeddedRuntime(KeyedRandomness(KEY))
     cfg = {"model_id": "w", "dimension": 20, "budget": {"epsilon": 1e5, "delta": 1e-6},
            "params": {"kind": "winnow", "eps_hat": 1.0, "eta": 0.1, "m": 100, "K": 30, "L": 2.0}}
-    s = KeyedRandomness(b"replay-test-data-0000000").stream("d", "x", 0)
+    s = KeyedRandomness(b"replay-test-data-000000000000000").stream("d", "x", 0)
 
     async def go():
         await rt.feed("models", cfg)
@@ -37,7 +37,7 @@ def test_replay_with_the_key_reproduces_everything():
 def test_a_flipped_prediction_a_dropped_one_and_a_wrong_ledger_total_are_located():
     rt = run_models()
     published = copy.deepcopy(dict(rt.outputs))
-    published["predictions"][100]["label"] *= -1
+    published["predictions"][100]["version"] += 1
     dropped = published["predictions"].pop(200)
     published["ledger"][1]["spent_epsilon"] += 0.5
     report = asyncio.run(replay(KeyedRandomness(KEY), rt.log, published))
@@ -51,7 +51,7 @@ def test_a_flipped_prediction_a_dropped_one_and_a_wrong_ledger_total_are_located
 def test_wrong_key_fails_before_comparing():
     rt = run_models()
     with pytest.raises(WrongKeyError, match="wrong key"):
-        asyncio.run(replay(KeyedRandomness(b"another-key-000000000000"), rt.log, rt.outputs))
+        asyncio.run(replay(KeyedRandomness(b"another-key-00000000000000000000"), rt.log, rt.outputs))
 
 
 def test_no_key_checks_pass_on_honest_output_and_catch_a_wrong_running_total():

@@ -12,7 +12,7 @@ from streams.embedded import EmbeddedRuntime
 from streams.replay import replay
 from streams.report import build_report
 
-KEY = b"report-tests-key-00000000"
+KEY = b"report-tests-key-0000000000000000"
 
 
 def chromium() -> str:
@@ -34,7 +34,7 @@ def browser(args, tmp_path):
 
 def run_two_models():
     rt = EmbeddedRuntime(KeyedRandomness(KEY))
-    s = KeyedRandomness(b"report-test-data-00000000").stream("d", "x", 0)
+    s = KeyedRandomness(b"report-test-data-000000000000000").stream("d", "x", 0)
     winnow = {"model_id": "w", "dimension": 20, "budget": {"epsilon": 1e5, "delta": 1e-6},
               "params": {"kind": "winnow", "eps_hat": 1.0, "eta": 0.1, "m": 100, "K": 30, "L": 2.0}}
     pred = {"model_id": "p", "dimension": 1, "budget": {"epsilon": 8.0, "delta": 1e-6},

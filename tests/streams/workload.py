@@ -5,7 +5,7 @@ import numpy as np
 
 from mechanisms.randomness import KeyedRandomness
 
-DATA = KeyedRandomness(b"kafka-tests-data-not-secret")
+DATA = KeyedRandomness(b"kafka-tests-data-not-secret00000")
 
 
 def models():
