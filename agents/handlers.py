@@ -5,12 +5,17 @@ Keys (all under ``model/<id>/``): ``config``; ``head`` (written once per batch o
 position, input positions, the learner's small counters); versioned cold records
 ``weights/<k>`` (DP-Winnow), ``buffer/<epoch>/<chunk>`` (buffered samples),
 ``hyp/<epoch>/<version>/<chunk>`` (predictor hypotheses), ``release/<version>``
-(decision lists).
+(decision lists), ``params``, ``node/<epoch>/<t>/<chunk>`` and ``offset/<epoch>/<chunk>``
+(continual Winnow).
 """
 from __future__ import annotations
 
+from dataclasses import asdict
+
 import numpy as np
 
+from learners.continual_winnow import (ContinualWinnow, ContinualWinnowParameters,
+                                       ContinualWinnowState, continual_winnow_parameters)
 from learners.decision_list import DecisionList, FeatureFamily
 from learners.dp_winnow import DPWinnow, DPWinnowState
 from learners.estimator import round_epsilon
@@ -19,7 +24,9 @@ from learners.greedy_cover import dp_greedy_cover
 from learners.inputs import BinaryInput
 from learners.predictor import (EXHAUSTED, HARD, NO_EPOCH, PredictorConfig, PredictorState,
                                 PrivatePredictor)
+from learners.winnow import decode_array, encode_array
 from mechanisms.accounting import Ledger, LedgerEntry, LedgerState
+from mechanisms.continual import closed_nodes
 from mechanisms.errors import DPStreamError
 from mechanisms.params import dp_winnow_practical_parameters, dp_winnow_theory_parameters
 from mechanisms.randomness import KeyedRandomness
@@ -167,6 +174,103 @@ class WinnowHandler(Handler):
         self._begin(seq, outputs)
         label = self.model.predict_one(binary_input(event, self.config.dimension))
         self._predict("query", source, event, label, self._status(), self.model.state.k)
+
+
+# ====================================================================== continual Winnow
+NODE_COLUMNS = 32_768        # columns per node record: <= 700 kB of base64 even when dense
+TREE_MECHANISM = "tree_aggregation[discrete_gaussian]"
+
+
+def active_of(event: dict) -> list[int]:
+    """A row's active features: ``active``, or the +1 coordinates of a dense x."""
+    if "active" in event:
+        return event["active"]
+    return [j for j, v in enumerate(event["x"]) if v > 0]
+
+
+class ContinualWinnowHandler(Handler):
+    """Continual-release Winnow (our extension). Records: ``params`` (the calibrated noise,
+    written once), ``head`` (counters, this block's increment, the epoch ledger),
+    ``node/<epoch>/<t>/<chunk>`` (true node sums, written when block t closes; their noise
+    is recomputed from the key), ``offset/<epoch>/<chunk>`` (the released A^ an epoch
+    starts from). One epoch ledger: its single charge is made when the epoch starts."""
+
+    def create(self, outputs: Outputs, seq: int) -> None:
+        self._begin(seq, outputs)
+        p, b = self.config.params, self.config.budget
+        params = continual_winnow_parameters(
+            epsilon=b.epsilon, delta=b.delta, d=self.config.dimension, max_active=p.max_active + 1,
+            horizon=p.horizon, block=p.block, eta=p.eta, margin=p.margin)
+        self.state[self.key("params")] = asdict(params)
+        self.model = ContinualWinnow(params=params, rng=self.rng, model_id=self.model_id)
+        self._start_epoch()
+
+    def _start_epoch(self) -> None:
+        b, p = self.config.budget, self.model.params
+        self.epoch = self.model.state.epoch
+        ledger = Ledger.create(epsilon=b.epsilon, delta=b.delta, rule="basic")
+        ledger.on_entry.append(self._charged)
+        ledger.charge(TREE_MECHANISM, p.epsilon, p.delta)
+        self.ledger_state = ledger.state
+
+    def load(self, head: dict) -> None:
+        self._load_head(head)
+        params = ContinualWinnowParameters(**self.state[self.key("params")])
+        hot = head["learner"]
+        dim = params.d + 1
+        state = ContinualWinnowState(**hot)
+        state.alpha = {t: self._read_vector("node", state.epoch, t, dim=dim)
+                       for t in closed_nodes(state.b)}
+        state.offset = self._read_vector("offset", state.epoch, dim=dim) if state.epoch else None
+        self.model = ContinualWinnow(params=params, rng=self.rng, model_id=self.model_id, state=state)
+        self.ledger_state = LedgerState(**head["ledger"])
+        self.epoch = state.epoch
+
+    def _write_vector(self, v: np.ndarray, *parts) -> None:
+        for c, lo in enumerate(range(0, v.size, NODE_COLUMNS)):
+            part = v[lo:lo + NODE_COLUMNS]
+            nz = np.flatnonzero(part)
+            self.state[self.key(*parts, c)] = {"idx": encode_array(nz), "val": encode_array(part[nz])}
+
+    def _read_vector(self, *parts, dim: int) -> np.ndarray:
+        v = np.zeros(dim, dtype=np.int64)
+        for c, lo in enumerate(range(0, dim, NODE_COLUMNS)):
+            r = self.state[self.key(*parts, c)]
+            v[lo + decode_array(r["idx"])] = decode_array(r["val"])
+        return v
+
+    def save(self, seq: int) -> None:
+        s = self.model.state
+        self._write_head(seq, {"learner": s.hot_record(), "ledger": dict(vars(self.ledger_state))})
+
+    def spent(self) -> float:
+        return Ledger(self.ledger_state).totals().epsilon
+
+    def version(self) -> int:
+        s, p = self.model.state, self.model.params
+        return s.epoch * p.blocks + s.b
+
+    def internal_mistakes(self) -> int:
+        """Online mistakes of the released model: private, for in-process evaluation only."""
+        return self.model.state.mistakes
+
+    def on_example(self, event, source, seq, outputs) -> None:
+        self._begin(seq, outputs)
+        step = self.model.learn_one(active_of(event), event["y"])
+        s = self.model.state
+        # Cold records as blocks close (a batch may close several); versioned keys whose
+        # content is a function of the log, so re-applying after a crash rewrites the same.
+        if step.new_epoch:
+            self._write_vector(s.offset, "offset", s.epoch)
+            self._start_epoch()
+        elif step.released:
+            self._write_vector(s.alpha[s.b], "node", s.epoch, s.b)
+        self._predict("example", source, event, None, "learning", self.version(), step.released)
+
+    def on_query(self, event, source, seq, outputs) -> None:
+        self._begin(seq, outputs)
+        label = self.model.predict_one(active_of(event))
+        self._predict("query", source, event, label, "answered", self.version())
 
 
 # ====================================================================== predictor
@@ -329,8 +433,8 @@ class DecisionListHandler(Handler):
         self._predict("query", source, event, label, "answered", self.version)
 
 
-HANDLERS = {"winnow": WinnowHandler, "predictor": PredictorHandler,
-            "decision_list": DecisionListHandler}
+HANDLERS = {"winnow": WinnowHandler, "continual_winnow": ContinualWinnowHandler,
+            "predictor": PredictorHandler, "decision_list": DecisionListHandler}
 
 
 def check_feasible(config: ModelConfig) -> str | None:
@@ -339,6 +443,14 @@ def check_feasible(config: ModelConfig) -> str | None:
     try:
         if config.kind == "winnow":
             winnow_parameters(config)
+        elif config.kind == "continual_winnow":
+            p = config.params
+            if p.max_active > config.dimension:
+                return f"max_active={p.max_active} exceeds the dimension {config.dimension}"
+            continual_winnow_parameters(
+                epsilon=config.budget.epsilon, delta=config.budget.delta, d=config.dimension,
+                max_active=p.max_active + 1, horizon=p.horizon, block=p.block, eta=p.eta,
+                margin=p.margin)
         elif config.kind == "predictor":
             if config.params.generator == "thresholds" and config.dimension != 1:
                 return "the thresholds generator needs dimension 1"

@@ -105,6 +105,11 @@ def _parse(record: RawRecord, configs: MutableMapping) -> tuple[dict | None, str
         return None, problem
     if kind == "example" and config.kind == "decision_list" and event.active is not None:
         return None, "decision lists take dense x in {-1, +1}^d"
+    if config.kind == "continual_winnow":
+        n_active = len(set(event.active)) if event.active is not None else \
+            sum(v > 0 for v in event.x)
+        if n_active > config.params.max_active:
+            return None, f"too many active features: the model allows {config.params.max_active}"
     return event.model_dump(mode="json", exclude_none=True), None
 
 

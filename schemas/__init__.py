@@ -1,9 +1,10 @@
 """Pydantic v2 models of dpstream's events, configs and state records."""
-from .config import Budget, DecisionListParams, ModelConfig, PredictorParams, WinnowParams
+from .config import (Budget, ContinualWinnowParams, DecisionListParams, ModelConfig,
+                     PredictorParams, WinnowParams)
 from .events import (Features, LabeledExample, LedgerEntryEvent, Prediction, Query, Rejected,
                      Release)
 
-__all__ = ["Budget", "DecisionListParams", "Features", "LabeledExample", "LedgerEntryEvent",
+__all__ = ["Budget", "ContinualWinnowParams", "DecisionListParams", "Features", "LabeledExample", "LedgerEntryEvent",
            "ModelConfig", "Prediction", "PredictorParams", "Query", "Rejected", "Release",
            "WinnowParams", "json_schemas"]
 

@@ -34,6 +34,24 @@ class WinnowParams(Strict):
         return self
 
 
+class ContinualWinnowParams(Strict):
+    """Continual-release Winnow (our extension, learners/continual_winnow.py): the budget
+    alone fixes the noise; these shape the learner. Rows are sparse {0,1} (``active``) or
+    dense x in {-1,+1}^d (the +1 coordinates are the active ones)."""
+    kind: Literal["continual_winnow"] = "continual_winnow"
+    max_active: int = Field(ge=1, le=10_000)        # active features per row, bias not counted
+    block: int = Field(default=100, ge=1, le=1_000_000)            # examples per release
+    horizon: int = Field(default=1_000_000, ge=1, le=1_000_000_000)  # examples per epoch
+    eta: float = Field(default=1.0, gt=0, le=100)   # learning rate, in noise units
+    margin: float = Field(default=5.0, ge=0, le=1000)  # update below this margin (noise units)
+
+    @model_validator(mode="after")
+    def _blocks_fit(self):
+        if self.horizon % self.block:
+            raise ValueError("horizon must be a multiple of block")
+        return self
+
+
 class PredictorParams(Strict):
     kind: Literal["predictor"] = "predictor"
     generator: Literal["halfspace", "thresholds"] = "halfspace"
@@ -52,7 +70,8 @@ class DecisionListParams(Strict):
     accounting: Literal["set_cover", "advanced", "basic"] = "set_cover"
 
 
-Params = Annotated[Union[WinnowParams, PredictorParams, DecisionListParams], Field(discriminator="kind")]
+Params = Annotated[Union[WinnowParams, ContinualWinnowParams, PredictorParams, DecisionListParams],
+                   Field(discriminator="kind")]
 
 
 class ModelConfig(Strict):

@@ -52,10 +52,14 @@ def cmd_demo(args) -> int:
             return f"{v:.4f}" if v < 10 else f"{v:,.1f}"
         return "-" if v is None else str(v)
 
-    for col in list(rows[0])[1:]:
-        table.add_row(col, *[fmt(r[col]) for r in rows])
+    for col in dict.fromkeys(k for r in rows for k in r if k != "model"):
+        table.add_row(col, *[fmt(r.get(col)) for r in rows])
     console = Console()
     console.print(table)
+    for line in meta["_meaning"]:
+        console.print(line)
+    console.print("online mistakes and baselines are computed in-process from the labelled "
+                  "examples; they are private statistics and are never published")
     console.print(f"noise key source: {meta['_key_source']}; rejected inputs: {meta['_rejected']}")
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=2))

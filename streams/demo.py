@@ -1,17 +1,20 @@
 """``dpstream demo``: the main job on the embedded runtime, no Kafka needed.
 
 Data (generated here, documented, reproducible from a public data key):
-* ``card-fraud`` (DP-Winnow): card transactions as sparse binary features: one of 40
-  merchant categories, one of 60 countries, channel, hour bucket and 20 device
-  flags, plus a constant feature (d = 200). Fraud (+1) iff any of 6 risky indicators
-  is present (a planted monotone disjunction, margin 1/11). Labelled examples arrive
-  with occasional unlabelled queries.
+* ``card-fraud`` (continual-release Winnow at epsilon = 2): card transactions as sparse
+  binary features: one of 40 merchant categories, one of 60 countries, channel, hour
+  bucket and 20 device flags, plus a constant feature (d = 200). Fraud (+1) iff any of
+  6 risky indicators is present (a planted monotone disjunction). Labelled examples
+  arrive with occasional unlabelled queries.
 * ``risk-score`` (private predictor): two real-valued risk scores per applicant
   (standard normal), label +1 iff 1.0 * s1 - 0.6 * s2 >= 0.2 (a planted halfspace);
   a labelled epoch sample, then unlabelled queries answered with BetweenThresholds.
 
-The demo uses a *public* demo key unless DPSTREAM_SECRET_KEY(_FILE) is set: its noise
-is reproducible by anyone, so it demonstrates the pipeline, not privacy.
+Beside each private model the demo prints what a user would compare it with, computed
+in-process where the data is (never from the output topics): the majority class and a
+non-private learner on the same stream. The demo uses a *public* demo key unless
+DPSTREAM_SECRET_KEY(_FILE) is set: its noise is reproducible by anyone, so it shows the
+pipeline and the accuracy at that epsilon, not privacy.
 """
 from __future__ import annotations
 
@@ -60,19 +63,21 @@ def risk_scores(n: int, seed: int):
     return X, np.where(X @ np.array([1.0, -0.6]) >= 0.2, 1, -1).tolist()
 
 
-# card-fraud: m = 12,000 draws per w~, near design.md's Hoeffding size for c just below
-# 1/2 (params.dp_winnow_sample_size(T=22_000, beta=0.05, c=0.49, rho=1/11) = 13,796).
-# The target's margin lives in the constant feature's weight (about 5/11), so Winnow's
-# w oscillates around the boundary and a small m makes the final, frozen w~ a lottery:
-# with m = 3,000, one demo key in six froze at 10% error. This setting spends the whole
-# 5e5 budget and stops updating (budget_exhausted), which the demo shows as it is.
+# card-fraud: continual-release Winnow at (epsilon, delta) = (2, 1e-6) per example, one
+# epoch of 20,000 examples in blocks of 100 (bench/continual_winnow.py chose block, eta
+# and margin). Rows have at most 15 active features here, so max_active = 16 loses none.
 MODELS = [
-    {"model_id": "card-fraud", "dimension": 200, "budget": {"epsilon": 5e5, "delta": 1e-6},
-     "params": {"kind": "winnow", "mode": "practical", "eps_hat": 1.0, "eta": 0.08, "m": 12000,
-                "K": 1500, "L": 2.0, "rho": 1 / 11}},
+    {"model_id": "card-fraud", "dimension": 200, "budget": {"epsilon": 2.0, "delta": 1e-6},
+     "params": {"kind": "continual_winnow", "max_active": 16, "block": 100, "horizon": 20_000}},
     {"model_id": "risk-score", "dimension": 2, "budget": {"epsilon": 8.0, "delta": 1e-6},
      "params": {"kind": "predictor", "generator": "halfspace", "k": 3000, "m": 40, "v_max": 16}},
 ]
+
+
+def epsilon_meaning(epsilon: float, delta: float) -> str:
+    return (f"eps = {epsilon:g} per example: replacing any one example by another changes "
+            f"the probability of any released output by at most a factor e^{epsilon:g} = "
+            f"{math.exp(epsilon):,.1f}, except with probability delta = {delta:g}")
 
 
 def events(n_fraud: int, n_queries: int):
@@ -91,7 +96,29 @@ def events(n_fraud: int, n_queries: int):
         yield "queries", {"model_id": "risk-score", "x": x.tolist(), "query_id": f"r{i}"}, int(t)
 
 
-def summarise(rt: EmbeddedRuntime, truths: list) -> list[dict]:
+def baselines(cfg: dict, labelled: list, query_truths: list) -> dict:
+    """What a user would pick instead, on the same stream, in-process (never published):
+    the majority class (from the labels seen so far, online) and a non-private learner."""
+    from learners.inputs import BinaryInput
+    from learners.winnow import Winnow
+
+    pos = neg = mistakes_majority = 0
+    for _, y in labelled:
+        mistakes_majority += (1 if pos >= neg else -1) != y
+        pos, neg = pos + (y == 1), neg + (y == -1)
+    majority = 1 if pos >= neg else -1
+    out = {"majority: query accuracy": (sum(t == majority for t in query_truths) / len(query_truths))
+           if query_truths else float("nan")}
+    if cfg["params"]["kind"] == "continual_winnow":
+        d = cfg["dimension"]
+        learner = Winnow(d=d, eta=0.5)
+        out["majority: online mistakes"] = mistakes_majority
+        out["non-private Winnow: online mistakes"] = sum(
+            learner.learn_one(BinaryInput.from_active(x, d), y) != y for x, y in labelled)
+    return out
+
+
+def summarise(rt: EmbeddedRuntime, truths: list, labelled: dict) -> list[dict]:
     rows = []
     for cfg in MODELS:
         mid = cfg["model_id"]
@@ -100,16 +127,19 @@ def summarise(rt: EmbeddedRuntime, truths: list) -> list[dict]:
         answered = [(p, t) for p, t in queries if p["label"] is not None]
         ledger = [e for e in rt.outputs["ledger"] if e["model_id"] == mid]
         last = preds[-1][0]
+        handler = rt.processor.handler(mid)
         rows.append({
             "model": mid, "kind": cfg["params"]["kind"], "events": len(preds),
+            "eps budget (per example)": cfg["budget"]["epsilon"],
+            "eps charged (last epoch)": ledger[-1]["spent_epsilon"] if ledger else 0.0,
             "queries answered": f"{len(answered)}/{len(queries)}",
             "query accuracy": (sum(p["label"] == t for p, t in answered) / len(answered)) if answered else float("nan"),
             # computed in-process from the learner (where the data is), never from the topic
-            "online mistakes": getattr(rt.processor.handler(mid), "internal_mistakes", lambda: None)(),
-            "updates / hard queries": (sum(p["updated"] for p, _ in preds) if cfg["params"]["kind"] == "winnow"
+            "online mistakes": getattr(handler, "internal_mistakes", lambda: None)(),
+            "updates / hard queries": (sum(p["updated"] for p, _ in preds) if cfg["params"]["kind"] != "predictor"
                                        else sum(p["status"] == "hard_query" for p, _ in preds)),
-            "eps spent": ledger[-1]["spent_epsilon"] if ledger else 0.0,
-            "eps budget": cfg["budget"]["epsilon"], "status": last["status"],
+            **baselines(cfg, labelled[mid], [t for _, t in queries]),
+            "status": last["status"],
         })
     return rows
 
@@ -118,7 +148,7 @@ def run_demo(n_fraud: int = 20_000, n_queries: int = 5_000, progress: bool = Tru
     rng, keyed = demo_key()
     items = list(events(n_fraud, n_queries))
     rt = EmbeddedRuntime(rng)
-    truths = []
+    truths, labelled = [], {cfg["model_id"]: [] for cfg in MODELS}
 
     async def go(advance):
         for topic, payload, truth in items:
@@ -126,6 +156,8 @@ def run_demo(n_fraud: int = 20_000, n_queries: int = 5_000, progress: bool = Tru
             await rt.feed(topic, payload)
             if len(rt.outputs["predictions"]) > n_before:
                 truths.append(truth)
+                if topic == "examples":
+                    labelled[payload["model_id"]].append((payload.get("active", payload.get("x")), truth))
             advance()
 
     if progress:
@@ -137,7 +169,25 @@ def run_demo(n_fraud: int = 20_000, n_queries: int = 5_000, progress: bool = Tru
             asyncio.run(go(lambda: bar.advance(task)))
     else:
         asyncio.run(go(lambda: None))
-    rows = summarise(rt, truths)
+    rows = summarise(rt, truths, labelled)
     rows.append({"_key_source": "configured" if keyed else "public demo key (not private)",
-                 "_rejected": len(rt.outputs["rejected"])})
+                 "_rejected": len(rt.outputs["rejected"]),
+                 "_meaning": [f"{cfg['model_id']}: " + epsilon_meaning(cfg["budget"]["epsilon"],
+                                                                         cfg["budget"]["delta"])
+                              for cfg in MODELS]})
     return rows
+
+
+def write_examples(directory: str, n: int = 20_000) -> None:
+    """Write the card-fraud example files of ``examples/`` (model, examples, queries)."""
+    import json
+    from pathlib import Path
+
+    out = Path(directory)
+    (out / "card-fraud.model.json").write_text(json.dumps(MODELS[0]) + "\n")
+    with open(out / "card-fraud.examples.jsonl", "w") as ex, \
+            open(out / "card-fraud.queries.jsonl", "w") as qu:
+        for i, (act, y) in enumerate(fraud_stream(n)):
+            ex.write(json.dumps({"model_id": "card-fraud", "active": act, "y": y}) + "\n")
+            if i % 10 == 0:
+                qu.write(json.dumps({"model_id": "card-fraud", "active": act, "query_id": f"q{i}"}) + "\n")

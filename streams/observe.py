@@ -31,6 +31,10 @@ def status_of(config: dict, head: dict) -> dict:
         ledger = s["ledger"]
         out.update(epoch=0, rounds=s["t"], updates=s["k"], frozen=s["frozen"],
                    exhausted=s["exhausted"])
+    elif kind == "continual_winnow":
+        s = head["learner"]
+        ledger = head["ledger"]
+        out.update(epoch=s["epoch"], releases_this_epoch=s["b"], exhausted=False)
     elif kind == "predictor":
         s = head["predictor"]
         ledger = s["ledger"]

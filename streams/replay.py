@@ -208,5 +208,7 @@ def _check_predictions(published: dict[str, list[dict]]) -> list[str]:
 
 
 def _winnow_models(ledger: list[dict]) -> set[str]:
-    """Models whose ledger shows DP-Winnow's mechanisms (their versions move with updates)."""
-    return {e["model_id"] for e in ledger if e["mechanism"] in ("above_threshold", "weight_draw")}
+    """Models whose ledger shows an online learner's mechanisms: DP-Winnow's or continual
+    Winnow's (their versions move exactly with the released updates)."""
+    return {e["model_id"] for e in ledger if e["mechanism"] in
+            ("above_threshold", "weight_draw", "tree_aggregation[discrete_gaussian]")}

@@ -43,6 +43,22 @@ def parameter_rows(config: ModelConfig) -> list[tuple[str, str, str]]:
                  ("K (update cap)", f"{w.K:.4g}", src), ("L (threshold)", f"{w.L:.4g}",
                                                           "8 ln(2T^2/beta)/eps^" if w.source == "theorem-11" else src),
                  ("guaranteed eps", f"{w.epsilon:.4g}", "Thm 11 composition (mechanisms.params.dp_winnow_guarantee)")]
+    elif p.kind == "continual_winnow":
+        from learners.continual_winnow import continual_winnow_parameters
+        c = continual_winnow_parameters(epsilon=b.epsilon, delta=b.delta, d=config.dimension,
+                                        max_active=p.max_active + 1, horizon=p.horizon,
+                                        block=p.block, eta=p.eta, margin=p.margin)
+        src = "registration"
+        rows += [("block B, horizon T per epoch", f"{c.block}, {c.horizon}", src),
+                 ("max active s (bias included)", str(c.max_active), src),
+                 ("sensitivity 2 sqrt(s)", f"{c.sensitivity:.4g}", "replace-one (learners/continual_winnow.py)"),
+                 ("tree levels", str(c.levels), "ceil(log2(T/B)) + 1"),
+                 ("noise variance sigma^2", str(c.sigma2),
+                  "smallest integer meeting the budget (mechanisms.continual.calibrate_tree_sigma2)"),
+                 ("rho (zCDP) per epoch", f"{c.rho:.4g}", "levels * Delta^2 / (2 sigma^2)"),
+                 ("guaranteed eps per example", f"{c.epsilon:.4g}",
+                  "dp-accounting RDP conversion; epochs on disjoint examples compose in parallel"),
+                 ("eta, margin (noise units)", f"{c.eta:g}, {c.margin:g}", src)]
     elif p.kind == "predictor":
         pc = predictor_config(config)
         budget, cal = pc.budget(), pc.calibration()

@@ -34,16 +34,21 @@ def workload():
                       "params": {"kind": "decision_list", "window": 100}}),
           ("models", {"model_id": "p", "dimension": 1, "budget": {"epsilon": 8.0, "delta": 1e-6},
                       "params": {"kind": "predictor", "generator": "thresholds", "k": 900, "m": 1,
-                                 "v_max": 20}})]
+                                 "v_max": 20}}),
+          ("models", {"model_id": "c", "dimension": 20, "budget": {"epsilon": 2.0, "delta": 1e-6},
+                      "params": {"kind": "continual_winnow", "max_active": 4, "block": 25,
+                                 "horizon": 300}})]          # 3 epochs, 12 releases each
     for i in range(900):
         act = sorted(set(s.below(20, size=3).tolist()))
         ev.append(("examples", {"model_id": "w", "active": act, "y": 1 if min(act) < 4 else -1}))
+        ev.append(("examples", {"model_id": "c", "active": act, "y": 1 if min(act) < 4 else -1}))
         x = [1 if b else -1 for b in s.bits(6).tolist()]
         ev.append(("examples", {"model_id": "dl", "x": x, "y": x[0] if x[1] == 1 else -1}))
         v = float(s.uniform(1)[0])
         ev.append(("examples", {"model_id": "p", "x": [v], "y": 1 if v >= 0.4 else -1}))
     for i in range(40):
         ev.append(("queries", {"model_id": "w", "active": [i % 20]}))
+        ev.append(("queries", {"model_id": "c", "active": [i % 20]}))
         ev.append(("queries", {"model_id": "dl", "x": [1, -1, 1, -1, 1, -1]}))
         ev.append(("queries", {"model_id": "p", "x": [i / 40]}))
     return ev
@@ -135,7 +140,7 @@ async def _ordered_calls(log):
 def test_a_crash_at_any_delivery_loses_and_changes_no_output(log_and_expected):
     log, expected, final_state = log_and_expected
     calls, picks = crash_points(log)
-    assert {json.loads(log[i].value)["event"]["model_id"] for i, _ in calls} == {"w", "dl", "p"}
+    assert {json.loads(log[i].value)["event"]["model_id"] for i, _ in calls} == {"w", "dl", "p", "c"}
     assert {calls[n - 1][1] for n in picks} == {"predictions", "ledger", "releases"}
     for j, fail_at in enumerate(picks):
         event = calls[fail_at - 1][0]

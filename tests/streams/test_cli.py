@@ -16,10 +16,10 @@ def test_run_over_the_shipped_example_files_writes_every_output_topic(tmp_path, 
                  "--examples", str(ex / "card-fraud.examples.jsonl"),
                  "--queries", str(ex / "card-fraud.queries.jsonl"), "--out", str(tmp_path)]) == 0
     preds = [json.loads(line) for line in (tmp_path / "predictions.jsonl").read_text().splitlines()]
-    assert len(preds) == 3000 + 300
+    assert len(preds) == 20_000 + 2_000
     assert (tmp_path / "ledger.jsonl").read_text() and not (tmp_path / "rejected.jsonl").read_text()
     queries = [p for p in preds if p["kind"] == "query"]
-    assert sum(p["label"] is not None for p in queries) == 300
+    assert sum(p["label"] is not None for p in queries) == 2_000
 
 
 def test_run_without_a_key_fails_clearly(tmp_path, monkeypatch):

@@ -1,0 +1,254 @@
+"""Continual-release Winnow: our extension (not a seed algorithm). Balanced Winnow whose
+statistic is released by continual counting, so that it learns at single-digit epsilon.
+
+Why: the seed's DP-Winnow (Algorithm 4.2) releases w~ as m exponential-mechanism draws,
+K times; its privacy loss has a floor near 2 m K eta^2 whatever the accountant
+(design.md section 7), so it cannot learn at epsilon <= 10 on practical streams.
+
+Learner. Inputs are sparse {0,1} rows given by their active indices (at most
+``max_active - 1`` of them) plus a constant bias feature (index d). Balanced Winnow keeps
+positive and negative weights w+_j ~ exp(+eta A_j), w-_j ~ exp(-eta A_j) and predicts
+sgn(sum over the row's features of (w+_j - w-_j)) = sgn(sum_j sinh(eta A_j)), where
+A = sum over update rounds of y * 1_row (the normaliser is positive and common to all
+features, so it drops out of the sign). Every prediction and every update decision uses
+only the *released* estimate A^ of A (below), never A itself.
+
+Update rule: a round updates when the released model errs or is not confident:
+y * sum_{j in row} A^_j < margin * u, with u the noise scale of A^ (one coordinate's
+standard deviation, sqrt(sigma2 * levels / 2)). Margin updates are free under DP (an
+example contributes at most one term y * 1_row whatever the rule) and they make the
+statistic grow past the noise early; eta is likewise in units of u. Measured on the
+bench's sparse disjunction at epsilon = 1: 6.0% cumulative mistakes with mistake-only
+updates, 2.4% with margin 5 (bench/continual_winnow.py).
+
+Release. A is released block by block: the increments of each block of ``block``
+examples go to the binary tree mechanism with exact discrete Gaussian noise
+(mechanisms/continual.py); after block b closes, A^ = (previous epochs' final release)
++ (this epoch's noisy prefix estimate). Replace-one neighbours change one block's
+increment by y * 1_row - y' * 1_row' (or one of the two terms alone), at most
+2 sqrt(max_active) in l2: that is the sensitivity. An epoch is ``horizon`` examples; then
+a new epoch starts a new tree on fresh examples from the released A^ (each example is
+in one epoch; per-example guarantee = one epoch's (epsilon, delta), forever; proof in
+mechanisms/continual.py). Rows with more active features than allowed are rejected by
+the caller (the sensitivity would not hold).
+
+>>> from mechanisms.randomness import KeyedRandomness
+>>> params = continual_winnow_parameters(epsilon=4.0, delta=1e-6, d=20, max_active=4,
+...                                      horizon=1000, block=50)
+>>> model = ContinualWinnow(params=params, rng=KeyedRandomness(bytes(32)), model_id="doc")
+>>> model.learn_one([3, 7], +1) in (-1, 1)
+True
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from mechanisms.continual import (TreeNoise, calibrate_tree_sigma2, close_block, tree_epsilon,
+                                  tree_levels, tree_rho)
+from mechanisms.errors import ParameterError
+from mechanisms.randomness import KeyedRandomness
+
+
+
+@dataclass(frozen=True)
+class ContinualWinnowParameters:
+    d: int                     # user features; the bias is feature d
+    max_active: int            # s: active features per row, the bias included
+    block: int                 # B: examples per release
+    horizon: int               # T: examples per epoch (a multiple of B)
+    eta: float                 # learning rate, in units of the noise scale u
+    margin: float              # update when y <A^, x> < margin * u
+    sigma2: int                # discrete Gaussian variance per tree node coordinate
+    levels: int
+    epsilon: float             # per-example guarantee (one epoch), at delta
+    delta: float
+
+    @property
+    def sensitivity(self) -> float:
+        """Replace-one l2 sensitivity of a block increment: 2 sqrt(s)."""
+        return 2.0 * math.sqrt(self.max_active)
+
+    @property
+    def blocks(self) -> int:
+        return self.horizon // self.block
+
+    @property
+    def noise_unit(self) -> float:
+        """u: the standard deviation of one coordinate of A^ for a typical prefix
+        (levels / 2 noisy nodes of variance sigma2); at least 1."""
+        return max(1.0, math.sqrt(self.sigma2 * self.levels / 2.0))
+
+    @property
+    def rho(self) -> float:
+        return tree_rho(sigma2=self.sigma2, levels=self.levels, sensitivity=self.sensitivity)
+
+
+def continual_winnow_parameters(*, epsilon: float, delta: float, d: int, max_active: int,
+                                horizon: int = 1_000_000, block: int = 100, eta: float = 1.0,
+                                margin: float = 5.0) -> ContinualWinnowParameters:
+    """Parameters that spend (epsilon, delta) per example: the smallest integer noise
+    variance whose tree guarantee fits (``mechanisms.continual.calibrate_tree_sigma2``).
+    ``max_active`` counts the bias feature. Defaults (block 100, eta 1, margin 5) come
+    from bench/continual_winnow.py."""
+    if d < 1:
+        raise ParameterError("d", d, ">= 1")
+    if not 2 <= max_active <= d + 1:
+        raise ParameterError("max_active", max_active, f"in [2, d + 1 = {d + 1}] (bias included)")
+    if block < 1 or horizon < block or horizon % block:
+        raise ParameterError("horizon, block", (horizon, block), "block >= 1 dividing horizon")
+    if not (eta > 0 and math.isfinite(eta)):
+        raise ParameterError("eta", eta, "a finite number > 0")
+    if not (margin >= 0 and math.isfinite(margin)):
+        raise ParameterError("margin", margin, "a finite number >= 0")
+    levels = tree_levels(horizon // block)
+    sens = 2.0 * math.sqrt(max_active)
+    sigma2 = calibrate_tree_sigma2(epsilon=epsilon, delta=delta, levels=levels, sensitivity=sens)
+    spent = tree_epsilon(sigma2=sigma2, levels=levels, sensitivity=sens, delta=delta)
+    return ContinualWinnowParameters(d, max_active, block, horizon, float(eta), float(margin),
+                                     sigma2, levels, spent, delta)
+
+
+@dataclass
+class ContinualWinnowState:
+    """Small counters (every event) and the epoch's tree nodes (on block closes)."""
+    epoch: int = 0
+    t: int = 0                               # examples seen this epoch
+    b: int = 0                               # blocks closed this epoch (the version)
+    inc_idx: list = field(default_factory=list)    # this block's increment, sparse
+    inc_val: list = field(default_factory=list)
+    mistakes: int = 0                        # private: in-process evaluation only
+    updates: int = 0                         # private
+    alpha: dict = field(default_factory=dict)      # closing block -> true node sum (int64)
+    offset: np.ndarray | None = None         # released A^ at the end of earlier epochs
+
+    def hot_record(self) -> dict:
+        return {"epoch": self.epoch, "t": self.t, "b": self.b, "inc_idx": list(self.inc_idx),
+                "inc_val": list(self.inc_val), "mistakes": self.mistakes, "updates": self.updates}
+
+
+@dataclass(frozen=True)
+class Step:
+    prediction: int            # sgn of the released model on x (private for a labelled x)
+    updated: bool              # this example entered the statistic (private)
+    released: bool             # a block closed: A^ and the version moved (public)
+    new_epoch: bool = False
+
+
+class ContinualWinnow:
+    """Predict and learn over explicit state; every decision reads only A^."""
+
+    def __init__(self, *, params: ContinualWinnowParameters, rng: KeyedRandomness, model_id: str,
+                 state: ContinualWinnowState | None = None):
+        self.params, self.rng, self.model_id = params, rng, model_id
+        self.dim = params.d + 1
+        self.state = state or ContinualWinnowState(offset=np.zeros(self.dim, dtype=np.int64))
+        if self.state.offset is None:
+            self.state.offset = np.zeros(self.dim, dtype=np.int64)
+        self._noise = TreeNoise(rng, model_id, self.state.epoch, params.sigma2, self.dim)
+        self._refresh()
+
+    # ------------------------------------------------------------ released model
+    def _refresh(self) -> None:
+        """A^ = offset + noisy prefix of this epoch (zero before its first block closes),
+        extended by one zero slot that pads short rows."""
+        s, p = self.state, self.params
+        prefix = self._noise.release(s.alpha) if s.alpha else np.zeros(self.dim, dtype=np.int64)
+        self.released = (s.offset + prefix).astype(np.float64)
+        self._released_ext = np.append(self.released, 0.0)
+        self._scaled_ext = p.eta * self._released_ext / p.noise_unit
+
+    def _rows(self, actives) -> np.ndarray:
+        """(n, max_active) feature indices: each row's distinct active indices, the bias d,
+        then the pad slot d + 1. A fixed width makes one row's arithmetic the same alone
+        or in a batch (float sums in the same order)."""
+        p = self.params
+        out = np.full((len(actives), p.max_active), self.dim, dtype=np.int64)
+        for i, active in enumerate(actives):
+            a = np.asarray(active, dtype=np.int64)
+            if a.ndim != 1 or (a.size and (a.min() < 0 or a.max() >= p.d)):
+                raise ParameterError("active", "<indices>", f"indices in [0, {p.d})")
+            row = np.unique(np.append(a, p.d))
+            if row.size > p.max_active:
+                raise ParameterError("active", "<indices>",
+                                     f"at most {p.max_active - 1} distinct indices (max_active "
+                                     "counts the bias; more would break the sensitivity bound)")
+            out[i, :row.size] = row
+        return out
+
+    def _decide(self, idx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(predictions, margins <A^, x>) per row. The score is sum_j sinh(eta A^_j / u),
+        scaled by e^-max|.| per row so that it cannot overflow; pads contribute 0."""
+        a = self._scaled_ext[idx]
+        top = np.abs(a).max(axis=1, keepdims=True)
+        score = np.sum(np.sign(a) * (np.exp(np.abs(a) - top) - np.exp(-np.abs(a) - top)), axis=1)
+        return np.where(score >= 0, 1, -1), self._released_ext[idx].sum(axis=1)
+
+    def predict_one(self, active) -> int:
+        """Post-processing of the released A^: free."""
+        return int(self._decide(self._rows([active]))[0][0])
+
+    def predict_many(self, actives) -> np.ndarray:
+        return self._decide(self._rows(actives))[0]
+
+    # ------------------------------------------------------------ learning
+    def learn_one(self, active, y: int) -> Step:
+        return self.learn_many([active], [y])[0]
+
+    def learn_many(self, actives, ys) -> list[Step]:
+        """Learn a sequence of labelled rows, a block segment at a time (A^ is fixed
+        within a block); the same steps as calling ``learn_one`` on each in turn."""
+        ys = np.asarray(ys, dtype=np.int64).reshape(-1)
+        if ys.size and not np.isin(ys, (-1, 1)).all():
+            raise ParameterError("y", "<labels>", "-1 or +1")
+        idx = self._rows(actives)
+        p, s = self.params, self.state
+        steps: list[Step] = []
+        start = 0
+        while start < len(ys):
+            stop = min(len(ys), start + p.block - s.t % p.block)
+            rows, y = idx[start:stop], ys[start:stop]
+            pred, lin = self._decide(rows)
+            wrong = pred != y
+            updated = wrong | (y * lin < p.margin * p.noise_unit)
+            s.mistakes += int(wrong.sum())
+            s.updates += int(updated.sum())
+            if updated.any():
+                kept = rows[updated]
+                mask = kept < self.dim
+                s.inc_idx.extend(kept[mask].tolist())
+                s.inc_val.extend(np.broadcast_to(y[updated][:, None], kept.shape)[mask].tolist())
+            s.t += stop - start
+            released = new_epoch = False
+            if s.t % p.block == 0:
+                self._close_block()
+                released = True
+                if s.t >= p.horizon:
+                    self._next_epoch()
+                    new_epoch = True
+            steps.extend(Step(int(pr), bool(u), False) for pr, u in zip(pred[:-1], updated[:-1]))
+            steps.append(Step(int(pred[-1]), bool(updated[-1]), released, new_epoch))
+            start = stop
+        return steps
+
+    def _close_block(self) -> None:
+        s = self.state
+        g = np.zeros(self.dim, dtype=np.int64)
+        if s.inc_idx:
+            np.add.at(g, np.asarray(s.inc_idx, dtype=np.int64), np.asarray(s.inc_val, dtype=np.int64))
+        s.b += 1
+        s.alpha = close_block(s.alpha, s.b, g)
+        s.inc_idx, s.inc_val = [], []
+        self._refresh()
+
+    def _next_epoch(self) -> None:
+        """The epoch's final release becomes the public offset; a fresh tree on fresh data."""
+        s = self.state
+        s.offset = self.released.astype(np.int64)
+        s.epoch += 1
+        s.t = s.b = 0
+        s.alpha = {}
+        self._noise = TreeNoise(self.rng, self.model_id, s.epoch, self.params.sigma2, self.dim)
+        self._refresh()

@@ -1,0 +1,177 @@
+"""Continual counting of integer vectors by the binary tree mechanism with exact discrete
+Gaussian noise (Dwork, Naor, Pitassi, Rothblum 2010; Chan, Shi, Song 2011), for
+increments chosen adaptively. Our extension's engine (not a seed algorithm): it is
+what continual-release Winnow (learners/continual_winnow.py) releases its statistic by.
+
+Mechanism. A stream of n blocks brings integer increments g_1, g_2, ... in Z^dim. After
+block t closes, the node of the binary tree that ends at t (level l = the number of
+trailing zero bits of t, covering blocks t - 2^l + 1 .. t) is released with noise:
+alpha^_t = sum of g over that node + Z_t, Z_t ~ N_Z(0, sigma2)^dim, i.i.d. exact discrete
+Gaussians drawn from the keyed stream (model, purpose, (epoch, t)). The prefix sum
+sum_{i <= t} g_i is estimated by the sum of the released nodes of t's binary
+decomposition (at most ``levels`` of them): post-processing. Each block lies in one node
+per level, so in at most levels = ceil(log2 n) + 1 released nodes.
+
+Privacy (replace-one neighbours, adaptive increments), proved here:
+
+1. One released node is the discrete Gaussian mechanism N_Z(v, sigma2 I) on an integer
+   vector v. For integer shifts, D_a(N_Z(mu, s2) || N_Z(nu, s2)) <= a (mu - nu)^2 / (2 s2)
+   for every order a (Canonne, Kamath, Steinke 2020, the discrete Gaussian satisfies
+   Delta^2/(2 sigma^2)-zCDP: the normalising sums over Z are equal for integer centres
+   and the sum at a non-integer centre is at most the sum at an integer one). Renyi
+   divergence adds over independent coordinates, so the product over dim coordinates
+   with an integer shift vector w is (||w||_2^2 / (2 sigma2))-zCDP.
+2. Neighbouring streams differ in one example, which sits in one block b*. Every other
+   block's increment is a function of its own examples and of what was released before
+   it (the learner predicts from released statistics only), so conditioned on the same
+   past releases every node not containing b* has the same input on both streams (zero
+   privacy loss), and a node containing b* differs by g_{b*} - g'_{b*}, whose l2 norm is
+   at most ``sensitivity`` (Delta; for continual Winnow 2 sqrt(s)).
+3. zCDP composes adaptively (Bun and Steinke 2016, Lemma 2.3): the whole epoch is
+   rho = levels * Delta^2 / (2 sigma2)-zCDP. This is the adaptive-stream argument of
+   DP-FTRL's tree aggregation (Kairouz et al. 2021) and of Denisov et al. 2022 (Thm 2.1,
+   Gaussian linear mechanisms are as private on adaptive streams as on fixed ones),
+   made concrete for exact discrete noise.
+4. zCDP -> (epsilon, delta) by Google's ``dp-accounting`` RDP accountant (``ZCDpEvent``,
+   converted with Canonne-Kamath-Steinke's Proposition 12), in :func:`tree_epsilon`.
+
+Epochs on disjoint examples: a new epoch starts a new tree on new examples, from the
+previous epochs' *released* statistics (public). Conditioned on everything released
+before it, an epoch's input does not depend on an example of another epoch, so by the
+same adaptive-composition argument an example costs only its own epoch's rho, however
+many epochs run: the per-example guarantee is the epoch's (epsilon, delta), forever.
+
+State: for the CSS update only the closed nodes of the current prefix's decomposition
+are needed (one per set bit of t), true sums; their noise is recomputed from the key.
+"""
+from __future__ import annotations
+
+import math
+from functools import lru_cache
+
+import numpy as np
+
+from .errors import InfeasibleParameters, ParameterError
+from .randomness import KeyedRandomness
+from .samplers import discrete_gaussian
+
+TREE_PURPOSE = "continual/tree"
+
+
+def tree_levels(n_blocks: int) -> int:
+    """Levels of the binary tree over n blocks: ceil(log2 n) + 1 (a block's nodes)."""
+    if n_blocks < 1:
+        raise ParameterError("n_blocks", n_blocks, ">= 1")
+    return (n_blocks - 1).bit_length() + 1
+
+
+def tree_rho(*, sigma2: float, levels: int, sensitivity: float) -> float:
+    """zCDP of one epoch: levels * Delta^2 / (2 sigma2) (module docstring, steps 1-3)."""
+    if not sigma2 > 0:
+        raise ParameterError("sigma2", sigma2, "> 0")
+    return levels * sensitivity * sensitivity / (2.0 * sigma2)
+
+
+@lru_cache(maxsize=4096)
+def zcdp_epsilon(rho: float, delta: float) -> float:
+    """(epsilon at delta) of a rho-zCDP mechanism, by dp-accounting's RDP accountant."""
+    import dp_accounting
+    from dp_accounting import rdp
+
+    if not 0 < delta < 1:
+        raise ParameterError("delta", delta, "in (0, 1)")
+    acc = rdp.RdpAccountant(orders=[1 + x / 20 for x in range(1, 100)]
+                            + list(np.linspace(6, 64, 117)) + [80, 128, 256, 512, 1024])
+    acc.compose(dp_accounting.ZCDpEvent(rho=rho))
+    return float(acc.get_epsilon(delta))
+
+
+def tree_epsilon(*, sigma2: float, levels: int, sensitivity: float, delta: float) -> float:
+    """The epsilon (at delta) one epoch of the tree mechanism guarantees."""
+    return zcdp_epsilon(tree_rho(sigma2=sigma2, levels=levels, sensitivity=sensitivity), delta)
+
+
+def calibrate_tree_sigma2(*, epsilon: float, delta: float, levels: int, sensitivity: float) -> int:
+    """The smallest integer sigma2 with tree_epsilon(...) <= epsilon (bisection on integers;
+    epsilon is decreasing in sigma2)."""
+    if not (epsilon > 0 and math.isfinite(epsilon)):
+        raise ParameterError("epsilon", epsilon, "a finite number > 0")
+    if not sensitivity > 0:
+        raise ParameterError("sensitivity", sensitivity, "> 0")
+
+    def fits(s2: int) -> bool:
+        return tree_epsilon(sigma2=s2, levels=levels, sensitivity=sensitivity, delta=delta) <= epsilon
+
+    hi = 1
+    while not fits(hi):
+        hi *= 2
+        if hi > 10**8:
+            raise InfeasibleParameters(
+                f"epsilon={epsilon} at delta={delta} needs a noise variance above 1e8 "
+                f"(levels={levels}, sensitivity={sensitivity:.4g}): raise epsilon or block size")
+    lo = hi // 2                              # fits(lo) is False or lo == 0
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (lo, mid) if fits(mid) else (mid, hi)
+    return hi
+
+
+def closed_nodes(t: int) -> list[int]:
+    """The blocks at which the nodes of t's binary decomposition closed, highest level
+    first: (t >> l) << l for each set bit l of t."""
+    return [(t >> l) << l for l in range(t.bit_length() - 1, -1, -1) if (t >> l) & 1]
+
+
+def close_block(alpha: dict[int, np.ndarray], t: int, g: np.ndarray) -> dict[int, np.ndarray]:
+    """The CSS update after block t (1-based) with increment g: the new node ending at t
+    sums g and the closed nodes of t - 1 below its level; those are dropped. ``alpha``
+    maps closing block -> true node sum (the decomposition of t - 1)."""
+    level = (t & -t).bit_length() - 1
+    node = g.astype(np.int64, copy=True)
+    keep = {}
+    for start, s in alpha.items():
+        if ((start & -start).bit_length() - 1) < level:
+            node += s
+        else:
+            keep[start] = s
+    keep[t] = node
+    return keep
+
+
+class TreeNoise:
+    """The keyed noise of one epoch's released nodes, cached for the nodes still in use.
+
+    Node t's noise is row t % c of the c x dim block of discrete Gaussians drawn from the
+    keyed stream (model, purpose, (epoch, t // c)), c = max(1, 2^16 // dim) rounded down
+    to a power of two: still a pure function of (key, model, epoch, t) for a model's
+    fixed dim, and the exact sampler's per-call cost is shared by c nodes.
+    """
+
+    def __init__(self, rng: KeyedRandomness, model_id: str, epoch: int, sigma2: int, dim: int,
+                 purpose: str = TREE_PURPOSE):
+        self.rng, self.model_id, self.epoch = rng, model_id, epoch
+        self.sigma2, self.dim, self.purpose = int(sigma2), dim, purpose
+        self.per_chunk = 1 << max(0, (max(1, (1 << 16) // dim)).bit_length() - 1)
+        self._cache: dict[int, np.ndarray] = {}
+        self._chunk: tuple[int, np.ndarray] | None = None
+
+    def node(self, t: int) -> np.ndarray:
+        z = self._cache.get(t)
+        if z is None:
+            c = t // self.per_chunk
+            if self._chunk is None or self._chunk[0] != c:
+                stream = self.rng.stream(self.model_id, self.purpose, (self.epoch, c))
+                draws = discrete_gaussian(stream, self.sigma2, self.per_chunk * self.dim)
+                self._chunk = (c, draws.reshape(self.per_chunk, self.dim))
+            z = self._chunk[1][t % self.per_chunk].copy()
+            self._cache[t] = z
+        return z
+
+    def release(self, alpha: dict[int, np.ndarray]) -> np.ndarray:
+        """Noisy prefix estimate: sum over the decomposition's nodes of (true + noise)."""
+        out = np.zeros(self.dim, dtype=np.int64)
+        for t, s in alpha.items():
+            out += s + self.node(t)
+        for t in [t for t in self._cache if t not in alpha]:
+            del self._cache[t]
+        return out

@@ -1,0 +1,81 @@
+"""Continual-release Winnow (learners/continual_winnow.py): parameters from a budget,
+the released model is the only thing decisions read, batches equal single steps."""
+import numpy as np
+import pytest
+
+from learners.continual_winnow import ContinualWinnow, continual_winnow_parameters
+from mechanisms.continual import tree_epsilon
+from mechanisms.errors import ParameterError
+from mechanisms.randomness import KeyedRandomness
+
+from .streams import disjunction_stream
+
+RNG = KeyedRandomness(b"continual-winnow-tests-key-00000")
+
+
+def rows(n, d=40, seed=0):
+    data = disjunction_stream(d, 3, 6, n, seed=seed)
+    return [np.flatnonzero(x.to_dense() == 1) for x, _ in data], [y for _, y in data]
+
+
+def test_parameters_spend_the_budget_and_no_more():
+    for eps in (0.5, 1.0, 4.0):
+        p = continual_winnow_parameters(epsilon=eps, delta=1e-6, d=1000, max_active=21,
+                                        horizon=100_000, block=100)
+        assert p.epsilon <= eps
+        looser = tree_epsilon(sigma2=p.sigma2 - 1, levels=p.levels, sensitivity=p.sensitivity,
+                              delta=1e-6)
+        assert looser > eps                       # sigma2 is the smallest integer that fits
+        assert p.sensitivity == pytest.approx(2 * np.sqrt(21))
+
+
+def test_batches_give_the_same_steps_and_state_as_single_events():
+    actives, ys = rows(3000)
+    p = continual_winnow_parameters(epsilon=2.0, delta=1e-6, d=40, max_active=7, horizon=1000, block=50)
+    one = ContinualWinnow(params=p, rng=RNG, model_id="m")
+    many = ContinualWinnow(params=p, rng=RNG, model_id="m")
+    singles = [one.learn_one(a, y) for a, y in zip(actives, ys)]
+    batched = []
+    for lo in range(0, 3000, 333):
+        batched += many.learn_many(actives[lo:lo + 333], ys[lo:lo + 333])
+    assert singles == batched
+    assert one.state.hot_record() == many.state.hot_record() and one.state.epoch == 3
+    assert np.array_equal(one.released, many.released)
+
+
+def test_decisions_read_only_the_released_statistic():
+    """Within a block nothing the model predicts moves, whatever it learns: predictions
+    are post-processing of the last release."""
+    actives, ys = rows(200)
+    p = continual_winnow_parameters(epsilon=2.0, delta=1e-6, d=40, max_active=7, horizon=1000, block=100)
+    m = ContinualWinnow(params=p, rng=RNG, model_id="m")
+    m.learn_many(actives[:100], ys[:100])               # first release
+    probe = [a for a in actives[:50]]
+    before = m.predict_many(probe)
+    m.learn_many(actives[100:199], ys[100:199])          # 99 examples: no release
+    assert np.array_equal(m.predict_many(probe), before)
+    step = m.learn_one(actives[199], ys[199])
+    assert step.released
+
+
+def test_it_learns_a_sparse_disjunction_at_epsilon_four():
+    actives, ys = rows(40_000, d=100, seed=3)
+    p = continual_winnow_parameters(epsilon=4.0, delta=1e-6, d=100, max_active=7,
+                                    horizon=40_000, block=100)
+    m = ContinualWinnow(params=p, rng=RNG, model_id="learns")
+    steps = m.learn_many(actives, ys)
+    late = sum(s.prediction != y for s, y in zip(steps[-4000:], ys[-4000:]))
+    majority = min(sum(y == 1 for y in ys[-4000:]), sum(y == -1 for y in ys[-4000:]))
+    assert late < majority / 10, (late, majority)
+
+
+def test_rows_beyond_the_cap_and_bad_labels_are_refused():
+    p = continual_winnow_parameters(epsilon=2.0, delta=1e-6, d=40, max_active=4, horizon=100, block=10)
+    m = ContinualWinnow(params=p, rng=RNG, model_id="m")
+    with pytest.raises(ParameterError):
+        m.learn_one([1, 2, 3, 4], 1)            # 4 + bias > 4
+    with pytest.raises(ParameterError):
+        m.learn_one([1, 2], 0)
+    with pytest.raises(ParameterError):
+        m.learn_one([40], 1)
+    assert m.learn_one([1, 2, 2, 3], 1).prediction in (-1, 1)     # duplicates are one feature

@@ -1,0 +1,116 @@
+"""The binary tree mechanism with discrete Gaussian noise (mechanisms/continual.py):
+structure, exact privacy on the worst-case neighbour, and the statistical auditor with
+broken variants it must flag."""
+import math
+
+import numpy as np
+import pytest
+
+from mechanisms.audit import epsilon_lower_bound
+from mechanisms.continual import (TreeNoise, calibrate_tree_sigma2, close_block, closed_nodes,
+                                  tree_epsilon, tree_levels)
+from mechanisms.samplers import discrete_gaussian, discrete_gaussian_pmf
+
+
+def test_tree_update_keeps_the_decomposition_and_the_true_prefix_sums():
+    g = np.random.default_rng(0).integers(-3, 4, (200, 6))
+    alpha = {}
+    for t in range(1, 201):
+        alpha = close_block(alpha, t, g[t - 1])
+        assert sorted(alpha) == sorted(closed_nodes(t))
+        assert np.array_equal(sum(alpha.values()), g[:t].sum(axis=0))
+        assert len(alpha) == bin(t).count("1") <= tree_levels(200)
+
+
+def test_every_block_is_in_at_most_levels_released_nodes():
+    n = 1000
+    levels = tree_levels(n)
+    for b in (1, 7, 512, 999):
+        nodes = [t for t in range(1, n + 1) if t - (t & -t) < b <= t]   # node t covers (t - 2^l, t]
+        assert len(nodes) <= levels
+
+
+def test_release_is_the_true_prefix_plus_the_keyed_noise_of_the_decomposition(rng):
+    dim, sigma2 = 5, 9
+    noise = TreeNoise(rng, "m", 0, sigma2, dim)
+    alpha = {}
+    for t in range(1, 40):
+        alpha = close_block(alpha, t, np.full(dim, t))
+        released = noise.release(alpha)
+        again = TreeNoise(rng, "m", 0, sigma2, dim).release(alpha)     # a restart: same noise
+        assert np.array_equal(released, again)
+        assert np.array_equal(released - sum(alpha.values()),
+                              sum(noise.node(c) for c in closed_nodes(t)))
+    other_epoch = TreeNoise(rng, "m", 1, sigma2, dim)
+    assert not np.array_equal(other_epoch.node(1), noise.node(1))
+
+
+def test_discrete_gaussian_matches_its_pmf(rng):
+    z = discrete_gaussian(rng.stream("m", "dg-test", 0), 4, 200_000)
+    vals, counts = np.unique(z, return_counts=True)
+    expected = discrete_gaussian_pmf(vals, 4) * z.size
+    keep = expected > 20
+    chi2 = float((((counts - expected) ** 2) / expected)[keep].sum())
+    assert chi2 < 3 * keep.sum()                 # df ~ keep.sum(); 3x is far in the tail
+    assert abs(z.mean()) < 0.02 and abs(z.var() - 4) < 0.06
+
+
+def _exact_delta(sigma2: int, shift: int, nodes: int, epsilon: float) -> float:
+    """Exact hockey-stick divergence between the releases of neighbouring streams: the
+    ``nodes`` released nodes containing the changed block shift by ``shift`` (l2 of a
+    1-d block increment), the others are identical given the past (adaptive streams,
+    module proof). The loss is linear in the sum S of the nodes' noises:
+    L(S) = (nodes shift^2 - 2 shift S) / (2 sigma2), so delta = E[(1 - e^{eps - L})+]."""
+    support = int(40 * math.sqrt(sigma2)) + 1
+    grid = np.arange(-support, support + 1)
+    pmf = discrete_gaussian_pmf(grid, sigma2, support)
+    dist = pmf
+    for _ in range(nodes - 1):
+        dist = np.convolve(dist, pmf)
+    s = np.arange(-nodes * support, nodes * support + 1)
+    loss = (nodes * shift * shift - 2.0 * shift * s) / (2.0 * sigma2)
+    return float(np.sum(dist * np.clip(-np.expm1(epsilon - loss), 0.0, None)))
+
+
+@pytest.mark.parametrize("epsilon, delta", [(1.0, 1e-6), (4.0, 1e-6), (0.5, 1e-5)])
+def test_exact_delta_of_the_worst_neighbour_stays_within_the_accountant(epsilon, delta):
+    """Replace-one with s = 1 (a block increment moves by at most 2 in l2) on a 16-block
+    epoch: the first block sits in all 5 levels' nodes. The exact divergence at the
+    calibrated noise must not exceed the claimed delta, and calibrating for add/remove
+    sensitivity (1 instead of 2) must break it."""
+    levels, sens = tree_levels(16), 2.0
+    sigma2 = calibrate_tree_sigma2(epsilon=epsilon, delta=delta, levels=levels, sensitivity=sens)
+    assert tree_epsilon(sigma2=sigma2, levels=levels, sensitivity=sens, delta=delta) <= epsilon
+    exact = _exact_delta(sigma2, 2, levels, epsilon)
+    assert exact <= delta
+    broken = calibrate_tree_sigma2(epsilon=epsilon, delta=delta, levels=levels, sensitivity=1.0)
+    assert _exact_delta(broken, 2, levels, epsilon) > 10 * delta
+
+
+def _simulate(stream, sigma2: int, first_block: int, runs: int, variant: str) -> np.ndarray:
+    """Released nodes (t = 1, 2, 4) of a 4-block, 1-d epoch whose first block increment is
+    ``first_block`` and the rest 0; ``variant`` 'no_noise_on_leaf' releases node 1 raw."""
+    z = discrete_gaussian(stream, sigma2, 3 * runs).reshape(runs, 3)
+    if variant == "no_noise_on_leaf":
+        z[:, 0] = 0
+    return first_block + z                     # block 1 is in nodes 1, 2 and 4
+
+
+@pytest.mark.slow
+def test_statistical_auditor_passes_the_tree_and_flags_its_broken_variants(rng):
+    levels, eps, delta, runs = 3, 2.0, 1e-6, 200_000
+    ok = calibrate_tree_sigma2(epsilon=eps, delta=delta, levels=levels, sensitivity=2.0)
+    addremove = calibrate_tree_sigma2(epsilon=eps, delta=delta, levels=levels, sensitivity=1.0)
+    sd = math.sqrt(3 * ok)
+    # events chosen from the exact distributions (3.4 sd of the summed nodes: the most
+    # powerful tail at this run count for the add/remove variant)
+    cases = [("correct", ok, lambda o: o.sum(axis=1) >= 3.4 * sd, False),
+             ("addremove", addremove, lambda o: o.sum(axis=1) >= 3.4 * math.sqrt(3 * addremove), True),
+             ("no_noise_on_leaf", ok, lambda o: o[:, 0] == 0, True)]
+    for name, sigma2, event, broken in cases:
+        variant = "no_noise_on_leaf" if name == "no_noise_on_leaf" else "plain"
+        a = _simulate(rng.stream("audit", name, 0), sigma2, 0, runs, variant)
+        b = _simulate(rng.stream("audit", name, 1), sigma2, 2, runs, variant)
+        ea, eb = event(a), event(b)
+        result = epsilon_lower_bound(int(eb.sum()), runs, int(ea.sum()), runs, delta=delta)
+        assert result.flags(eps) == broken, (name, result.epsilon_lower_bound)
