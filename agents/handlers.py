@@ -66,7 +66,7 @@ class Handler:
             epsilon=entry.epsilon, delta=entry.delta, count=entry.count, charges=entry.charges,
             spent_epsilon=entry.spent_epsilon, spent_delta=entry.spent_delta, rule=entry.rule,
             budget_epsilon=b.epsilon, budget_delta=b.delta,
-            key_fingerprint=self.rng.fingerprint()).model_dump())
+            key_fingerprint=self.rng.fingerprint(), rho=entry.rho).model_dump())
 
     def _predict(self, kind, source, event, label, status, version, updated=False) -> None:
         spent = self.spent()
@@ -438,11 +438,14 @@ HANDLERS = {"winnow": WinnowHandler, "continual_winnow": ContinualWinnowHandler,
 
 
 def check_feasible(config: ModelConfig) -> str | None:
-    """Why a model config cannot run (None when it can): infeasible theory parameters,
-    too few blocks for the budget, a generator that does not fit the dimension."""
+    """Why a model config cannot run (None when it can): infeasible theory parameters or
+    ones that cannot update within T, too few blocks for the budget, a generator that does
+    not fit the dimension, an active-feature cap above the dimension."""
     try:
         if config.kind == "winnow":
-            winnow_parameters(config)
+            note = winnow_parameters(config).note
+            if note:
+                return f"infeasible model config: {note}"[:500]
         elif config.kind == "continual_winnow":
             p = config.params
             if p.max_active > config.dimension:

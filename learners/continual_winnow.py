@@ -36,7 +36,7 @@ the caller (the sensitivity would not hold).
 >>> params = continual_winnow_parameters(epsilon=4.0, delta=1e-6, d=20, max_active=4,
 ...                                      horizon=1000, block=50)
 >>> model = ContinualWinnow(params=params, rng=KeyedRandomness(bytes(32)), model_id="doc")
->>> model.learn_one([3, 7], +1) in (-1, 1)
+>>> model.learn_one([3, 7], +1).prediction in (-1, 1)
 True
 """
 from __future__ import annotations

@@ -19,7 +19,7 @@ Departures, each on purpose:
 * eta is rounded down to a rational so that w ~ exp(eta u) over integer scores u is
   sampled *exactly* (:mod:`mechanisms.categorical`); smaller eta only adds privacy.
 * Charges follow a fixed schedule (eps^ per AboveThreshold instance, m draws of
-  4 eta each per re-sample, see ``mechanisms.params.dp_winnow_guarantee``), each
+  4 eta each, 2 eta^2-zCDP, per re-sample, see ``mechanisms.params.dp_winnow_guarantee``), each
   made before what it pays for can be released. A refused charge freezes the model
   (fail closed); the predictions stay available as post-processing.
 """
@@ -34,7 +34,7 @@ from mechanisms.above_threshold import AboveThreshold, AboveThresholdState
 from mechanisms.accounting import Ledger, LedgerState
 from mechanisms.categorical import sample_groups
 from mechanisms.errors import BudgetExhausted, ParameterError
-from mechanisms.params import DPWinnowParameters
+from mechanisms.params import DPWinnowParameters, dp_winnow_draw_rho
 from mechanisms.randomness import KeyedRandomness
 
 from .inputs import BinaryInput, project, sign
@@ -162,9 +162,10 @@ class DPWinnow:
         self._p = project(dense, s.signed)
         self._p_total = float(self._p.sum())
 
-    def _charge_or_freeze(self, mechanism: str, eps: float, count: int) -> bool:
+    def _charge_or_freeze(self, mechanism: str, eps: float, count: int,
+                          rho: float | None = None) -> bool:
         try:
-            self.ledger.charge(mechanism, eps, 0.0, count)
+            self.ledger.charge(mechanism, eps, 0.0, count, rho)
         except BudgetExhausted:
             self.state.frozen = self.state.exhausted = True
             self.state.ledger = self.ledger.state
@@ -212,7 +213,8 @@ class DPWinnow:
         if not self._at.step(s.mistakes):
             return RoundResult(yhat, False, version)
         # AboveThreshold fired (k < K holds while not frozen): update, re-sample, restart.
-        if not self._charge_or_freeze("weight_draw", 4 * self.params.eta, self.params.m):
+        if not self._charge_or_freeze("weight_draw", 4 * self.params.eta, self.params.m,
+                                      dp_winnow_draw_rho(self.params.eta)):
             return RoundResult(yhat, False, version)
         if s.cache_x is not None:
             z = BinaryInput.from_record(s.cache_x, s.d).to_dense()

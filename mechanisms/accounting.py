@@ -16,6 +16,12 @@ index at which the budget runs out is data-independent; stopping earlier equals
 running no-op mechanisms, which the fixed-horizon theorem covers. Data-dependent
 charge *amounts* would need a privacy filter (Rogers et al. 2016) and are not used.
 
+* zCDP (Bun and Steinke 2016): rho_i add up under adaptive composition; a pure eps-DP
+  charge is eps^2/2-zCDP (their Proposition 1.4) and a charge may state a tighter rho
+  (e.g. an exponential-mechanism draw that is eps-bounded-range is eps^2/8-zCDP, Cesar and
+  Rogers 2021). The total converts to (eps, delta) with Google's ``dp-accounting`` RDP
+  accountant (:func:`zcdp_epsilon`). Used only while every charge so far has a rho.
+
 The ledger state is a few running sums (no per-entry list), so it fits in a table
 record and the changelog traffic per charge is constant.
 """
@@ -23,6 +29,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, field
+from functools import lru_cache
 from typing import Literal
 
 from .errors import BudgetExhausted, ParameterError
@@ -40,6 +47,24 @@ class PrivacyCost:
             raise ParameterError("epsilon", self.epsilon, "a finite number >= 0")
         if not 0 <= self.delta <= 1:
             raise ParameterError("delta", self.delta, "in [0, 1]")
+
+
+@lru_cache(maxsize=4096)
+def zcdp_epsilon(rho: float, delta: float) -> float:
+    """(epsilon at delta) of a rho-zCDP mechanism, by dp-accounting's RDP accountant
+    (CKS 2020 Proposition 12 conversion), over a fixed grid of orders."""
+    import dp_accounting
+    from dp_accounting import rdp
+
+    if not 0 < delta < 1:
+        raise ParameterError("delta", delta, "in (0, 1)")
+    if rho == 0:
+        return 0.0
+    orders = [1 + x / 20 for x in range(1, 100)] + [6 + 0.5 * x for x in range(117)] \
+        + [80, 128, 256, 512, 1024]
+    acc = rdp.RdpAccountant(orders=orders)
+    acc.compose(dp_accounting.ZCDpEvent(rho=rho))
+    return float(acc.get_epsilon(delta))
 
 
 def basic_composition(costs) -> PrivacyCost:
@@ -93,6 +118,8 @@ class LedgerState:
     sum_eps_sq: float = 0.0
     sum_eps_tanh: float = 0.0
     exhausted: bool = False
+    sum_rho: float = 0.0                # zCDP of the charges so far, while every one has a rho
+    rho_complete: bool = True
 
 
 @dataclass(frozen=True)
@@ -105,6 +132,7 @@ class LedgerEntry:
     spent_epsilon: float
     spent_delta: float
     rule: str
+    rho: float | None = None     # zCDP of one invocation, when known
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -149,26 +177,37 @@ class Ledger:
         adv = advanced_composition_sums(s.sum_eps_sq, s.sum_eps_tanh, s.sum_delta, s.delta_prime)
         if s.rule == "advanced":
             return adv
-        fits = [c for c in (basic, adv) if c.delta <= s.budget_delta]
-        return min(fits or [basic, adv], key=lambda c: c.epsilon)
+        options = [basic, adv]
+        if s.rho_complete and s.sum_delta == 0 and s.budget_delta > 0:
+            options.append(PrivacyCost(zcdp_epsilon(s.sum_rho, s.budget_delta), s.budget_delta))
+        fits = [c for c in options if c.delta <= s.budget_delta]
+        return min(fits or options, key=lambda c: c.epsilon)
 
     def remaining(self) -> PrivacyCost:
         t = self.totals()
         return PrivacyCost(max(0.0, self.state.budget_epsilon - t.epsilon),
                            max(0.0, self.state.budget_delta - t.delta))
 
-    def can_charge(self, epsilon: float, delta: float = 0.0, count: int = 1) -> bool:
-        trial = self._after(epsilon, delta, count)
+    def can_charge(self, epsilon: float, delta: float = 0.0, count: int = 1,
+                   rho: float | None = None) -> bool:
+        trial = self._after(epsilon, delta, count,
+                            epsilon * epsilon / 2 if rho is None and delta == 0 else rho)
         t = self.totals(trial)
         return t.epsilon <= self.state.budget_epsilon and t.delta <= self.state.budget_delta
 
-    def charge(self, mechanism: str, epsilon: float, delta: float = 0.0, count: int = 1) -> LedgerEntry:
-        """Record ``count`` invocations of an (eps, delta)-DP mechanism, or raise
+    def charge(self, mechanism: str, epsilon: float, delta: float = 0.0, count: int = 1,
+               rho: float | None = None) -> LedgerEntry:
+        """Record ``count`` invocations of an (eps, delta)-DP mechanism, each rho-zCDP when
+        ``rho`` is given (a pure-DP charge defaults to eps^2/2), or raise
         :class:`BudgetExhausted` and leave the ledger unchanged but marked exhausted."""
         PrivacyCost(epsilon, delta)
         if count < 1:
             raise ParameterError("count", count, ">= 1")
-        trial = self._after(epsilon, delta, count)
+        if rho is None and delta == 0:
+            rho = epsilon * epsilon / 2
+        if rho is not None and not (rho >= 0 and math.isfinite(rho)):
+            raise ParameterError("rho", rho, "a finite number >= 0")
+        trial = self._after(epsilon, delta, count, rho)
         t = self.totals(trial)
         if t.epsilon > self.state.budget_epsilon or t.delta > self.state.budget_delta:
             spent = self.totals()
@@ -178,15 +217,16 @@ class Ledger:
                                   budget=(self.state.budget_epsilon, self.state.budget_delta))
         self.state = trial
         entry = LedgerEntry(mechanism, epsilon, delta, count, trial.charges, t.epsilon, t.delta,
-                            trial.rule)
+                            trial.rule, rho)
         for callback in self.on_entry:
             callback(entry)
         return entry
 
-    def _after(self, epsilon: float, delta: float, count: int) -> LedgerState:
+    def _after(self, epsilon: float, delta: float, count: int, rho: float | None) -> LedgerState:
         s = self.state
         return LedgerState(
             s.budget_epsilon, s.budget_delta, s.rule, s.delta_prime, s.charges + 1,
             s.sum_eps + count * epsilon, s.sum_delta + count * delta,
             s.sum_eps_sq + count * epsilon * epsilon,
-            s.sum_eps_tanh + count * epsilon * math.tanh(epsilon / 2), s.exhausted)
+            s.sum_eps_tanh + count * epsilon * math.tanh(epsilon / 2), s.exhausted,
+            s.sum_rho + count * (rho or 0.0), s.rho_complete and rho is not None)

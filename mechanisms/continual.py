@@ -33,7 +33,8 @@ Privacy (replace-one neighbours, adaptive increments), proved here:
    Gaussian linear mechanisms are as private on adaptive streams as on fixed ones),
    made concrete for exact discrete noise.
 4. zCDP -> (epsilon, delta) by Google's ``dp-accounting`` RDP accountant (``ZCDpEvent``,
-   converted with Canonne-Kamath-Steinke's Proposition 12), in :func:`tree_epsilon`.
+   converted with Canonne-Kamath-Steinke's Proposition 12), in
+   ``mechanisms.accounting.zcdp_epsilon``.
 
 Epochs on disjoint examples: a new epoch starts a new tree on new examples, from the
 previous epochs' *released* statistics (public). Conditioned on everything released
@@ -47,10 +48,10 @@ are needed (one per set bit of t), true sums; their noise is recomputed from the
 from __future__ import annotations
 
 import math
-from functools import lru_cache
 
 import numpy as np
 
+from .accounting import zcdp_epsilon
 from .errors import InfeasibleParameters, ParameterError
 from .randomness import KeyedRandomness
 from .samplers import discrete_gaussian
@@ -70,20 +71,6 @@ def tree_rho(*, sigma2: float, levels: int, sensitivity: float) -> float:
     if not sigma2 > 0:
         raise ParameterError("sigma2", sigma2, "> 0")
     return levels * sensitivity * sensitivity / (2.0 * sigma2)
-
-
-@lru_cache(maxsize=4096)
-def zcdp_epsilon(rho: float, delta: float) -> float:
-    """(epsilon at delta) of a rho-zCDP mechanism, by dp-accounting's RDP accountant."""
-    import dp_accounting
-    from dp_accounting import rdp
-
-    if not 0 < delta < 1:
-        raise ParameterError("delta", delta, "in (0, 1)")
-    acc = rdp.RdpAccountant(orders=[1 + x / 20 for x in range(1, 100)]
-                            + list(np.linspace(6, 64, 117)) + [80, 128, 256, 512, 1024])
-    acc.compose(dp_accounting.ZCDpEvent(rho=rho))
-    return float(acc.get_epsilon(delta))
 
 
 def tree_epsilon(*, sigma2: float, levels: int, sensitivity: float, delta: float) -> float:

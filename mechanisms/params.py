@@ -6,7 +6,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from .accounting import PrivacyCost, advanced_composition, solve_per_instance_epsilon
+from .accounting import (PrivacyCost, advanced_composition, solve_per_instance_epsilon,
+                         zcdp_epsilon)
 from .errors import InfeasibleParameters, ParameterError
 
 
@@ -65,27 +66,36 @@ def dp_winnow_threshold(T: int, beta: float, eps_hat: float) -> float:
     return 8 * math.log(2 * T * T / beta) / eps_hat
 
 
+def dp_winnow_draw_rho(eta: float) -> float:
+    """zCDP of one weight draw: 2 eta^2. A draw picks j with probability proportional to
+    exp(eta u_j); replacing one example moves every u_j by some d_j in [-2, 2], so every
+    log-probability moves by eta d_j minus a common normaliser shift: the log-ratios lie
+    in an interval of width 4 eta, i.e. the draw is 4 eta-bounded-range, which is
+    (4 eta)^2 / 8-zCDP (Cesar and Rogers 2021, bounded-range composition)."""
+    return 2.0 * eta * eta
+
+
 def dp_winnow_guarantee(*, eps_hat: float, eta: float, m: int, K: int, delta: float) -> PrivacyCost:
-    """The (eps, delta) that DP-Winnow settings guarantee, by the composition of
-    seed 000 Theorem 11's proof (its appendix is not in our copy of the seed; the
-    derivation below reproduces its constants):
+    """The (eps, delta) that DP-Winnow settings guarantee: the better of two valid
+    accountings of the same K AboveThreshold instances and m K weight draws.
 
-    * K AboveThreshold instances, each eps^-DP: advanced composition at delta/2
-      gives sqrt(2K ln(2/delta)) eps^ + K eps^ tanh(eps^/2).
-    * m K weight draws. A draw picks j with probability proportional to
-      exp(eta u_j), u_j = sum over updates of y x_j. Changing one example changes
-      at most one update term, so each u_j moves by at most 2 and the probability
-      ratio is at most e^{2 eta} e^{2 eta}: each draw is 4 eta-DP. Advanced
-      composition at delta/2 gives sqrt(2 m K ln(2/delta)) 4 eta + m K 4 eta tanh(2 eta).
-
-    With the theorem's eps^ and eta the first-order terms are eps/4 + eps/2; the
-    second-order terms fit in the remaining eps/4 for eps < 1."""
+    1. Seed 000 Theorem 11's proof (its appendix is not in our copy of the seed; this
+       reproduces its constants): K instances, each eps^-DP, by advanced composition at
+       delta/2: sqrt(2K ln(2/delta)) eps^ + K eps^ tanh(eps^/2); m K draws, each 4 eta-DP
+       (changing one example moves each u_j by at most 2: ratio <= e^{2 eta} e^{2 eta}), by
+       advanced composition at delta/2. With the theorem's eps^ and eta the first-order
+       terms are eps/4 + eps/2; the second-order terms fit in the remaining eps/4.
+    2. zCDP: each instance eps^^2/2 (pure DP), each draw 2 eta^2 (bounded range,
+       :func:`dp_winnow_draw_rho`), summed and converted at delta by dp-accounting. Its
+       floor is 2 m K eta^2: no accountant makes many draws cheap (design.md section 7).
+    The ledger charges the same amounts and composes them the same two ways ("best")."""
     if K < 1 or m < 1:
         raise ParameterError("K, m", (K, m), ">= 1 each")
     _check_eps_delta(max(eps_hat, 1e-300), delta)
     at = advanced_composition(eps_hat, 0.0, K, delta / 2)
     draws = advanced_composition(4 * eta, 0.0, m * K, delta / 2)
-    return PrivacyCost(at.epsilon + draws.epsilon, delta)
+    rho = K * eps_hat * eps_hat / 2 + m * K * dp_winnow_draw_rho(eta)
+    return PrivacyCost(min(at.epsilon + draws.epsilon, zcdp_epsilon(rho, delta)), delta)
 
 
 @dataclass(frozen=True)
@@ -102,11 +112,12 @@ class DPWinnowParameters:
     epsilon: float          # what the settings guarantee (dp_winnow_guarantee)
     delta: float
     source: str             # "theorem-11" or "practical"
+    note: str = ""          # a plain warning when the settings cannot learn within T
 
 
-def dp_winnow_theory_parameters(*, epsilon: float, delta: float, rho: float, T: int,
-                                beta: float, d: int, c: float = 0.25) -> DPWinnowParameters:
-    """Seed 000 Theorem 11 settings with K from Lemma 14, solved jointly.
+def dp_winnow_theorem_settings(*, epsilon: float, delta: float, rho: float, T: int,
+                               beta: float, d: int, c: float = 0.25) -> tuple[float, float, int, int]:
+    """(eps^, eta, m, K) exactly as seed 000 Theorem 11 and Lemma 14 state them, solved jointly.
 
     eps^ = eps / (4 sqrt(2K ln(2/delta))), eta = eps / (8 sqrt(2 m K ln(2/delta))) and
     K = ln d / ((1-c) eta rho - eta^2/2) depend on each other. Write eta = a / sqrt(K)
@@ -136,12 +147,42 @@ def dp_winnow_theory_parameters(*, epsilon: float, delta: float, rho: float, T: 
     eta = a / math.sqrt(K)
     winnow_update_bound(d, eta, rho, c)          # re-checks the denominator
     eps_hat = epsilon / (4 * math.sqrt(2 * K * math.log(2 / delta)))
-    g = dp_winnow_guarantee(eps_hat=eps_hat, eta=eta, m=m, K=K, delta=delta)
-    if g.epsilon > epsilon * (1 + 1e-9):
+    return eps_hat, eta, m, K
+
+
+def dp_winnow_theory_parameters(*, epsilon: float, delta: float, rho: float, T: int,
+                                beta: float, d: int, c: float = 0.25) -> DPWinnowParameters:
+    """Theorem 11's settings (:func:`dp_winnow_theorem_settings`) scaled to spend the whole
+    budget. The theorem's constants are loose (asked for eps = 0.99 they compose to
+    0.75), so eps^ and eta are multiplied by the largest common factor lam >= 1 whose
+    settings, with K re-solved from Lemma 14 for the larger eta, still guarantee eps under
+    :func:`dp_winnow_guarantee` (bisection on lam). ``note`` says so plainly when the
+    AboveThreshold threshold L exceeds T: then the model cannot update even once.
+    """
+    eps_hat, eta, m, K = dp_winnow_theorem_settings(epsilon=epsilon, delta=delta, rho=rho, T=T,
+                                                    beta=beta, d=d, c=c)
+
+    def scaled(lam: float):
+        e = eta * lam
+        k = math.ceil(winnow_update_bound(d, e, rho, c))
+        return eps_hat * lam, e, k, dp_winnow_guarantee(eps_hat=eps_hat * lam, eta=e, m=m, K=k,
+                                                        delta=delta).epsilon
+
+    lam_lo, lam_hi = 1.0, min(1e6, 0.999 * 2 * (1 - c) * rho / eta)   # keep Lemma 9's denominator > 0
+    if scaled(lam_lo)[3] > epsilon * (1 + 1e-9):
         raise InfeasibleParameters(
-            f"Theorem 11 settings compose to eps={g.epsilon:.6g} > requested {epsilon}")
-    return DPWinnowParameters(eps_hat, eta, m, K, dp_winnow_threshold(T, beta, eps_hat), c, rho,
-                              T, beta, g.epsilon, delta, "theorem-11")
+            f"Theorem 11 settings compose to eps={scaled(lam_lo)[3]:.6g} > requested {epsilon}")
+    if scaled(lam_hi)[3] <= epsilon:
+        lam_lo = lam_hi
+    for _ in range(100):
+        mid = math.sqrt(lam_lo * lam_hi)
+        lam_lo, lam_hi = (mid, lam_hi) if scaled(mid)[3] <= epsilon else (lam_lo, mid)
+    eps_hat, eta, K, spent = scaled(lam_lo)
+    L = dp_winnow_threshold(T, beta, eps_hat)
+    note = "" if L <= T else (
+        f"cannot update within T={T}: each update needs about L={L:.3g} mistakes "
+        f"(AboveThreshold at eps^={eps_hat:.3g}) and there are only T rounds")
+    return DPWinnowParameters(eps_hat, eta, m, K, L, c, rho, T, beta, spent, delta, "theorem-11", note)
 
 
 def dp_winnow_practical_parameters(*, eps_hat: float, eta: float, m: int, K: int, L: float,

@@ -99,6 +99,7 @@ class LedgerEntryEvent(Strict):
     budget_epsilon: float
     budget_delta: float
     key_fingerprint: str = ""         # public, non-invertible id of the noise key (replay checks it)
+    rho: float | None = None          # zCDP of one invocation, when the ledger composes in zCDP
 
 
 class Release(Strict):

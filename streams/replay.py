@@ -156,7 +156,7 @@ def verify_public(published: dict[str, list[dict]]) -> list[str]:
         for c in order:
             e = entries[c]
             try:
-                led.charge(e["mechanism"], e["epsilon"], e["delta"], e["count"])
+                led.charge(e["mechanism"], e["epsilon"], e["delta"], e["count"], e.get("rho"))
             except BudgetExhausted:
                 problems.append(f"ledger {model} epoch {epoch} charge {c}: exceeds the budget")
                 break

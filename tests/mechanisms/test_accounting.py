@@ -51,13 +51,15 @@ def test_heterogeneous_form_equals_theorem_3_for_equal_charges(eps, k):
     assert a.epsilon == pytest.approx(b.epsilon, rel=1e-9)
 
 
-def test_best_rule_is_never_worse_than_basic_and_advanced_wins_for_many_small_charges():
+def test_best_rule_is_never_worse_than_basic_or_advanced_for_many_small_charges():
+    from mechanisms.accounting import zcdp_epsilon
     led = Ledger.create(epsilon=100.0, delta=1e-5, rule="best")
     for _ in range(1000):
         led.charge("bt", 0.01)
-    assert led.totals().epsilon < basic_composition([PrivacyCost(0.01)] * 1000).epsilon
-    assert led.totals().epsilon == pytest.approx(
-        advanced_composition(0.01, 0.0, 1000, 5e-6).epsilon, rel=1e-9)
+    adv = advanced_composition(0.01, 0.0, 1000, 5e-6).epsilon
+    assert adv < basic_composition([PrivacyCost(0.01)] * 1000).epsilon
+    assert led.totals().epsilon == pytest.approx(min(adv, zcdp_epsilon(1000 * 0.01 ** 2 / 2, 1e-5)))
+    assert led.totals().epsilon <= adv
 
 
 def test_per_instance_solver_fits_exactly_into_the_total():
@@ -80,3 +82,25 @@ def test_exhaustion_message_names_requested_spent_and_budget():
 def test_bad_budgets_raise(kwargs):
     with pytest.raises(ParameterError):
         Ledger.create(**kwargs)
+
+
+def test_zcdp_path_composes_pure_charges_and_turns_off_with_an_approximate_one():
+    from mechanisms.accounting import zcdp_epsilon
+    led = Ledger.create(epsilon=100.0, delta=1e-6, rule="best")
+    for _ in range(400):
+        led.charge("pure", 0.1)                         # rho = 0.005 each
+    assert led.state.sum_rho == pytest.approx(2.0) and led.state.rho_complete
+    zc = zcdp_epsilon(2.0, 1e-6)
+    assert led.totals().epsilon == pytest.approx(min(zc, 40.0, led.totals().epsilon))
+    assert led.totals().epsilon <= zc + 1e-12
+    entry = led.charge("approx", 0.1, 1e-9)
+    assert entry.rho is None and not led.state.rho_complete
+    assert led.totals().epsilon > zc                    # back to basic / advanced
+
+
+def test_a_stated_rho_is_used_and_recorded():
+    led = Ledger.create(epsilon=1e6, delta=1e-6, rule="best")
+    e = led.charge("weight_draw", 0.2, 0.0, 1000, rho=0.005)
+    assert e.rho == 0.005 and led.state.sum_rho == pytest.approx(5.0)
+    with pytest.raises(ParameterError):
+        led.charge("bad", 0.1, 0.0, 1, rho=-1.0)

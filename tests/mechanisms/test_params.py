@@ -5,6 +5,7 @@ import pytest
 
 from mechanisms.errors import InfeasibleParameters, ParameterError
 from mechanisms.params import (dp_winnow_guarantee, dp_winnow_practical_parameters,
+                               dp_winnow_theorem_settings,
                                dp_winnow_sample_size, dp_winnow_theory_parameters,
                                greedy_cover_round_epsilon, predictor_guarantee,
                                predictor_instance_budget, predictor_paper_halfspace,
@@ -13,13 +14,18 @@ from mechanisms.params import (dp_winnow_guarantee, dp_winnow_practical_paramete
 
 @pytest.mark.parametrize("rho,d", [(0.5, 1000), (0.2, 100_000), (0.9, 10)])
 def test_theory_K_is_the_smallest_integer_that_covers_lemma_14(rho, d):
+    eps_hat, eta, m, K = dp_winnow_theorem_settings(epsilon=0.5, delta=1e-6, rho=rho, T=10**5,
+                                                    beta=0.05, d=d)
+    assert winnow_update_bound(d, eta, rho, 0.25) <= K                # k < K never violated
+    a = eta * math.sqrt(K)                                            # eta = a / sqrt(K)
+    assert winnow_update_bound(d, a / math.sqrt(K - 1), rho, 0.25) > K - 1
+    assert eps_hat == pytest.approx(0.5 / (4 * math.sqrt(2 * K * math.log(2 / 1e-6))))
+    assert eta == pytest.approx(0.5 / (8 * math.sqrt(2 * m * K * math.log(2 / 1e-6))))
+    # scaled to the budget: same eps^/eta ratio, K re-solved for the larger eta, eps spent
     p = dp_winnow_theory_parameters(epsilon=0.5, delta=1e-6, rho=rho, T=10**5, beta=0.05, d=d)
-    assert winnow_update_bound(d, p.eta, rho, p.c) <= p.K            # k < K never violated
-    a = p.eta * math.sqrt(p.K)                                        # eta = a / sqrt(K)
-    assert winnow_update_bound(d, a / math.sqrt(p.K - 1), rho, p.c) > p.K - 1
-    assert p.eps_hat == pytest.approx(0.5 / (4 * math.sqrt(2 * p.K * math.log(2 / 1e-6))))
-    assert p.eta == pytest.approx(0.5 / (8 * math.sqrt(2 * p.m * p.K * math.log(2 / 1e-6))))
-    assert p.epsilon <= 0.5
+    assert p.eps_hat / p.eta == pytest.approx(eps_hat / eta) and p.eta >= eta
+    assert winnow_update_bound(d, p.eta, rho, p.c) <= p.K < winnow_update_bound(d, p.eta, rho, p.c) + 1
+    assert 0.49 <= p.epsilon <= 0.5
 
 
 def test_practical_parameters_report_what_they_guarantee():
@@ -71,3 +77,42 @@ def test_greedy_cover_round_epsilon_is_below_the_naive_per_round_share():
     r = greedy_cover_round_epsilon(1.0, 1e-6)
     assert r == pytest.approx(1 / (2 * math.log(math.e * (1 + math.exp(0.5)) / 1e-6)))
     assert r > 1.0 / 1000      # far better than basic composition over 1000 rounds
+
+
+def test_weight_draws_are_two_eta_squared_zcdp_exactly_on_every_small_neighbour():
+    """The bounded-range claim behind dp_winnow_draw_rho: for w ~ exp(eta u) and every
+    neighbour u' = u + d with d in {-2..2}^4, the exact Renyi divergence of one draw is at
+    most alpha * 2 eta^2 at every order alpha (zCDP)."""
+    import itertools
+
+    from mechanisms.params import dp_winnow_draw_rho
+    eta = 0.3
+    u = np.array([0, 3, -1, 5], dtype=float)
+    p = np.exp(eta * u) / np.exp(eta * u).sum()
+    worst = 0.0
+    for d in itertools.product(range(-2, 3), repeat=4):
+        q = np.exp(eta * (u + d))
+        q /= q.sum()
+        for alpha in (1.5, 2, 4, 8, 16, 64):
+            div = np.log(np.sum(p ** alpha * q ** (1 - alpha))) / (alpha - 1)
+            worst = max(worst, div / alpha)
+    assert worst <= dp_winnow_draw_rho(eta) * (1 + 1e-12)
+    assert worst > 0.5 * dp_winnow_draw_rho(eta)        # and the bound is not loose by much
+
+
+def test_theory_mode_spends_its_whole_budget_and_says_when_it_cannot_update():
+    p = dp_winnow_theory_parameters(epsilon=0.99, delta=1e-6, rho=0.05, T=10**6, beta=0.01, d=1000)
+    assert 0.98 <= p.epsilon <= 0.99
+    assert p.L > p.T and "cannot update" in p.note
+    easy = dp_winnow_theory_parameters(epsilon=0.9, delta=1e-3, rho=1.0, T=10**12, beta=0.5, d=4)
+    assert easy.note == "" and easy.L <= easy.T
+
+
+def test_the_guarantee_is_the_better_of_advanced_composition_and_zcdp():
+    from mechanisms.accounting import advanced_composition, zcdp_epsilon
+    from mechanisms.params import dp_winnow_draw_rho
+    g = dp_winnow_guarantee(eps_hat=1.0, eta=0.05, m=5000, K=2000, delta=1e-6)
+    adv = advanced_composition(1.0, 0, 2000, 5e-7).epsilon + \
+        advanced_composition(0.2, 0, 5000 * 2000, 5e-7).epsilon
+    zc = zcdp_epsilon(2000 * 0.5 + 5000 * 2000 * dp_winnow_draw_rho(0.05), 1e-6)
+    assert g.epsilon == pytest.approx(min(adv, zc)) and zc < adv
