@@ -1,6 +1,7 @@
 """Apply the per-model ordered log (``model-events``) to each model's learner.
 
-For every event the processor emits exactly one ``predictions`` record, plus one
+For every example or query the processor emits exactly one ``predictions`` record
+(a registration emits none, only its ledger records), plus one
 ``ledger`` record per privacy charge made while handling it (charged before the
 release it pays for leaves) and, for decision lists, one ``releases`` record per
 trained window. Outputs never carry features, labels of examples, or keys.
@@ -23,15 +24,22 @@ attempt reloads from the state mapping instead of an advanced, unsaved learner.
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import AsyncIterable, MutableMapping
 
 from mechanisms.randomness import KeyedRandomness
-from schemas import ModelConfig
+from schemas import ModelConfig, Rejected
 
 from .handlers import HANDLERS, Outputs
 from .records import Emit, Fetch, RawRecord, deliver
 
-PREDICTIONS, LEDGER, RELEASES = "predictions", "ledger", "releases"
+PREDICTIONS, LEDGER, RELEASES, REJECTED = "predictions", "ledger", "releases", "rejected"
+log = logging.getLogger("dpstream.processor")
+
+
+class WrongKey(Exception):
+    """The model was created under a key with another fingerprint: applying its events with
+    this key would draw second, independent noise (a silent doubling of its privacy cost)."""
 
 
 class Processor:
@@ -66,6 +74,9 @@ class Processor:
             cfg = self.state.get(f"model/{model_id}/config")
             if cfg is None:
                 return None
+            key = self.state.get(f"model/{model_id}/key")
+            if key is not None and key != self.rng.fingerprint():
+                raise WrongKey(model_id)
             config = ModelConfig.model_validate(cfg)
             h = HANDLERS[config.kind](config, self.rng, self.state)
             h.load(head)
@@ -108,16 +119,49 @@ class Processor:
             self.state[f"log/{p}"] = position
 
     def _apply(self, record: RawRecord, outputs: Outputs, dirty: dict) -> None:
-        body = json.loads(record.value)
-        event, source = body["event"], body["source"]
-        model_id = event["model_id"]
-        src_topic_part, src_offset = source.rsplit(":", 1)
+        """Apply one log record. The sequencer writes only validated events here, but the
+        topic is writable by others: a record this code cannot parse becomes a dead letter
+        (source and a fixed reason), as does an event its model cannot apply (a bug must not
+        stop every model) or one of a model created under another key."""
+        try:
+            body = json.loads(record.value)
+            event, source = body["event"], body["source"]
+            model_id = event["model_id"]
+            src_topic_part, src_offset = source.rsplit(":", 1)
+            int(src_offset)
+        except Exception:           # noqa: BLE001 - an input that breaks parsing is a dead letter
+            outputs.add(REJECTED, None, Rejected(source=record.source,
+                                                 reason="malformed model-events record").model_dump())
+            return
+        try:
+            self._apply_event(record, event, source, model_id, src_topic_part, int(src_offset),
+                              outputs, dirty)
+        except WrongKey:
+            outputs.add(REJECTED, None, Rejected(
+                source=source, reason="not applied: the model was created under another key "
+                "(its ledger fingerprint differs); restart with the model's key and re-feed").model_dump())
+        except Exception:           # noqa: BLE001 - one event must never stop every model
+            # Processing is deterministic, so replay meets the same exception at the same
+            # event; the event counts as applied (with its dead letter as its only output),
+            # so a restart does not re-apply it to a state that already holds its effects.
+            log.exception("event at %s could not be applied; dead-lettered", record.source)
+            handler = dirty[model_id][0] if model_id in dirty else self._handlers.get(model_id)
+            if handler is not None:
+                handler.head_sources[src_topic_part] = int(src_offset)
+                handler.head_seq = record.offset
+                dirty[model_id] = (handler, record.partition)
+            outputs.add(REJECTED, None, Rejected(
+                source=source, reason="not applied: the model could not process this event").model_dump())
+
+    def _apply_event(self, record, event, source, model_id, src_topic_part, src_offset,
+                     outputs, dirty) -> None:
         self._set_partition(record.partition)          # cold records written while applying
         if event["type"] == "model":
             if model_id in dirty or f"model/{model_id}/head" in self.state:
                 return                                  # config alone: a crash mid-create
             config = ModelConfig.model_validate(event)
             self.state[f"model/{model_id}/config"] = event
+            self.state[f"model/{model_id}/key"] = self.rng.fingerprint()
             handler = HANDLERS[config.kind](config, self.rng, self.state)
             handler.create(outputs, record.offset)
         else:
@@ -125,13 +169,13 @@ class Processor:
             if handler is None:  # the sequencer only forwards events of registered models
                 return
             if record.offset <= handler.head_seq or \
-                    handler.head_sources.get(src_topic_part, -1) >= int(src_offset):
+                    handler.head_sources.get(src_topic_part, -1) >= src_offset:
                 return
             if event["type"] == "example":
                 handler.on_example(event, source, record.offset, outputs)
             else:
                 handler.on_query(event, source, record.offset, outputs)
-        handler.head_sources[src_topic_part] = int(src_offset)
+        handler.head_sources[src_topic_part] = src_offset
         handler.head_seq = record.offset
         self._handlers[model_id] = handler
         dirty[model_id] = (handler, record.partition)

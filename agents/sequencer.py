@@ -84,6 +84,9 @@ def _parse(record: RawRecord, configs: MutableMapping) -> tuple[dict | None, str
         if isinstance(kind, str) else None
     if model_cls is None:
         return None, "unknown event type"
+    if record.topic in _KIND_BY_TOPIC and kind != _KIND_BY_TOPIC[record.topic]:
+        # a registration on `examples` would bypass whatever guards the `models` topic
+        return None, "event type does not match its topic"
     raw.setdefault("type", kind)
     try:
         event = model_cls.model_validate(raw)

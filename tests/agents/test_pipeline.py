@@ -168,3 +168,33 @@ async def test_status_summary_shows_counters_and_budget_but_no_features():
     assert status["kind"] == "winnow" and status["rounds"] == 100 and status["events"] == 121
     assert status["spent_epsilon"] == rt.outputs["ledger"][-1]["spent_epsilon"]
     assert "active" not in json.dumps(status) and "cache" not in json.dumps(status)
+
+
+async def test_a_registration_on_the_examples_topic_is_refused():
+    rt = await run([("examples", {"type": "model", **winnow_config("sneaky")})])
+    assert rt.outputs["rejected"][0]["reason"] == "event type does not match its topic"
+    assert "config/sneaky" not in rt.state
+
+
+async def test_a_broken_model_events_record_is_dead_lettered_and_later_events_still_apply():
+    from agents.records import RawRecord
+    rt = await run([("models", winnow_config())] + winnow_events(n=10))
+    n = len(rt.outputs["predictions"])
+    rt.log_offset += 1
+    await rt.processor.handle(RawRecord("model-events", 0, rt.log_offset, b"w1", b"[1, 2"))
+    assert rt.outputs["rejected"][-1]["reason"] == "malformed model-events record"
+    await rt.feed("examples", [e for t, e in winnow_events(n=11) if t == "examples"][-1])
+    assert len(rt.outputs["predictions"]) == n + 1
+
+
+async def test_a_model_refuses_to_run_under_another_key():
+    """Issue 10: a restart with another key must not mix two noise streams in one ledger."""
+    state = {}
+    first = EmbeddedRuntime(RNG, state)
+    await first.feed_all([("models", winnow_config())] + winnow_events(n=10))
+    other = EmbeddedRuntime(KeyedRandomness(b"another-key-for-the-same-models!"), state)
+    other.offsets.update(first.offsets)
+    other.log_offset = first.log_offset
+    await other.feed("examples", [e for t, e in winnow_events(n=11) if t == "examples"][-1])
+    assert not other.outputs["predictions"] and not other.outputs["ledger"]
+    assert "another key" in other.outputs["rejected"][0]["reason"]
