@@ -10,6 +10,7 @@ position, input positions, the learner's small counters); versioned cold records
 """
 from __future__ import annotations
 
+import math
 from dataclasses import asdict
 
 import numpy as np
@@ -32,8 +33,16 @@ from mechanisms.params import dp_winnow_practical_parameters, dp_winnow_theory_p
 from mechanisms.randomness import KeyedRandomness
 from schemas import LedgerEntryEvent, ModelConfig, Prediction, Release
 
-CHUNK = 256          # buffered rows per record
-HYP_CHUNK = 1000     # hypotheses per record
+# Every state record stays well below Kafka's default 1 MiB message limit: chunk sizes
+# follow the dimension, and a model whose single record cannot fit is refused at
+# registration (``state_problem``), never discovered by a worker that then crash-loops.
+RECORD_BYTES = 600_000       # budget per record, JSON as faust writes it
+FLOAT_BYTES, BIT_BYTES = 25, 3   # worst-case JSON bytes of one float / one 0-1 int, with ", "
+
+
+def rows_per_record(values_per_row: int, value_bytes: int, cap: int) -> int:
+    """How many rows of ``values_per_row`` values fit in one record (0: not even one)."""
+    return min(cap, RECORD_BYTES // (values_per_row * value_bytes))
 
 
 class Outputs:
@@ -57,6 +66,12 @@ class Handler:
 
     def key(self, *parts) -> str:
         return "/".join(["model", self.model_id, *map(str, parts)])
+
+    @property
+    def chunk(self) -> int:
+        """Buffered rows per record: 256, fewer for wide rows."""
+        binary = self.config.kind == "decision_list"
+        return rows_per_record(self.config.dimension + 1, BIT_BYTES if binary else FLOAT_BYTES, 256)
 
     # ------------------------------------------------------------ outputs
     def _charged(self, entry: LedgerEntry) -> None:
@@ -83,18 +98,18 @@ class Handler:
 
     # ------------------------------------------------------------ buffers
     def _append_row(self, epoch: int, n: int, row: list) -> int:
-        chunk = n // CHUNK
+        chunk = n // self.chunk
         key = self.key("buffer", epoch, chunk)
         # truncate: after a crash the chunk may already hold this row (written before the
         # head that counts it), and re-applying the event must not append it twice
-        rows = list(self.state.get(key, []))[:n % CHUNK]
+        rows = list(self.state.get(key, []))[:n % self.chunk]
         rows.append(row)
         self.state[key] = rows
         return n + 1
 
     def _load_rows(self, epoch: int, n: int) -> list:
         rows = []
-        for chunk in range((n + CHUNK - 1) // CHUNK):
+        for chunk in range((n + self.chunk - 1) // self.chunk):
             rows.extend(self.state[self.key("buffer", epoch, chunk)])
         return rows[:n]
 
@@ -287,6 +302,12 @@ def predictor_generator(config: ModelConfig):
 
 
 class PredictorHandler(Handler):
+    @property
+    def hyp_chunk(self) -> int:
+        """Hypotheses per record: 1000, fewer for halfspaces in many dimensions."""
+        width = 1 if self.config.params.generator == "thresholds" else self.config.dimension + 1
+        return max(1, rows_per_record(width, FLOAT_BYTES, 1000))
+
     def create(self, outputs: Outputs, seq: int) -> None:
         self._begin(seq, outputs)
         self._build(PredictorState())
@@ -308,7 +329,8 @@ class PredictorHandler(Handler):
         if s.epoch >= 0:
             X, y = self._sample(s.epoch, head["epoch_n"])
             H = []
-            for j in range((self.config.params.k + HYP_CHUNK - 1) // HYP_CHUNK):
+            per = self.hyp_chunk
+            for j in range((self.config.params.k + per - 1) // per):
                 H.extend(self.state[self.key("hyp", s.epoch, s.version, j)])
             self.model.restore(self.model.partition(X, y, s.epoch), H)
         self.epoch_n = head.get("epoch_n", 0)
@@ -321,8 +343,9 @@ class PredictorHandler(Handler):
         s = self.model.state
         if s.epoch >= 0 and self._saved_version != (s.epoch, s.version):
             H = np.asarray(self.model.H).tolist()
-            for j in range(0, len(H), HYP_CHUNK):
-                self.state[self.key("hyp", s.epoch, s.version, j // HYP_CHUNK)] = H[j:j + HYP_CHUNK]
+            per = self.hyp_chunk
+            for j in range(0, len(H), per):
+                self.state[self.key("hyp", s.epoch, s.version, j // per)] = H[j:j + per]
             self._saved_version = (s.epoch, s.version)
         self._write_head(seq, {"predictor": s.to_record(), "buffer_n": self.buffer_n,
                                "epoch_n": getattr(self, "epoch_n", 0)})
@@ -437,10 +460,54 @@ HANDLERS = {"winnow": WinnowHandler, "continual_winnow": ContinualWinnowHandler,
             "predictor": PredictorHandler, "decision_list": DecisionListHandler}
 
 
+def state_problem(config: ModelConfig) -> str | None:
+    """Why a model's state would not fit in bounded records (None when it does)."""
+    d, p = config.dimension, config.params
+    if config.kind == "winnow":
+        dim = 2 * d if p.signed else d
+        draws = min(p.m or dim, dim)
+        size = 32 * (dim + 2 * draws) // 3              # three base64 int64 arrays
+        if size > RECORD_BYTES:
+            return (f"DP-Winnow keeps its weights in one record: dimension {d} needs about "
+                    f"{size:,} bytes, above the {RECORD_BYTES:,}-byte record limit")
+    elif config.kind == "continual_winnow":
+        pending = min(d + 1, p.block * (p.max_active + 1))   # aggregated increment entries
+        if 2 * 12 * pending > RECORD_BYTES:
+            return (f"continual Winnow keeps a block's aggregated increment in its head record: "
+                    f"up to {pending:,} entries, above {RECORD_BYTES // 24:,}: use a smaller block")
+    elif config.kind == "predictor":
+        if rows_per_record(d + 1, FLOAT_BYTES, 256) == 0:
+            return (f"predictor rows of dimension {d} do not fit one {RECORD_BYTES:,}-byte record: "
+                    f"at most {RECORD_BYTES // FLOAT_BYTES - 1:,} dimensions")
+    elif config.kind == "decision_list":
+        if rows_per_record(d + 1, BIT_BYTES, 256) == 0:
+            return (f"decision-list rows of dimension {d} do not fit one record: at most "
+                    f"{RECORD_BYTES // BIT_BYTES - 1:,} dimensions")
+        n_features = feature_count(d, p.max_conjunction, p.negations)
+        if n_features > MAX_FEATURES:
+            return (f"{n_features:,} candidate rules (d={d}, conjunctions up to "
+                    f"{p.max_conjunction}) exceed the {MAX_FEATURES:,} that DP-GreedyCover can "
+                    "hold in memory: lower max_conjunction or the dimension")
+    return None
+
+
+MAX_FEATURES = 200_000
+
+
+def feature_count(d: int, max_conjunction: int, negations: bool) -> int:
+    """|F| of a FeatureFamily without building it: conjunctions of j distinct variables,
+    each literal positive or (with negations) negative."""
+    return sum(math.comb(d, j) * (2 ** j if negations else 1) for j in range(1, max_conjunction + 1))
+
+
 def check_feasible(config: ModelConfig) -> str | None:
-    """Why a model config cannot run (None when it can): infeasible theory parameters or
-    ones that cannot update within T, too few blocks for the budget, a generator that does
-    not fit the dimension, an active-feature cap above the dimension."""
+    """Why a model config cannot run (None when it can): state records that would not fit,
+    infeasible theory parameters or ones that cannot update within T, too few blocks for
+    the budget, a generator that does not fit the dimension, an active-feature cap above
+    the dimension."""
+    problem = state_problem(config)
+    if problem:
+        return f"infeasible model config: {problem}"[:500]
     try:
         if config.kind == "winnow":
             note = winnow_parameters(config).note

@@ -125,8 +125,19 @@ class ContinualWinnowState:
     offset: np.ndarray | None = None         # released A^ at the end of earlier epochs
 
     def hot_record(self) -> dict:
+        """The small record. The block's increment is stored aggregated (sorted indices with
+        non-zero sums): at most d + 1 entries, and the same however events were batched."""
+        self.compact()
         return {"epoch": self.epoch, "t": self.t, "b": self.b, "inc_idx": list(self.inc_idx),
                 "inc_val": list(self.inc_val), "mistakes": self.mistakes, "updates": self.updates}
+
+    def compact(self) -> None:
+        if not self.inc_idx:
+            return
+        idx, inv = np.unique(np.asarray(self.inc_idx, dtype=np.int64), return_inverse=True)
+        val = np.bincount(inv, weights=np.asarray(self.inc_val, dtype=np.float64)).astype(np.int64)
+        keep = val != 0
+        self.inc_idx, self.inc_val = idx[keep].tolist(), val[keep].tolist()
 
 
 @dataclass(frozen=True)
@@ -220,6 +231,8 @@ class ContinualWinnow:
                 mask = kept < self.dim
                 s.inc_idx.extend(kept[mask].tolist())
                 s.inc_val.extend(np.broadcast_to(y[updated][:, None], kept.shape)[mask].tolist())
+                if len(s.inc_idx) > 4 * self.dim:       # keep memory bounded by the dimension
+                    s.compact()
             s.t += stop - start
             released = new_epoch = False
             if s.t % p.block == 0:

@@ -164,6 +164,34 @@ def make_app(*, broker: str, rng: KeyedRandomness, partitions: int = 4, app_id: 
     return app
 
 
+async def ensure_topics(broker: str, *, prefix: str = "", partitions: int = 4,
+                        replication: int = 1) -> list[str]:
+    """Create every dpstream topic that does not exist yet (returns the names created).
+
+    A consumer that subscribes to a topic the broker does not have yet ignores it until
+    its next metadata refresh (5 minutes by default), so a worker started on a fresh
+    broker, before anything was produced, would sit idle. Creating the topics first, with
+    the shared partition count, removes the race (aiokafka's admin client)."""
+    from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+    from aiokafka.errors import TopicAlreadyExistsError
+
+    from .topics import ALL
+
+    admin = AIOKafkaAdminClient(bootstrap_servers=broker, request_timeout_ms=10_000)
+    await admin.start()
+    try:
+        existing = set(await admin.list_topics())
+        new = [prefix + t for t in ALL if prefix + t not in existing]
+        if new:
+            try:
+                await admin.create_topics([NewTopic(n, partitions, replication) for n in new])
+            except TopicAlreadyExistsError:
+                pass                              # another worker created them meanwhile
+        return new
+    finally:
+        await admin.close()
+
+
 class _TableView:
     """The MutableMapping surface the agents use, over a faust table (keys are str;
     the table stores them as bytes with the raw key serializer).

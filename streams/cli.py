@@ -112,12 +112,24 @@ def write_export(out: Path, log: list[dict], outputs: dict) -> None:
                 fh.write(json.dumps(value) + "\n")
 
 
+class NothingToAudit(Exception):
+    """An audit was asked of an export that holds no model events."""
+
+
 def read_export(src: Path) -> tuple[list[dict], dict]:
+    """The log and outputs of an export directory; :class:`NothingToAudit` when it is
+    missing or holds no model event (an audit of nothing must not say OK)."""
+    if not (src / f"{topics.MODEL_EVENTS}.jsonl").is_file():
+        raise NothingToAudit(f"{src} is not an export directory (no {topics.MODEL_EVENTS}.jsonl)")
+
     def load(name):
         path = src / f"{name}.jsonl"
         return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] \
             if path.exists() else []
-    return load(topics.MODEL_EVENTS), {t: load(t) for t in topics.OUTPUTS}
+    log = load(topics.MODEL_EVENTS)
+    if not log:
+        raise NothingToAudit(f"{src}/{topics.MODEL_EVENTS}.jsonl holds no model events")
+    return log, {t: load(t) for t in topics.OUTPUTS}
 
 
 async def _export_kafka(broker: str, prefix: str, timeout: float) -> tuple[list[dict], dict]:
@@ -138,10 +150,16 @@ def cmd_export(args) -> int:
 
 def cmd_replay(args) -> int:
     from .replay import WrongKeyError, replay, verify_public
-    if args.dir:
-        log, outputs = read_export(Path(args.dir))
-    else:
-        log, outputs = asyncio.run(_export_kafka(args.broker, args.prefix, args.timeout))
+    try:
+        if args.dir:
+            log, outputs = read_export(Path(args.dir))
+        else:
+            log, outputs = asyncio.run(_export_kafka(args.broker, args.prefix, args.timeout))
+            if not log:
+                raise NothingToAudit(f"no model events on {args.prefix}{topics.MODEL_EVENTS} at {args.broker}")
+    except NothingToAudit as err:
+        print(f"dpstream replay: {err}: nothing verified", file=sys.stderr)
+        return 2
     if args.no_key:
         problems = verify_public(outputs)
         print("\n".join(problems) if problems else
@@ -180,7 +198,11 @@ def cmd_audit_report(args) -> int:
     from .report import build_report
     if args.internal and args.no_key:
         sys.exit("dpstream audit-report: --internal recomputes mistakes with the key; drop --no-key")
-    log, outputs = read_export(Path(args.dir))
+    try:
+        log, outputs = read_export(Path(args.dir))
+    except NothingToAudit as err:
+        print(f"dpstream audit-report: {err}: no report written", file=sys.stderr)
+        return 2
     summary, mistakes = None, ({} if args.internal else None)
     if not args.no_key:
         from .replay import replay
@@ -194,11 +216,30 @@ def cmd_audit_report(args) -> int:
 def cmd_worker(args) -> int:
     import faust
 
-    from .app import make_app
-    app = make_app(broker=args.broker, rng=_key(), partitions=args.partitions, app_id=args.app_id,
+    from .app import ensure_topics, make_app
+    rng = _key()
+    try:
+        created = asyncio.run(ensure_topics(args.broker, prefix=args.prefix, partitions=args.partitions))
+    except Exception as err:              # noqa: BLE001 - report, do not trace back
+        print(f"dpstream worker: cannot reach the Kafka broker at {args.broker}: "
+              f"{type(err).__name__}", file=sys.stderr)
+        return 1
+    if created:
+        print(f"dpstream worker: created {len(created)} topic(s) with {args.partitions} partitions",
+              file=sys.stderr)
+
+    class Worker(faust.Worker):
+        async def on_startup_finished(self) -> None:
+            await super().on_startup_finished()
+            print(f"dpstream worker ready: broker {args.broker}, topic prefix {args.prefix!r}, "
+                  f"{args.partitions} partitions, key fingerprint {rng.fingerprint()}"
+                  + (f", status on :{args.web_port}/status/" if args.web_port else ""),
+                  file=sys.stderr, flush=True)
+
+    app = make_app(broker=args.broker, rng=rng, partitions=args.partitions, app_id=args.app_id,
                    data_dir=args.data_dir, web_port=args.web_port, prefix=args.prefix,
                    latency_metrics=args.latency_metrics)
-    worker = faust.Worker(app, loglevel=args.loglevel, quiet=True)
+    worker = Worker(app, loglevel=args.loglevel, quiet=True)
     worker.execute_from_commandline()
     return 0
 

@@ -166,6 +166,23 @@ def verify_public(published: dict[str, list[dict]]) -> list[str]:
                 problems.append(f"ledger {model} epoch {epoch} charge {c} (seq {e['seq']}): running "
                                 f"total {e['spent_epsilon']!r} != composition {t.epsilon!r}")
     problems += _check_predictions(published)
+    problems += _check_spent_against_ledger(published)
+    return problems
+
+
+def _check_spent_against_ledger(published: dict[str, list[dict]]) -> list[str]:
+    """Every budget a prediction reports as spent must be a running total the model's ledger
+    shows: a ledger cut short (or predictions claiming charges nobody published) fails."""
+    totals: dict[str, set] = defaultdict(set)
+    for e in published.get(LEDGER, []):
+        totals[e["model_id"]].add(round(e["spent_epsilon"], 9))
+    problems = []
+    for p in published.get(PREDICTIONS, []):
+        spent = round(p["epsilon_spent"], 9)
+        if spent and spent not in totals[p["model_id"]]:
+            problems.append(f"predictions {p['model_id']} seq {p['seq']}: reports eps spent "
+                            f"{p['epsilon_spent']!r}, which no ledger entry of the model shows")
+            break
     return problems
 
 

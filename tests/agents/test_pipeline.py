@@ -198,3 +198,29 @@ async def test_a_model_refuses_to_run_under_another_key():
     await other.feed("examples", [e for t, e in winnow_events(n=11) if t == "examples"][-1])
     assert not other.outputs["predictions"] and not other.outputs["ledger"]
     assert "another key" in other.outputs["rejected"][0]["reason"]
+
+
+@pytest.mark.parametrize("d, config, needle", [
+    (200_000, {"kind": "winnow", "eps_hat": 1.0, "eta": 0.1, "m": 100, "K": 5, "L": 2.0}, "record limit"),
+    (100_000, {"kind": "decision_list", "window": 100, "max_conjunction": 3}, "candidate rules"),
+    (200_000, {"kind": "predictor", "k": 3000, "m": 10, "v_max": 4}, "do not fit"),
+])
+async def test_a_registration_whose_state_cannot_fit_is_refused_with_the_limit(d, config, needle):
+    """Issue 10: a valid registration must not crash-loop the worker on an oversized record."""
+    cfg = {"model_id": "big", "dimension": d, "budget": {"epsilon": 2.0, "delta": 1e-6},
+           "params": config}
+    rt = await run([("models", cfg)])
+    assert needle in rt.outputs["rejected"][0]["reason"] and "config/big" not in rt.state
+
+
+async def test_wide_predictor_rows_are_chunked_below_the_record_limit():
+    d = 2000
+    cfg = {"model_id": "wide", "dimension": d, "budget": {"epsilon": 8.0, "delta": 1e-6},
+           "params": {"kind": "predictor", "generator": "halfspace", "k": 400, "m": 1, "v_max": 2}}
+    s = RNG.stream("pipeline-tests", "wide", 0)
+    rows = s.uniform(30 * d).reshape(30, d)
+    rt = await run([("models", cfg)] + [("examples", {"model_id": "wide", "x": r.tolist(), "y": 1})
+                                         for r in rows])
+    chunks = [k for k in rt.state if k.startswith("model/wide/buffer/")]
+    assert len(chunks) == 3                                  # 12 rows per record at d = 2000
+    assert all(len(json.dumps(rt.state[k])) < 600_000 for k in chunks)

@@ -39,7 +39,7 @@ class Worker:
         while time.time() - start < timeout:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"worker exited: {self.log.read_text()[-3000:]}")
-            if b"Worker]: Ready" in self.log.read_bytes()[seen:]:
+            if b"dpstream worker ready" in self.log.read_bytes()[seen:]:
                 return self
             time.sleep(0.5)
         raise TimeoutError(f"worker not ready in {timeout}s: {self.log.read_text()[-3000:]}")

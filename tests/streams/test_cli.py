@@ -62,3 +62,33 @@ def test_run_then_replay_verifies_and_a_tampered_export_fails(tmp_path, monkeypa
     assert f"seq {row['seq']}" in capsys.readouterr().out
     monkeypatch.setenv("DPSTREAM_SECRET_KEY", "ffeeddccbbaa99887766554433221100" * 2)
     assert main(["replay", "--dir", str(tmp_path)]) == 2
+
+
+@pytest.mark.parametrize("make", ["missing", "empty", "no-log"])
+@pytest.mark.parametrize("no_key", [False, True])
+def test_replay_and_report_of_nothing_fail_instead_of_saying_ok(tmp_path, monkeypatch, capsys, make, no_key):
+    """Issue 10: an audit of a missing or empty export must not print OK."""
+    monkeypatch.setenv("DPSTREAM_SECRET_KEY", "00112233445566778899aabbccddeeff" * 2)
+    target = tmp_path / "export"
+    if make != "missing":
+        target.mkdir()
+    if make == "empty":
+        (target / "model-events.jsonl").write_text("")
+    args = ["replay", "--dir", str(target)] + (["--no-key"] if no_key else [])
+    assert main(args) == 2
+    assert main(["audit-report", "--dir", str(target), "--out", str(tmp_path / "r")]
+                + (["--no-key"] if no_key else [])) == 2
+    out = capsys.readouterr()
+    assert "OK" not in out.out and not (tmp_path / "r" / "report.html").exists()
+
+
+def test_keyless_replay_catches_a_ledger_cut_short(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("DPSTREAM_SECRET_KEY", "00112233445566778899aabbccddeeff" * 2)
+    ex = ROOT / "examples"
+    main(["run", "--models", str(ex / "card-fraud.model.json"),
+          "--examples", str(ex / "card-fraud.examples.jsonl"), "--out", str(tmp_path)])
+    assert main(["replay", "--dir", str(tmp_path), "--no-key"]) == 0
+    path = tmp_path / "ledger.jsonl"
+    path.write_text("")                       # the one epoch charge cut away
+    assert main(["replay", "--dir", str(tmp_path), "--no-key"]) == 1
+    assert "no ledger entry" in capsys.readouterr().out

@@ -133,10 +133,15 @@ def test_bad_input_on_every_topic_is_rejected_and_the_worker_keeps_going(kafka_b
     worker = Worker(kafka_bootstrap, prefix, tmp_path, web_port=port).start()
     good = models()[0]
     bad = {
-        "models": [b"{nope", {"model_id": "m", "dimension": -3}],
+        "models": [b"{nope", {"model_id": "m", "dimension": -3},
+                   {"model_id": "huge", "dimension": 200_000, "budget": {"epsilon": 1.0, "delta": 1e-6},
+                    "params": {"kind": "winnow", "eps_hat": 1.0, "eta": 0.1, "m": 100, "K": 5, "L": 2.0}}],
         "examples": [b"[1, 2", {"model_id": "fraud-a", "active": [99], "y": 1},
                      {"model_id": "fraud-a", "x": [float("nan")] * 30, "y": 1},
-                     {"model_id": "ghost", "active": [1], "y": 1}, b"x" * 600_000],
+                     {"model_id": "ghost", "active": [1], "y": 1}, b"x" * 600_000,
+                     b"[" * 50_000 + b"]" * 50_000,                         # issue 10's poison records
+                     b'{"model_id": "fraud-a", "active": [1], "y": ' + b"9" * 5000 + b"}",
+                     b'{"type": [1], "model_id": "fraud-a"}'],
         "queries": [b"\xff\xfe", {"model_id": "fraud-a", "x": [0.3] * 30},
                     {"model_id": "ghost", "active": [1]}],
     }
@@ -148,7 +153,7 @@ def test_bad_input_on_every_topic_is_rejected_and_the_worker_keeps_going(kafka_b
             await produce(kafka_bootstrap, prefix + topic,
                           [p if isinstance(p, bytes) else json.dumps(p).encode() for p in payloads])
         await produce(kafka_bootstrap, prefix + "examples", [{"model_id": "fraud-a", "active": [1], "y": 1}])
-        rejected = await read_all(kafka_bootstrap, prefix + "rejected", until=10, timeout=60)
+        rejected = await read_all(kafka_bootstrap, prefix + "rejected", until=14, timeout=60)
         preds = await read_all(kafka_bootstrap, prefix + "predictions", until=1, timeout=60)
         return rejected, preds
 
@@ -163,14 +168,15 @@ def test_bad_input_on_every_topic_is_rejected_and_the_worker_keeps_going(kafka_b
         worker.stop()
     model = status["models"]["fraud-a"]
     assert model["kind"] == "winnow" and model["events"] == 2 and model["spent_epsilon"] > 0
-    assert "dpstream_rejected_total 10.0" in metrics
+    assert "dpstream_rejected_total 14.0" in metrics
     assert 'dpstream_budget_spent_epsilon{model_id="fraud-a"}' in metrics
     for text in (json.dumps(status), metrics):     # counters only: no features, labels or keys
         assert "active" not in text and KEY_HEX not in text
-    assert len(rejected) == 10 and len(preds) == 1
+    assert len(rejected) == 14 and len(preds) == 1     # the good example after them is answered
     reasons = " | ".join(r["reason"] for r in rejected)
     for expected_reason in ("malformed JSON", "wrong dimension", "NaN", "unknown model",
-                            "oversized", "out of domain"):
+                            "oversized", "out of domain", "record limit", "nested too deeply",
+                            "malformed event"):
         assert expected_reason in reasons
     for r in rejected:
         assert set(r) == {"source", "reason"}
