@@ -106,7 +106,7 @@ def _parse(record: RawRecord, configs: MutableMapping) -> tuple[dict | None, str
     problem = event.dimension_error(config.dimension, config.binary)
     if problem:
         return None, problem
-    if kind == "example" and config.kind == "decision_list" and event.active is not None:
+    if config.kind == "decision_list" and event.active is not None:
         return None, "decision lists take dense x in {-1, +1}^d"
     if config.kind == "continual_winnow":
         n_active = len(set(event.active)) if event.active is not None else \

@@ -78,7 +78,7 @@ def cmd_run(args) -> int:
     rng = _key()
     state = SqliteState(args.state) if args.state else None
     rt = EmbeddedRuntime(rng, state)
-    items = [(topics.MODELS, r) for r in _read_jsonl(args.models)]
+    items = [(topics.MODELS, r) for r in _read_models(args.models)]
     items += [(topics.EXAMPLES, r) for r in _read_jsonl(args.examples)]
     items += [(topics.QUERIES, r) for r in _read_jsonl(args.queries)]
     asyncio.run(rt.feed_all(items))
@@ -88,7 +88,22 @@ def cmd_run(args) -> int:
     write_export(out, rt.log, rt.outputs)
     print(f"dpstream run: {len(items)} inputs -> "
           + ", ".join(f"{len(rt.outputs[t])} {t}" for t in topics.OUTPUTS) + f" in {out}")
+    if items and len(rt.outputs[topics.REJECTED]) == len(items):
+        print("dpstream run: every input was rejected (see rejected.jsonl)", file=sys.stderr)
+        return 1
     return 0
+
+
+def _read_models(path: str | None) -> list[bytes]:
+    """Model configs from a JSON file (one object or a list, any layout) or JSONL."""
+    if not path:
+        return []
+    text = Path(path).read_bytes()
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return _read_jsonl(path)
+    return [json.dumps(v).encode() for v in (value if isinstance(value, list) else [value])]
 
 
 def _owner_only(path: Path):
@@ -264,8 +279,21 @@ async def _produce(broker: str, topic: str, lines) -> int:
 
 
 def cmd_produce(args) -> int:
-    n = asyncio.run(_produce(args.broker, args.topic, _read_jsonl(args.file)))
-    print(f"dpstream produce: {n} records -> {args.topic}", file=sys.stderr)
+    if args.topic not in topics.INPUTS:
+        print(f"dpstream produce: --topic must be one of {', '.join(topics.INPUTS)} "
+              "(the worker writes every other topic)", file=sys.stderr)
+        return 2
+    try:
+        lines = _read_jsonl(args.file)
+        n = asyncio.run(_produce(args.broker, args.prefix + args.topic, lines))
+    except OSError as err:
+        print(f"dpstream produce: cannot read {args.file}: {err.strerror}", file=sys.stderr)
+        return 2
+    except Exception as err:              # noqa: BLE001 - one line, not a traceback
+        print(f"dpstream produce: stopped ({type(err).__name__}); records before it were sent",
+              file=sys.stderr)
+        return 1
+    print(f"dpstream produce: {n} records -> {args.prefix}{args.topic}", file=sys.stderr)
     return 0
 
 
@@ -289,7 +317,8 @@ async def read_topic(broker: str, topic: str, *, timeout: float = 5.0, limit: in
 
 
 def cmd_consume(args) -> int:
-    records = asyncio.run(read_topic(args.broker, args.topic, timeout=args.timeout, limit=args.max))
+    records = asyncio.run(read_topic(args.broker, args.prefix + args.topic, timeout=args.timeout,
+                                     limit=args.max))
     for r in records:
         sys.stdout.write(r.value.decode() + "\n")
     return 0
@@ -297,10 +326,10 @@ def cmd_consume(args) -> int:
 
 def cmd_models(args) -> int:
     if args.action == "register":
-        lines = [Path(args.target).read_bytes().strip()]
-        asyncio.run(_produce(args.broker, args.prefix + topics.MODELS, lines))
-        print(f"dpstream models: registration sent for {json.loads(lines[0])['model_id']}")
-        return 0
+        return _register(args)
+    if args.action == "show" and not args.target:
+        print("dpstream models show: name the model id", file=sys.stderr)
+        return 2
     # Configs come from the `models` topic (registrations only, never the model-events log,
     # which holds raw features); the first valid registration of an id is the one in force.
     from pydantic import ValidationError
@@ -317,6 +346,10 @@ def cmd_models(args) -> int:
     for r in asyncio.run(read_topic(args.broker, args.prefix + topics.LEDGER, timeout=args.timeout)):
         e = json.loads(r.value)
         spent[e["model_id"]] = e
+    if args.action == "show" and args.target not in models:
+        print(f"dpstream models show: no registration for that id on {args.prefix}{topics.MODELS}",
+              file=sys.stderr)
+        return 1
     for mid, cfg in sorted(models.items()):
         if args.action == "show" and mid != args.target:
             continue
@@ -324,6 +357,41 @@ def cmd_models(args) -> int:
         used = f"eps {e['spent_epsilon']:.6g} / {cfg['budget']['epsilon']:g} (epoch {e['epoch']})" if e \
             else "eps 0"
         print(f"{mid:24s} {cfg['params']['kind']:14s} d={cfg['dimension']:<8d} {used}")
+    return 0
+
+
+def _register(args) -> int:
+    """Validate a registration locally (schema and feasibility, as the worker will) and
+    send it only when it would be accepted."""
+    from pydantic import ValidationError
+
+    from agents.handlers import check_feasible
+    from agents.sequencer import _reason
+    from schemas import ModelConfig
+    if not args.target:
+        print("dpstream models register: name a model config file (JSON)", file=sys.stderr)
+        return 2
+    try:
+        config = ModelConfig.model_validate_json(Path(args.target).read_bytes())
+    except OSError as err:
+        print(f"dpstream models register: cannot read {args.target}: {err.strerror}", file=sys.stderr)
+        return 2
+    except ValidationError as err:
+        print(f"dpstream models register: {_reason(err)}", file=sys.stderr)
+        return 1
+    problem = check_feasible(config)
+    if problem:
+        print(f"dpstream models register: {problem}", file=sys.stderr)
+        return 1
+    line = json.dumps(config.model_dump(mode="json")).encode()
+    try:
+        asyncio.run(_produce(args.broker, args.prefix + topics.MODELS, [line]))
+    except Exception as err:              # noqa: BLE001
+        print(f"dpstream models register: cannot reach the broker at {args.broker} "
+              f"({type(err).__name__})", file=sys.stderr)
+        return 1
+    print(f"dpstream models: registration of {config.model_id} ({config.kind}) sent; "
+          f"watch `dpstream consume --topic rejected` if the worker refuses it")
     return 0
 
 
@@ -365,8 +433,10 @@ def main(argv=None) -> int:
                    help="export a coarse batch-latency histogram (a timing side channel; off by default)")
     p.set_defaults(fn=cmd_worker)
     for name, fn in (("produce", cmd_produce), ("consume", cmd_consume)):
-        p = sub.add_parser(name)
-        p.add_argument("--broker", default=DEFAULT_BROKER)
+        p = sub.add_parser(name, help="send a JSONL file to an input topic" if name == "produce"
+                           else "print a topic's records from the start")
+        p.add_argument("--broker", default=DEFAULT_BROKER, help="default: %(default)s")
+        p.add_argument("--prefix", default="", help="prefix of every topic name")
         p.add_argument("--topic", required=True)
         if name == "produce":
             p.add_argument("--file", required=True)

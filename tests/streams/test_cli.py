@@ -92,3 +92,23 @@ def test_keyless_replay_catches_a_ledger_cut_short(tmp_path, monkeypatch, capsys
     path.write_text("")                       # the one epoch charge cut away
     assert main(["replay", "--dir", str(tmp_path), "--no-key"]) == 1
     assert "no ledger entry" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("config, exit_code, needle", [
+    ({"model_id": "m", "budget": {"epsilon": 1.0, "delta": 1e-6},
+      "params": {"kind": "continual_winnow", "max_active": 3}}, 1, "dimension: missing"),
+    ({"model_id": "m", "dimension": 10, "budget": {"epsilon": -1.0, "delta": 1e-6},
+      "params": {"kind": "continual_winnow", "max_active": 3}}, 1, "epsilon: greater_than"),
+    ({"model_id": "m", "dimension": 200_000, "budget": {"epsilon": 1.0, "delta": 1e-6},
+      "params": {"kind": "winnow", "eps_hat": 1, "eta": 0.1, "m": 10, "K": 2, "L": 2}}, 1, "record limit"),
+])
+def test_register_validates_locally_and_sends_nothing_invalid(tmp_path, capsys, config, exit_code, needle):
+    path = tmp_path / "m.json"
+    path.write_text(json.dumps(config))
+    assert main(["models", "register", str(path), "--broker", "127.0.0.1:1"]) == exit_code
+    assert needle in capsys.readouterr().err
+
+
+def test_produce_refuses_a_topic_that_is_not_an_input(capsys):
+    assert main(["produce", "--topic", "exampels", "--file", "x.jsonl", "--broker", "127.0.0.1:1"]) == 2
+    assert "must be one of" in capsys.readouterr().err
