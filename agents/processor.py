@@ -23,6 +23,7 @@ attempt reloads from the state mapping instead of an advanced, unsaved learner.
 """
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 from collections.abc import AsyncIterable, MutableMapping
@@ -54,10 +55,14 @@ class Processor:
     """
 
     def __init__(self, rng: KeyedRandomness, state: MutableMapping, emit: Emit,
-                 fetch: Fetch | None = None):
-        self.rng, self.state, self.emit, self.fetch = rng, state, emit, fetch
+                 fetch: Fetch | None = None, *, offload: bool = False, owns=None):
+        self.rng, self.emit, self.fetch = rng, emit, fetch
+        self.base = state
+        self.state = Overlay(state)          # handlers write here; flushed on the loop thread
+        self.offload = offload               # apply batches in a worker thread
+        self.owns = owns or (lambda partition: True)
         self._handlers: dict[str, object] = {}
-        self._set_partition = getattr(state, "set_partition", lambda partition: None)
+        self._set_partition = self.state.set_partition
 
     async def run(self, records: AsyncIterable[RawRecord]) -> None:
         async for record in records:
@@ -92,31 +97,50 @@ class Processor:
         outputs = Outputs()
         dirty: dict[str, tuple[object, int]] = {}        # model id -> (handler, partition)
         positions: dict[int, int] = {}
+        todo: list[RawRecord] = []
         for record in records:
             p = record.partition
             if self.fetch is None:
-                self._apply(record, outputs, dirty)
+                todo.append(record)
                 continue
             expected = positions.get(p, self.state.get(f"log/{p}", 0))
-            missed = []
             if record.offset > expected:
-                missed = await self.fetch(record.topic, p, expected, record.offset)
-            for r in (*missed, record):
-                self._apply(r, outputs, dirty)
+                todo.extend(await self.fetch(record.topic, p, expected, record.offset))
+            todo.append(record)
             positions[p] = max(expected, record.offset + 1)
         try:
+            if self.offload:        # calibration, LP fits, training: never on the event loop
+                await asyncio.to_thread(self._apply_all, todo, outputs, dirty)
+            else:
+                self._apply_all(todo, outputs, dirty)
+            self._flush()                               # cold records, before the outputs
             await deliver(self.emit, [o for o in outputs.items if o[0] == LEDGER])
             await deliver(self.emit, [o for o in outputs.items if o[0] != LEDGER])
         except BaseException:
+            self.state.discard()
             for model_id in dirty:
                 self._handlers.pop(model_id, None)
             raise
-        for handler, p in dirty.values():
+        for model_id, (handler, p) in dirty.items():
+            if not self.owns(p):          # partition revoked meanwhile: the new owner writes
+                self._handlers.pop(model_id, None)
+                continue
             self._set_partition(p)
             handler.save(handler.head_seq)
         for p, position in positions.items():
             self._set_partition(p)
             self.state[f"log/{p}"] = position
+        self._flush()
+
+    def _apply_all(self, records: list[RawRecord], outputs: Outputs, dirty: dict) -> None:
+        for record in records:
+            self._apply(record, outputs, dirty)
+
+    def _flush(self) -> None:
+        """Write the overlay through, except records of partitions this worker no longer
+        owns: a worker that lost a partition mid-batch must not overwrite its new owner's
+        state (a stale, shorter buffer chunk would change an epoch's sample)."""
+        self.state.flush(self.owns)
 
     def _apply(self, record: RawRecord, outputs: Outputs, dirty: dict) -> None:
         """Apply one log record. The sequencer writes only validated events here, but the
@@ -179,6 +203,61 @@ class Processor:
         handler.head_seq = record.offset
         self._handlers[model_id] = handler
         dirty[model_id] = (handler, record.partition)
+
+
+class Overlay(MutableMapping):
+    """Writes buffered over a state mapping, with the partition each write belongs to.
+
+    The processor's handlers read and write only through it, so a batch can be applied in
+    a worker thread without touching the runtime's mapping (a faust table is not thread
+    safe); ``flush`` writes the buffer through, in order, on the caller's thread."""
+
+    def __init__(self, base: MutableMapping):
+        self.base = base
+        self.pending: dict[str, tuple[int | None, object]] = {}
+        self.partition: int | None = None
+        self._base_set_partition = getattr(base, "set_partition", lambda partition: None)
+
+    def set_partition(self, partition: int) -> None:
+        self.partition = partition
+
+    def __getitem__(self, key):
+        if key in self.pending:
+            return self.pending[key][1]
+        return self.base[key]
+
+    def get(self, key, default=None):
+        if key in self.pending:
+            return self.pending[key][1]
+        return self.base.get(key, default)
+
+    def __contains__(self, key) -> bool:
+        return key in self.pending or key in self.base
+
+    def __setitem__(self, key, value) -> None:
+        self.pending.pop(key, None)               # keep write order: last write last
+        self.pending[key] = (self.partition, value)
+
+    def __delitem__(self, key):
+        raise NotImplementedError("state records are never deleted")
+
+    def __iter__(self):
+        return iter(set(self.base) | set(self.pending))
+
+    def __len__(self) -> int:
+        return len(set(self.base) | set(self.pending))
+
+    def flush(self, owns=lambda partition: True) -> None:
+        for key, (partition, value) in self.pending.items():
+            if partition is not None and not owns(partition):
+                continue
+            if partition is not None:
+                self._base_set_partition(partition)
+            self.base[key] = value
+        self.pending.clear()
+
+    def discard(self) -> None:
+        self.pending.clear()
 
 
 async def processor(records: AsyncIterable[RawRecord], state: MutableMapping, emit: Emit,

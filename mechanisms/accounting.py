@@ -49,22 +49,24 @@ class PrivacyCost:
             raise ParameterError("delta", self.delta, "in [0, 1]")
 
 
+ZCDP_ORDERS = tuple([1 + x / 20 for x in range(1, 100)] + [6 + 0.5 * x for x in range(117)]
+                    + [80, 128, 256, 512, 1024])
+
+
 @lru_cache(maxsize=4096)
 def zcdp_epsilon(rho: float, delta: float) -> float:
-    """(epsilon at delta) of a rho-zCDP mechanism, by dp-accounting's RDP accountant
-    (CKS 2020 Proposition 12 conversion), over a fixed grid of orders."""
-    import dp_accounting
-    from dp_accounting import rdp
+    """(epsilon at delta) of a rho-zCDP mechanism: its RDP curve is rho * alpha at every
+    order alpha (what dp-accounting's RdpAccountant composes for a ``ZCDpEvent``), converted
+    by dp-accounting's ``compute_epsilon`` (CKS 2020 Proposition 12) over a fixed grid of
+    orders. Calling the conversion directly keeps a calibration's bisection in milliseconds."""
+    from dp_accounting.rdp.rdp_privacy_accountant import compute_epsilon
 
     if not 0 < delta < 1:
         raise ParameterError("delta", delta, "in (0, 1)")
     if rho == 0:
         return 0.0
-    orders = [1 + x / 20 for x in range(1, 100)] + [6 + 0.5 * x for x in range(117)] \
-        + [80, 128, 256, 512, 1024]
-    acc = rdp.RdpAccountant(orders=orders)
-    acc.compose(dp_accounting.ZCDpEvent(rho=rho))
-    return float(acc.get_epsilon(delta))
+    eps, _ = compute_epsilon(ZCDP_ORDERS, [rho * a for a in ZCDP_ORDERS], delta)
+    return float(eps)
 
 
 def basic_composition(costs) -> PrivacyCost:

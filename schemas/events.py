@@ -13,14 +13,27 @@ from __future__ import annotations
 import math
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (AfterValidator, BaseModel, ConfigDict, Field, WithJsonSchema,
+                      field_validator, model_validator)
+from pydantic import Strict as PydanticStrict
 
 ModelId = Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")]
-Label = Literal[-1, 1]
+
+
+def _is_label(v: int) -> int:
+    if v not in (-1, 1):
+        raise ValueError("a label must be -1 or +1")
+    return v
+
+
+# A JSON integer -1 or +1: strict, so true, 1.0 and "1" are refused, not coerced.
+Label = Annotated[int, PydanticStrict(), AfterValidator(_is_label),
+                  WithJsonSchema({"type": "integer", "enum": [-1, 1]})]
 
 
 class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    """Every record: unknown fields refused, no type coercion (strict), immutable."""
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
 
 class Features(Strict):

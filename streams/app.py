@@ -75,7 +75,9 @@ def make_app(*, broker: str, rng: KeyedRandomness, partitions: int = 4, app_id: 
         # a dead worker's partitions move after 10 s instead of faust's default 60 s
         broker_session_timeout=10.0,
         broker_heartbeat_interval=2.0,
-        stream_wait_empty=False,
+        # faust waits for the agents' current batch before it completes a rebalance; the
+        # heavy part of a batch runs in a thread (agents/processor.py), so heartbeats go on
+        stream_wait_empty=True,
         stream_publish_on_commit=False,     # send now: emit must return the delivery future
     )
     # internal=True: the worker declares (creates) every topic with the shared partition
@@ -115,7 +117,18 @@ def make_app(*, broker: str, rng: KeyedRandomness, partitions: int = 4, app_id: 
         metrics.gap_records.labels(topic).inc(len(records))
         return records
 
-    processor = Processor(rng, _TableView(model_state), emit, fetch)
+    log_name = prefix + MODEL_EVENTS
+
+    def owns(partition: int) -> bool:
+        """Whether this worker still holds a model-events partition (faust's consumer
+        assignment); a worker that lost it mid-batch must not write its state."""
+        try:
+            assigned = app.consumer.assignment()
+        except Exception:              # noqa: BLE001 - no consumer yet (tests): assume owned
+            return True
+        return any(tp.topic == log_name and tp.partition == partition for tp in assigned)
+
+    processor = Processor(rng, _TableView(model_state), emit, fetch, offload=True, owns=owns)
     app.dpstream = {"emit": emit, "processor": processor, "metrics": metrics}
 
     def records(events) -> list[RawRecord]:

@@ -18,7 +18,9 @@ from __future__ import annotations
 import base64
 import html
 import io
+import math
 from collections import defaultdict
+from datetime import datetime, timezone
 from pathlib import Path
 
 import matplotlib
@@ -27,6 +29,14 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 from schemas import ModelConfig  # noqa: E402
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+    try:
+        return version("dpstream")
+    except PackageNotFoundError:
+        return "unknown"
 
 
 def parameter_rows(config: ModelConfig) -> list[tuple[str, str, str]]:
@@ -86,8 +96,11 @@ def _png(fig) -> bytes:
 
 
 def model_figures(model_id, preds, ledger, budget_eps, mistakes=None):
-    """(timeline PNG, budget PNG). ``mistakes``: [(seq, cumulative)] for the internal form."""
+    """(timeline PNG, budget PNG) over the same x range (the model's events).
+    ``mistakes``: [(seq, cumulative)] for the internal form."""
+    last_seq = max([p["seq"] for p in preds] + [e["seq"] for e in ledger] + [1])
     fig, ax = plt.subplots(figsize=(8, 3))
+    ax.set_xlim(0, last_seq)
     if mistakes:
         ax.plot([s for s, _ in mistakes], [m for _, m in mistakes],
                 label="cumulative online mistakes (INTERNAL)")
@@ -103,6 +116,7 @@ def model_figures(model_id, preds, ledger, budget_eps, mistakes=None):
     ax.legend(loc="upper left", fontsize=8)
     timeline = _png(fig)
     fig, ax = plt.subplots(figsize=(8, 3))
+    ax.set_xlim(0, last_seq)
     ax.step([e["seq"] for e in ledger], [e["spent_epsilon"] for e in ledger], where="post",
             label="eps spent (running total)")
     ax.axhline(budget_eps, color="tab:red", ls="--", label="budget cap")
@@ -153,17 +167,31 @@ def build_report(log: list[dict], outputs: dict, out: Path, replay_summary: str 
                         else f'<tr><th>{k}</th><td data-{k}="{v}">{v}</td></tr>' for k, v in numbers.items())
         params = "".join(f"<tr><td>{html.escape(a)}</td><td>{html.escape(b)}</td><td>{html.escape(c)}</td></tr>"
                          for a, b, c in parameter_rows(cfg))
+        final = preds[-1]["status"] if preds else "no events"
+        notice = ""
+        if final in ("frozen", "budget_exhausted"):
+            notice = (f"<p class='notice' data-final-status='{final}'><strong>This model stopped "
+                      f"learning ({final.replace('_', ' ')}): later answers come from its last "
+                      "released hypothesis, for free.</strong></p>")
+        meaning = (f"<p class='meaning'>What the budget means: replacing any one example of this "
+                   f"model by another changes the probability of anything it released by at most a "
+                   f"factor e^{cfg.budget.epsilon:g} = {math.exp(min(cfg.budget.epsilon, 700)):,.3g}, "
+                   f"except with probability {cfg.budget.delta:g}"
+                   + (" (per example, each epoch on its own examples)" if cfg.kind in
+                      ("continual_winnow", "predictor", "decision_list") else "") + ".</p>")
         img = lambda data, alt: (f'<img alt="{alt}" class="figure" '  # noqa: E731
                                  f'src="data:image/png;base64,{base64.b64encode(data).decode()}">')
         sections.append(f"""
 <section class="model" id="model-{html.escape(model_id)}" data-model="{html.escape(model_id)}">
 <h2>{html.escape(model_id)} ({cfg.kind}, d = {cfg.dimension})</h2>
+{notice}{meaning}
 <table class="numbers">{cells}</table>
 {img(timeline, "released answers over time")}
 {img(budget, "cumulative privacy budget")}
 <h3>Parameters</h3>
 <table class="params"><tr><th>parameter</th><th>value</th><th>source</th></tr>{params}</table>
 </section>""")
+    prints = sorted({e.get("key_fingerprint", "") for e in outputs.get("ledger", [])} - {""})
     if mistakes is not None:
         banner = ("<p id='form' data-form='internal'><strong>INTERNAL: this report contains "
                   "information about the private examples (exact online mistakes). Do not "
@@ -180,6 +208,12 @@ def build_report(log: list[dict], outputs: dict, out: Path, replay_summary: str 
 td,th{{border:1px solid #ccc;padding:2px 8px;text-align:left}} img{{display:block;margin:1em 0;max-width:100%}}</style>
 </head><body>{banner}<h1>dpstream audit report</h1>
 <p>{len(log):,} model events, {len(configs)} model(s). {scope}</p>
+<table class="provenance">
+<tr><th>dpstream version</th><td data-version="{_version()}">{_version()}</td></tr>
+<tr><th>generated (UTC)</th><td>{datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M:%S")}</td></tr>
+<tr><th>key fingerprint(s) on the ledger</th><td data-fingerprints="{' '.join(prints)}">{', '.join(prints) or 'none'}</td></tr>
+<tr><th>rejected inputs (dead letters)</th><td data-rejected="{len(outputs.get('rejected', []))}">{len(outputs.get('rejected', []))}</td></tr>
+</table>
 {verified}{''.join(sections)}</body></html>"""
     path = out / "report.html"
     path.write_text(page)

@@ -4,6 +4,7 @@ import asyncio
 import hashlib
 import itertools
 import json
+import re
 
 import numpy as np
 
@@ -150,6 +151,8 @@ def test_public_report_is_identical_when_every_example_label_is_flipped(tmp_path
             ev["y"] = -ev["y"]
     a = build_report(rt.log, rt.outputs, tmp_path / "a").read_text()
     b = build_report(flipped, rt.outputs, tmp_path / "b").read_text()
+    stamp = re.compile(r"<tr><th>generated \(UTC\)</th><td>[^<]*</td></tr>")
+    a, b = stamp.sub("", a), stamp.sub("", b)
     assert a == b and "data-form='public'" in a and "mistakes" not in a
 
 
@@ -173,3 +176,11 @@ def test_exported_files_are_readable_by_their_owner_only(tmp_path):
     assert (tmp_path / "out").stat().st_mode & 0o777 == 0o700
     for f in (tmp_path / "out").iterdir():
         assert f.stat().st_mode & 0o777 == 0o600, f
+
+
+def test_the_report_names_its_provenance_and_what_each_budget_means(tmp_path):
+    rt = _run(_mixed_stream() + [("examples", b"{broken")])
+    page = build_report(rt.log, rt.outputs, tmp_path).read_text()
+    assert f'data-fingerprints="{RNG.fingerprint()}"' in page
+    assert 'data-rejected="1"' in page and "data-version=" in page
+    assert page.count("class='meaning'") == 3 and "Releases were not verified" in page

@@ -104,3 +104,15 @@ def test_a_stated_rho_is_used_and_recorded():
     assert e.rho == 0.005 and led.state.sum_rho == pytest.approx(5.0)
     with pytest.raises(ParameterError):
         led.charge("bad", 0.1, 0.0, 1, rho=-1.0)
+
+
+@pytest.mark.parametrize("rho", [1e-4, 0.0195, 0.5, 3.0, 40.0])
+def test_zcdp_conversion_is_dp_accountings_own_for_a_zcdp_event(rho):
+    import dp_accounting
+    from dp_accounting import rdp
+
+    from mechanisms.accounting import ZCDP_ORDERS, zcdp_epsilon
+    acc = rdp.RdpAccountant(orders=list(ZCDP_ORDERS))
+    acc.compose(dp_accounting.ZCDpEvent(rho=rho))
+    for delta in (1e-6, 1e-9):
+        assert zcdp_epsilon(rho, delta) == pytest.approx(acc.get_epsilon(delta), rel=1e-12)
