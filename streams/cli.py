@@ -406,28 +406,33 @@ def cmd_schemas(args) -> int:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="dpstream", description=__doc__.splitlines()[0])
-    sub = ap.add_subparsers(dest="cmd", required=True)
-    p = sub.add_parser("demo", help="run the demo on the embedded runtime")
-    p.add_argument("--fraud-events", type=int, default=20_000)
-    p.add_argument("--queries", type=int, default=5_000)
-    p.add_argument("--json", help="also write the summary as JSON")
-    p.add_argument("--quiet", action="store_true")
+    ap = argparse.ArgumentParser(
+        prog="dpstream", description="Differentially private online learning and private "
+        "prediction over Kafka streams. The secret key comes from $DPSTREAM_SECRET_KEY or the "
+        "file named by $DPSTREAM_SECRET_KEY_FILE (64+ hex digits), never from a flag.")
+    sub = ap.add_subparsers(dest="cmd", required=True, metavar="COMMAND")
+    p = sub.add_parser("demo", help="the main job on the embedded runtime (no Kafka)")
+    p.add_argument("--fraud-events", type=int, default=20_000, help="default: %(default)s")
+    p.add_argument("--queries", type=int, default=5_000, help="risk-score queries (default: %(default)s)")
+    p.add_argument("--json", help="also write the summary as JSON to this file")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(fn=cmd_demo)
-    p = sub.add_parser("run", help="embedded runtime over JSONL files")
-    p.add_argument("--models")
-    p.add_argument("--examples")
-    p.add_argument("--queries")
-    p.add_argument("--out", required=True)
+    p = sub.add_parser("run", help="the embedded runtime over files (no Kafka)")
+    p.add_argument("--models", help="model configs: a JSON file (object or list) or JSONL")
+    p.add_argument("--examples", help="labelled examples, JSONL")
+    p.add_argument("--queries", help="queries, JSONL")
+    p.add_argument("--out", required=True, help="export directory written (0700, files 0600)")
     p.add_argument("--state", help="SQLite file for state that survives restarts")
     p.set_defaults(fn=cmd_run)
-    p = sub.add_parser("worker", help="run a faust worker")
-    p.add_argument("--broker", default=DEFAULT_BROKER)
-    p.add_argument("--partitions", type=int, default=4)
-    p.add_argument("--app-id", default="dpstream")
-    p.add_argument("--data-dir", default="/tmp/dpstream-worker")
-    p.add_argument("--web-port", type=int)
-    p.add_argument("--loglevel", default="warning")
+    p = sub.add_parser("worker", help="run a faust worker against a Kafka broker")
+    p.add_argument("--broker", default=DEFAULT_BROKER, help="default: %(default)s")
+    p.add_argument("--partitions", type=int, default=4,
+                   help="partitions of topics it creates; fixes how many workers can share "
+                        "the load (default: %(default)s)")
+    p.add_argument("--app-id", default="dpstream", help="faust app id / consumer group (default: %(default)s)")
+    p.add_argument("--data-dir", default="/tmp/dpstream-worker", help="default: %(default)s")
+    p.add_argument("--web-port", type=int, help="serve /status/ and /metrics/ on this port")
+    p.add_argument("--loglevel", default="warning", help="default: %(default)s")
     p.add_argument("--prefix", default="", help="prefix of every topic name")
     p.add_argument("--latency-metrics", action="store_true",
                    help="export a coarse batch-latency histogram (a timing side channel; off by default)")
@@ -439,10 +444,11 @@ def main(argv=None) -> int:
         p.add_argument("--prefix", default="", help="prefix of every topic name")
         p.add_argument("--topic", required=True)
         if name == "produce":
-            p.add_argument("--file", required=True)
+            p.add_argument("--file", required=True, help="JSONL, one record per line")
         else:
-            p.add_argument("--timeout", type=float, default=5.0)
-            p.add_argument("--max", type=int)
+            p.add_argument("--timeout", type=float, default=5.0,
+                           help="stop after this many seconds without a new record (default: %(default)s)")
+            p.add_argument("--max", type=int, help="stop after this many records")
         p.set_defaults(fn=fn)
     p = sub.add_parser("models", help="register, list or show models")
     p.add_argument("action", choices=["register", "list", "show"])

@@ -88,6 +88,8 @@ class Metrics:
             self.rejected.inc()
         elif topic == "ledger":
             self.spent.labels(value["model_id"]).set(value["spent_epsilon"])
+        elif topic == "predictions":      # also after a restart, before the next charge
+            self.spent.labels(value["model_id"]).set(value["epsilon_spent"])
 
     def timer(self, stage: str):
         return _Timer(self.latency.labels(stage)) if self.latency is not None else contextlib.nullcontext()
