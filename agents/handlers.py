@@ -291,7 +291,8 @@ class ContinualWinnowHandler(Handler):
 # ====================================================================== predictor
 def predictor_config(config: ModelConfig) -> PredictorConfig:
     p, b = config.params, config.budget
-    return PredictorConfig(k=p.k, epsilon=b.epsilon, delta=b.delta, v_max=p.v_max)
+    return PredictorConfig(k=p.k, epsilon=b.epsilon, delta=b.delta, v_max=p.v_max,
+                           accounting=p.accounting)
 
 
 def predictor_generator(config: ModelConfig):

@@ -109,7 +109,7 @@ class Processor:
             todo.append(record)
             positions[p] = max(expected, record.offset + 1)
         try:
-            if self.offload:        # calibration, LP fits, training: never on the event loop
+            if self.offload and self._heavy(todo):   # never calibrate, fit or train on the loop
                 await asyncio.to_thread(self._apply_all, todo, outputs, dirty)
             else:
                 self._apply_all(todo, outputs, dirty)
@@ -131,6 +131,20 @@ class Processor:
             self._set_partition(p)
             self.state[f"log/{p}"] = position
         self._flush()
+
+    HEAVY_KINDS = ("predictor", "decision_list")
+
+    def _heavy(self, records: list[RawRecord]) -> bool:
+        """Whether a batch may hold seconds of work: a registration (calibration) or an
+        event of a predictor (epoch start, LP refits after a hard query) or a decision list
+        (training). Winnow events stay on the loop thread: measured, a thread makes a batch
+        of cheap events about 60% slower (the GIL handed back and forth)."""
+        for record in records:
+            model_id = (record.key or b"").decode(errors="replace")
+            cfg = self.state.get(f"model/{model_id}/config")
+            if cfg is None or cfg["params"]["kind"] in self.HEAVY_KINDS:
+                return True
+        return False
 
     def _apply_all(self, records: list[RawRecord], outputs: Outputs, dirty: dict) -> None:
         for record in records:

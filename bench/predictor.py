@@ -35,7 +35,7 @@ def run(mode: str, args, X, y, target) -> None:
     rng = KeyedRandomness(b"bench-predictor-key-000000000000")
     adaptive = mode == "adaptive"
     eps, v_max = (2.0, args.d + 2) if adaptive else (8.0, 64)
-    config = PredictorConfig(k=args.k, epsilon=eps, delta=1e-6, v_max=v_max)
+    config = PredictorConfig(k=args.k, epsilon=eps, delta=1e-6, v_max=v_max, accounting="instance")
     model = PrivatePredictor(config=config, generator=Halfspaces(args.d, adaptive=adaptive),
                              rng=rng, model_id=f"bench-{mode}")
     _, t_fit = timed(lambda: model.start_epoch(X, y))
@@ -61,10 +61,10 @@ def run(mode: str, args, X, y, target) -> None:
 
     _, t_loop = timed(loop)
     spent = Ledger(model.state.ledger).totals()
-    naive = advanced_composition(model.budget.eps_bt, model.budget.delta_bt, args.T, 1e-6 / 2)
+    naive = advanced_composition(config.budget().eps_bt, config.budget().delta_bt, args.T, 1e-6 / 2)
     b = float(model.calibration.scale)
     print(f"\n[{mode}] k={args.k:,}, d={args.d}, T={args.T:,}, budget (eps={eps}, delta=1e-6), "
-          f"v_max={v_max}: eps_BT={model.budget.eps_bt:.4f}, noise scale b={b:.1f} votes, "
+          f"v_max={v_max}: eps_BT={config.budget().eps_bt:.4f}, noise scale b={b:.1f} votes, "
           f"accuracy margin {config.accuracy_margin(args.T, 0.01):.0f} votes")
     print(f"  fit {args.k:,} LPs: {t_fit:.1f}s; queries/s {args.T / (t_loop - regen_time):,.0f} "
           f"(excluding {regen_time:.1f}s of regeneration after hard queries)")

@@ -11,12 +11,18 @@ per block with the generator. Per query x:
   3. TOP -> a uniformly random label (keyed), the query and label join HardQuery, the
      hypotheses are regenerated under the new constraint, and a fresh BetweenThresholds
      instance starts.
-Privacy (seed 001 Claim 1, Observation 1): the run is the composition of its
-BetweenThresholds instances; each is charged (eps_BT, delta_BT) when it starts, and
-v_max instances compose to the model's (eps, delta) by Theorem 3
-(``mechanisms.params.predictor_instance_budget``). After the v_max-th instance halts
-the model answers nothing more (``budget_exhausted``) until a new epoch brings a
-fresh, disjoint sample; epochs on disjoint data compose in parallel.
+Privacy, two accountings (``PredictorConfig.accounting``):
+* "epoch" (default, our extension, mechanisms/bt_epoch.py): the instances of an epoch are
+  rounds of one process; one supermartingale certifies the whole epoch, up to v_max hard
+  queries, at (eps, delta), charged once when the epoch starts. About 5x less noise than
+  per-instance composition at the same budget (k = 10^4, eps 1, v_max 8: scale 37 vs 200).
+* "instance" (seed 001 Claim 1, Observation 1): the run is the composition of its
+  BetweenThresholds instances; each is charged (eps_BT, delta_BT) when it starts, and
+  v_max instances compose to the model's (eps, delta) by Theorem 3
+  (``mechanisms.params.predictor_instance_budget``).
+Either way, after the v_max-th hard query the model answers nothing more
+(``budget_exhausted``) until a new epoch brings a fresh, disjoint sample; epochs on
+disjoint data compose in parallel.
 
 Regeneration keeps a block's hypothesis when it already satisfies the new hard
 query (oblivious generators): it was the least-error hypothesis over a larger set that
@@ -32,10 +38,12 @@ from mechanisms.accounting import Ledger, LedgerState
 from mechanisms.between_thresholds import (L, R, TOP, BetweenThresholds,
                                            BetweenThresholdsCalibration, BetweenThresholdsState,
                                            calibrate_between_thresholds)
+from mechanisms.bt_epoch import EpochCalibration, calibrate_epoch
 from mechanisms.errors import BudgetExhausted, ParameterError
 from mechanisms.params import PredictorBudget, predictor_instance_budget
 from mechanisms.randomness import KeyedRandomness
 
+EPOCH_MECHANISM = "between_thresholds_epoch"
 BT_PURPOSE = "predictor/between_thresholds"
 TOP_PURPOSE = "predictor/top_label"
 PARTITION_PURPOSE = "predictor/partition"
@@ -49,11 +57,19 @@ class PredictorConfig:
     epsilon: float
     delta: float
     v_max: int
+    accounting: str = "epoch"            # "epoch" (one charge per epoch) or "instance"
 
     def budget(self) -> PredictorBudget:
+        """Per-instance (eps_BT, delta_BT) of the "instance" accounting."""
         return predictor_instance_budget(epsilon=self.epsilon, delta=self.delta, v_max=self.v_max)
 
-    def calibration(self) -> BetweenThresholdsCalibration:
+    def calibration(self) -> BetweenThresholdsCalibration | EpochCalibration:
+        """The noise scale (and thresholds 3k/8, 5k/8) under the chosen accounting."""
+        if self.accounting == "epoch":
+            return calibrate_epoch(epsilon=self.epsilon, delta=self.delta, lower=3 * self.k / 8,
+                                   upper=5 * self.k / 8, v_max=self.v_max)
+        if self.accounting != "instance":
+            raise ParameterError("accounting", self.accounting, "'epoch' or 'instance'")
         b = self.budget()
         return calibrate_between_thresholds(epsilon=b.eps_bt, delta=b.delta_bt,
                                             lower=3 * self.k / 8, upper=5 * self.k / 8)
@@ -120,7 +136,6 @@ class PrivatePredictor:
             raise ParameterError("k", config.k, ">= 1")
         self.config, self.generator, self.rng, self.model_id = config, generator, rng, model_id
         self.calibration = config.calibration()     # raises ThresholdsTooClose if k too small
-        self.budget = config.budget()
         self.state = state or PredictorState()
         self.blocks: list[tuple[np.ndarray, np.ndarray]] = []
         self.H = None
@@ -141,8 +156,12 @@ class PrivatePredictor:
         s.instances = s.tops = 0
         s.exhausted = False
         s.hard_x, s.hard_y = [], []
-        s.ledger = Ledger.create(epsilon=self.config.epsilon, delta=self.config.delta,
-                                 rule="best", delta_prime=self.budget.delta_prime).state
+        if self.config.accounting == "epoch":
+            s.ledger = Ledger.create(epsilon=self.config.epsilon, delta=self.config.delta,
+                                     rule="basic").state
+        else:
+            s.ledger = Ledger.create(epsilon=self.config.epsilon, delta=self.config.delta,
+                                     rule="best", delta_prime=self.config.budget().delta_prime).state
         self.blocks = self.partition(X, y, s.epoch)
         self._regenerate(range(k))
         self._start_instance()
@@ -174,10 +193,22 @@ class PrivatePredictor:
         self.state.version += 1
 
     def _start_instance(self) -> None:
+        """A fresh BetweenThresholds instance, paid for first: per instance ("instance"
+        accounting), or once for the whole epoch ("epoch", which then caps the epoch at
+        v_max hard queries)."""
         s = self.state
         ledger = Ledger(s.ledger, on_entry=[self.on_charge] if self.on_charge else [])
         try:
-            ledger.charge("between_thresholds", self.budget.eps_bt, self.budget.delta_bt)
+            if self.config.accounting == "epoch":
+                if s.tops >= self.config.v_max:
+                    raise BudgetExhausted(mechanism=EPOCH_MECHANISM, requested=(0.0, 0.0),
+                                          spent=(ledger.totals().epsilon, ledger.totals().delta),
+                                          budget=(self.config.epsilon, self.config.delta))
+                if s.instances == 0:
+                    ledger.charge(EPOCH_MECHANISM, self.calibration.epsilon, self.calibration.delta)
+            else:
+                budget = self.config.budget()
+                ledger.charge("between_thresholds", budget.eps_bt, budget.delta_bt)
         except BudgetExhausted:
             s.exhausted, self._bt = True, None
             return

@@ -90,3 +90,33 @@ def between_thresholds_worst_constant_delta(*, scale: float, lower: float, upper
             if d > best[0]:
                 best = (d, c, s)
     return best
+
+
+def between_thresholds_epoch_constant_delta(*, scale: float, lower: float, upper: float, count: int,
+                                            shift: int, rounds: int, v_max: int,
+                                            epsilon: float) -> float:
+    """Exact hockey-stick divergence D_{e^eps}(P_c || P_{c+shift}) of a whole predictor
+    epoch (mechanisms/bt_epoch.py) asked the same count for ``rounds`` rounds: after each
+    TOP a fresh instance continues (same noise law, no threshold noise), and the epoch
+    ends at its v_max-th TOP. A transcript's probability depends only on (#L, #R, #TOP):
+    with fewer than v_max TOPs it has exactly ``rounds`` outcomes in any order; with v_max
+    it ends on its last TOP, the others in any order before it."""
+    cs = np.array([count, count + shift])
+    ll, lr, lt = outcome_log_probs(cs, scale, lower, upper)
+    a = np.arange(rounds + 1)[:, None]
+    r = np.arange(rounds + 1)[None, :]
+    total = 0.0
+    for n in range(v_max + 1):
+        if n < v_max:
+            valid = (a + r + n) == rounds
+            log_mult = gammaln(rounds + 1) - gammaln(a + 1) - gammaln(r + 1) - gammaln(n + 1)
+        else:
+            valid = (a + r + n) <= rounds
+            log_mult = gammaln(a + r + n) - gammaln(a + 1) - gammaln(r + 1) - gammaln(n)
+        lp = a * ll[0] + r * lr[0] + n * lt[0]
+        lq = a * ll[1] + r * lr[1] + n * lt[1]
+        with np.errstate(invalid="ignore", over="ignore"):
+            gap = -np.expm1(np.minimum(epsilon + lq - lp, 0.0))
+            terms = np.where(valid & (lp > -np.inf), np.exp(log_mult + lp) * gap, 0.0)
+        total += float(np.nansum(terms))
+    return total

@@ -60,6 +60,7 @@ class PredictorParams(Strict):
     m: int = Field(ge=1, le=100_000)          # examples per block; an epoch needs k * m
     v_max: int = Field(ge=1, le=100_000)
     epochs: bool = True                       # start a new epoch on fresh data when exhausted
+    accounting: Literal["epoch", "instance"] = "epoch"   # learners/predictor.py
 
 
 class DecisionListParams(Strict):

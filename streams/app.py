@@ -118,15 +118,21 @@ def make_app(*, broker: str, rng: KeyedRandomness, partitions: int = 4, app_id: 
         return records
 
     log_name = prefix + MODEL_EVENTS
+    revoked: set[int] = set()            # model-events partitions taken away, not yet given back
+
+    @app.on_partitions_revoked.connect
+    async def _on_revoked(sender, tps, **kwargs) -> None:
+        revoked.update(tp.partition for tp in tps if tp.topic == log_name)
+
+    @app.on_partitions_assigned.connect
+    async def _on_assigned(sender, tps, **kwargs) -> None:
+        revoked.difference_update(tp.partition for tp in tps if tp.topic == log_name)
 
     def owns(partition: int) -> bool:
-        """Whether this worker still holds a model-events partition (faust's consumer
-        assignment); a worker that lost it mid-batch must not write its state."""
-        try:
-            assigned = app.consumer.assignment()
-        except Exception:              # noqa: BLE001 - no consumer yet (tests): assume owned
-            return True
-        return any(tp.topic == log_name and tp.partition == partition for tp in assigned)
+        """False once faust revoked the partition (until it is assigned back): a worker
+        that lost it mid-batch must not write its state (mode's signals, faust/app/base.py
+        _on_partitions_revoked / _on_partitions_assigned)."""
+        return partition not in revoked
 
     processor = Processor(rng, _TableView(model_state), emit, fetch, offload=True, owns=owns)
     app.dpstream = {"emit": emit, "processor": processor, "metrics": metrics}

@@ -71,13 +71,20 @@ def parameter_rows(config: ModelConfig) -> list[tuple[str, str, str]]:
                  ("eta, margin (noise units)", f"{c.eta:g}, {c.margin:g}", src)]
     elif p.kind == "predictor":
         pc = predictor_config(config)
-        budget, cal = pc.budget(), pc.calibration()
+        cal = pc.calibration()
         rows += [("k blocks x m", f"{p.k} x {p.m}", "registration"),
-                 ("v_max instances", str(p.v_max), "registration"),
-                 ("eps_BT, delta_BT", f"{budget.eps_bt:.4g}, {budget.delta_bt:.3g}",
-                  "seed 001 Thm 3 over v_max (mechanisms.params.predictor_instance_budget)"),
-                 ("thresholds A, B", f"{cal.lower:g}, {cal.upper:g}", "3k/8, 5k/8 (seed 001 Claim 2)"),
-                 ("noise scale b", f"{float(cal.scale):.4g}", "supermartingale calibration (design.md s.4)")]
+                 ("v_max hard queries per epoch", str(p.v_max), "registration")]
+        if p.accounting == "epoch":
+            rows += [("epoch guarantee (eps, delta)", f"{cal.epsilon:.4g}, {cal.delta:.3g}",
+                      "one supermartingale per epoch (mechanisms.bt_epoch), charged once"),
+                     ("psi, c_top per hard query", f"{cal.psi:.4g}, {cal.c_top:.4g}",
+                      "eps = psi ln(1/delta) + v_max c_top")]
+        else:
+            budget = pc.budget()
+            rows += [("eps_BT, delta_BT", f"{budget.eps_bt:.4g}, {budget.delta_bt:.3g}",
+                      "seed 001 Thm 3 over v_max (mechanisms.params.predictor_instance_budget)")]
+        rows += [("thresholds A, B", f"{cal.lower:g}, {cal.upper:g}", "3k/8, 5k/8 (seed 001 Claim 2)"),
+                 ("noise scale b", f"{float(cal.scale):.4g}", f"{p.accounting} calibration")]
     else:
         from learners.estimator import round_epsilon
         from learners.decision_list import FeatureFamily

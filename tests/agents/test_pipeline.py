@@ -134,7 +134,7 @@ async def test_predictor_model_starts_an_epoch_and_answers_queries():
              if a["status"] == "answered" and a["label"] != (1 if q >= 0.3 else -1)]
     assert hard and len(wrong) < 0.25 * len(qs)
     assert all(any(min(0.3, h) <= q <= max(0.3, h) for h in hard) for q in wrong)
-    assert rt.outputs["ledger"] and rt.outputs["ledger"][0]["mechanism"] == "between_thresholds"
+    assert [e["mechanism"] for e in rt.outputs["ledger"]] == ["between_thresholds_epoch"]   # one charge
 
 
 async def test_decision_list_model_publishes_a_release_and_answers_with_it():

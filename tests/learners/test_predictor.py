@@ -22,10 +22,11 @@ def uniform(name, seed, n):
     return data_stream(name, seed).uniform(n)
 
 
-def thresholds_model(model_id="thr", v_max=20, k=3000, m=40, eps=8.0):
+def thresholds_model(model_id="thr", v_max=20, k=3000, m=40, eps=8.0, accounting="instance"):
     X = uniform("x", 1, k * m)
     y = np.where(X >= 0.3, 1, -1)
-    p = PrivatePredictor(config=PredictorConfig(k=k, epsilon=eps, delta=1e-6, v_max=v_max),
+    p = PrivatePredictor(config=PredictorConfig(k=k, epsilon=eps, delta=1e-6, v_max=v_max,
+                                                accounting=accounting),
                          generator=Thresholds(), rng=RNG, model_id=model_id)
     p.start_epoch(X, y)
     return p
@@ -39,7 +40,18 @@ def test_thresholds_predictor_answers_accurately_with_few_hard_queries():
     labels = np.array([a.label for a in answers])
     assert np.mean(labels == np.where(Q >= 0.3, 1, -1)) > 0.93
     assert p.state.tops <= 2 * math.log2(3000) + 8
-    assert p.state.ledger.sum_eps <= p.state.instances * p.budget.eps_bt + 1e-12
+    assert p.state.ledger.sum_eps <= p.state.instances * p.config.budget().eps_bt + 1e-12
+
+
+def test_epoch_accounting_charges_once_and_caps_the_epoch_at_v_max_hard_queries():
+    p = thresholds_model(model_id="thr-epoch", v_max=3, eps=2.0, accounting="epoch")
+    Q = uniform("q", 5, 3000)
+    answers = [p.predict_one(q) for q in Q]
+    assert p.state.ledger.charges == 1 and p.state.ledger.sum_eps <= 2.0
+    assert sum(a.status == HARD for a in answers) <= 3
+    if p.state.tops == 3:                          # after the cap: no answer, no new charge
+        first_after = next(i for i, a in enumerate(answers) if a.status == EXHAUSTED)
+        assert all(a.status == EXHAUSTED for a in answers[first_after:])
 
 
 def test_finite_class_hard_queries_stay_within_log2_of_the_labelings_plus_slack():

@@ -1,5 +1,6 @@
 """The faust agents in faust's own test harness (agent.test_context(), no broker):
 the same runtime-agnostic agents, driven through faust streams, tables and events."""
+import asyncio
 import json
 
 import pytest
@@ -53,6 +54,10 @@ async def test_processor_agent_registers_predicts_and_charges(app_and_outputs):
     async with app.dpstream["processor_agent"].test_context() as agent:
         for e in events:
             await agent.put(key=b"w1", value=json.dumps(e).encode())
+        for _ in range(400):          # a registration is applied off the event loop: wait for it
+            if sum(topic == "predictions" for topic, _, _ in out) >= 2:
+                break
+            await asyncio.sleep(0.05)
     by_topic = {}
     for topic, _, value in out:
         by_topic.setdefault(topic, []).append(value)

@@ -1,0 +1,180 @@
+"""One privacy budget per predictor epoch: BetweenThresholds instances as rounds of one
+process, each hard query (TOP) charged a constant. Our extension of design.md section 4's
+supermartingale bound (which covers one instance); the seed composes instances by
+Theorem 3 instead (``mechanisms.params.predictor_instance_budget``, kept selectable).
+
+Setting. BetweenThresholds has no threshold noise: every query of every instance is an
+independent draw v = count + DLap(b) against the fixed thresholds (A, B), so an epoch of
+the predictor (seed 001 Algorithm 2) is a single sequence of rounds with outcomes L, R or
+TOP, at most v_max of them TOP, with adaptively chosen counts. For a count c, a neighbour
+shift s in {-1, +1} and an outcome o, write P_o = P_c(o) and l_o = ln(P_c(o) / P_{c+s}(o)).
+
+Claim. Let psi > 0 and c_top be such that, for every c and s,
+
+    P_L e^{l_L / psi} + P_R e^{l_R / psi} + P_TOP e^{(l_TOP - c_top) / psi} <= 1.     (*)
+
+Then an epoch with at most v_max TOPs is (psi ln(1/delta) + v_max c_top, delta)-DP for
+adaptively chosen queries, for every delta in (0, 1).
+
+Proof. Let Lambda_t be the privacy loss of the first t outcomes (the sum of l_o over
+them, counts chosen adaptively from the past) and n_t the number of TOPs among them. By
+(*) the factor exp((l_o - c_top [o = TOP]) / psi) has conditional mean at most 1 whatever
+count the adversary picks, so M_t = exp((Lambda_t - c_top n_t) / psi) is a non-negative
+supermartingale with M_0 = 1. Ville's inequality gives P(sup_t (Lambda_t - c_top n_t)
+>= x) <= e^{-x/psi}; since n_t <= v_max, P(sup_t Lambda_t >= x + v_max c_top) <= e^{-x/psi}.
+Take x = psi ln(1/delta): outside an event of probability delta the loss of the whole
+transcript stays below eps = psi ln(1/delta) + v_max c_top, which gives (eps, delta)-DP
+(the standard privacy-loss tail bound). []
+
+Computing it. For each psi, the smallest c_top meeting (*) is the maximum over c and s of
+l_TOP + psi ln(P_TOP / (1 - P_L e^{l_L/psi} - P_R e^{l_R/psi})), taken on the integer
+grid of counts within 40 b of either threshold, with 1 - (...) evaluated as
+P_TOP + P_R (1 - e^{u l_R}) - P_L expm1(u l_L) (u = 1/psi) so that far counts, where every
+term is tiny, keep their precision; the code checks that the maximum is not at the grid
+edge (far counts tend to a limit from below). psi must exceed the single-instance psi*
+(the denominator must stay positive); eps is minimised over psi by a log-spaced search
+refined by golden section. Exact checks: tests/mechanisms/test_bt_epoch.py (the exact
+divergence of constant-count adversaries over a whole epoch, with restarts after TOP).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from fractions import Fraction
+from functools import lru_cache
+
+import numpy as np
+
+from .between_thresholds import MIN_GAP_IN_SCALES, between_thresholds_privacy, outcome_log_probs
+from .errors import ParameterError, ThresholdsTooClose
+from .samplers import fraction_at_least
+
+
+def _lanes(scale: float, lower: float, upper: float):
+    """(log P_L, log P_R, log P_TOP) at each count c and (l_L, l_R, l_TOP) for c -> c + s,
+    s = +-1, on the grid of counts within 40 scales of a threshold."""
+    span = int(math.ceil(40 * scale)) + 2
+    counts = np.unique(np.concatenate([
+        np.arange(math.floor(lower) - span, math.ceil(lower) + span + 1),
+        np.arange(math.floor(upper) - span, math.ceil(upper) + span + 1)]))
+    ll, lr, lt = outcome_log_probs(counts, scale, lower, upper)
+    out = []
+    for shift in (+1, -1):
+        a = slice(0, -1) if shift == +1 else slice(1, None)
+        b = slice(1, None) if shift == +1 else slice(0, -1)
+        adjacent = (counts[b] - counts[a]) == shift
+        out.append(tuple(x[adjacent] for x in (ll[a], lr[a], lt[a], ll[a] - ll[b], lr[a] - lr[b],
+                                               lt[a] - lt[b], counts[a])))
+    return [np.concatenate(parts) for parts in zip(*out)]
+
+
+@lru_cache(maxsize=512)
+def _grid(scale: float, lower: float, upper: float):
+    return _lanes(scale, lower, upper)
+
+
+def top_charge(scale: float, lower: float, upper: float, psi: float) -> float:
+    """The smallest c_top meeting (*) for this psi (inf if psi is below psi*)."""
+    log_pl, log_pr, log_pt, l_l, l_r, l_t, counts = _grid(float(scale), float(lower), float(upper))
+    u = 1.0 / psi
+    with np.errstate(over="ignore", invalid="ignore"):
+        slack = np.exp(log_pt) - np.exp(log_pr) * np.expm1(u * l_r) - np.exp(log_pl) * np.expm1(u * l_l)
+        if np.any(slack <= 0):
+            return math.inf
+        lanes = l_t + psi * (log_pt - np.log(slack))
+    worst = int(np.argmax(lanes))
+    if counts[worst] in (counts.min(), counts.max()):
+        raise ArithmeticError("epoch top charge maximal at the grid edge; widen the grid")
+    return float(lanes[worst])
+
+
+def epoch_epsilon(scale: float, lower: float, upper: float, v_max: int,
+                  delta: float) -> tuple[float, float, float]:
+    """(eps, psi, c_top): the smallest eps = psi ln(1/delta) + v_max c_top(psi) over psi."""
+    if v_max < 1:
+        raise ParameterError("v_max", v_max, ">= 1")
+    if not 0 < delta < 1:
+        raise ParameterError("delta", delta, "in (0, 1)")
+    psi_star, _ = between_thresholds_privacy(scale, lower, upper)
+    log_inv = math.log(1.0 / delta)
+
+    def eps(psi: float) -> float:
+        return psi * log_inv + v_max * top_charge(scale, lower, upper, psi)
+
+    grid = psi_star * np.exp(np.linspace(math.log(1.0005), math.log(30.0), 24))
+    values = [eps(p) for p in grid]
+    i = int(np.argmin(values))
+    lo, hi = grid[max(i - 1, 0)], grid[min(i + 1, grid.size - 1)]
+    g = (math.sqrt(5) - 1) / 2
+    for _ in range(24):                       # golden section on the bracket around the best
+        a, b = hi - g * (hi - lo), lo + g * (hi - lo)
+        if eps(a) <= eps(b):
+            hi = b
+        else:
+            lo = a
+    psi = (lo + hi) / 2
+    best = min((eps(psi), psi), (values[i], float(grid[i])))
+    return best[0], best[1], top_charge(scale, lower, upper, best[1])
+
+
+@dataclass(frozen=True)
+class EpochCalibration:
+    """A BetweenThresholds noise scale whose whole epoch (up to v_max TOPs) is
+    (epsilon, delta)-DP, with the psi and c_top that certify it."""
+    scale: Fraction
+    lower: float
+    upper: float
+    v_max: int
+    epsilon: float
+    delta: float
+    psi: float
+    c_top: float
+
+    def accuracy(self, T: int, beta: float) -> float:
+        """With probability 1 - beta all of T noise values stay below b ln(T/beta) counts
+        (the discrete Laplace tail, as ``BetweenThresholdsCalibration.accuracy``)."""
+        return float(self.scale) * math.log(T / beta)
+
+
+@lru_cache(maxsize=256)
+def calibrate_epoch(*, epsilon: float, delta: float, lower: float, upper: float,
+                    v_max: int) -> EpochCalibration:
+    """The smallest noise scale b (to 1/64 of a count) whose epoch guarantee fits
+    (epsilon, delta); :class:`ThresholdsTooClose` when the gap is below 3b (as the
+    single-instance calibration)."""
+    if not (epsilon > 0 and math.isfinite(epsilon)):
+        raise ParameterError("epsilon", epsilon, "a finite number > 0")
+    if not upper > lower:
+        raise ParameterError("upper", upper, f"> lower = {lower}")
+
+    def fits(b: float) -> bool:
+        return epoch_epsilon(b, lower, upper, v_max, delta)[0] <= epsilon
+
+    b_max = (upper - lower) / MIN_GAP_IN_SCALES
+    # eps is close to proportional to 1/b once the gap is wide (b psi and b c_top settle),
+    # so a few secant steps from a typical value land next to the answer; a short
+    # bisection then pins it. Only a scale at the gap's limit is checked there.
+    b = min(b_max, (2.0 * math.log(1 / delta) + 1.5 * v_max) / epsilon)   # b psi ~ 2, b c_top ~ 1.5
+    for _ in range(4):
+        b = min(b_max, b * epoch_epsilon(b, lower, upper, v_max, delta)[0] / epsilon)
+    if b >= b_max and not fits(b_max):
+        need = math.ceil(12 * (1.5 * math.log(1 / delta) + 2.6 * v_max) / epsilon)
+        raise ThresholdsTooClose(
+            f"thresholds ({lower}, {upper}) leave a gap of {upper - lower:.4g} counts, but an epoch "
+            f"of up to v_max={v_max} hard queries at (eps={epsilon}, delta={delta}) needs a noise "
+            f"scale above {b_max:.4g} = gap/{MIN_GAP_IN_SCALES:g}: with votes of k hypotheses at "
+            f"(3k/8, 5k/8) that means k >= about {need}")
+    hi = b
+    while not fits(hi):
+        hi = min(b_max, hi * 1.02)
+    lo = hi / 1.05
+    while fits(lo) and lo > 0.05:
+        hi, lo = lo, lo / 1.05
+    for _ in range(8):
+        mid = (lo + hi) / 2
+        lo, hi = (lo, mid) if fits(mid) else (mid, hi)
+    scale = fraction_at_least(hi, 64)
+    if not fits(float(scale)):
+        scale += Fraction(1, 64)
+    eps, psi, c_top = epoch_epsilon(float(scale), lower, upper, v_max, delta)
+    return EpochCalibration(scale, lower, upper, v_max, eps, delta, psi, c_top)
