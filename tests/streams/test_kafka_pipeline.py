@@ -176,7 +176,7 @@ def test_bad_input_on_every_topic_is_rejected_and_the_worker_keeps_going(kafka_b
     reasons = " | ".join(r["reason"] for r in rejected)
     for expected_reason in ("malformed JSON", "wrong dimension", "NaN", "unknown model",
                             "oversized", "out of domain", "record limit", "nested too deeply",
-                            "malformed event"):
+                            "unknown event type"):
         assert expected_reason in reasons
     for r in rejected:
         assert set(r) == {"source", "reason"}
