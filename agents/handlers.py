@@ -24,7 +24,7 @@ from learners.generators import Halfspaces, Thresholds
 from learners.greedy_cover import dp_greedy_cover
 from learners.inputs import BinaryInput
 from learners.predictor import (EXHAUSTED, HARD, NO_EPOCH, PredictorConfig, PredictorState,
-                                PrivatePredictor)
+                                PrivatePredictor, size_predictor)
 from learners.winnow import decode_array, encode_array
 from mechanisms.accounting import Ledger, LedgerEntry, LedgerState
 from mechanisms.continual import closed_nodes
@@ -289,17 +289,26 @@ class ContinualWinnowHandler(Handler):
 
 
 # ====================================================================== predictor
+def predictor_shape(config: ModelConfig) -> tuple[int, int]:
+    """(k, m) as registered, or sized from the budget and ``examples``."""
+    p, b = config.params, config.budget
+    if p.k is not None:
+        return p.k, p.m
+    return size_predictor(epsilon=b.epsilon, delta=b.delta, v_max=p.v_max, examples=p.examples,
+                          accounting=p.accounting)
+
+
 def predictor_config(config: ModelConfig) -> PredictorConfig:
     p, b = config.params, config.budget
-    return PredictorConfig(k=p.k, epsilon=b.epsilon, delta=b.delta, v_max=p.v_max,
-                           accounting=p.accounting)
+    return PredictorConfig(k=predictor_shape(config)[0], epsilon=b.epsilon, delta=b.delta,
+                           v_max=p.v_max, accounting=p.accounting)
 
 
 def predictor_generator(config: ModelConfig):
     p = config.params
     if p.generator == "thresholds":
         return Thresholds()
-    return Halfspaces(config.dimension, adaptive=p.adaptive)
+    return Halfspaces(config.dimension, adaptive=p.adaptive, hard_weight=p.hard_query_weight)
 
 
 class PredictorHandler(Handler):
@@ -331,7 +340,7 @@ class PredictorHandler(Handler):
             X, y = self._sample(s.epoch, head["epoch_n"])
             H = []
             per = self.hyp_chunk
-            for j in range((self.config.params.k + per - 1) // per):
+            for j in range((predictor_shape(self.config)[0] + per - 1) // per):
                 H.extend(self.state[self.key("hyp", s.epoch, s.version, j)])
             self.model.restore(self.model.partition(X, y, s.epoch), H)
         self.epoch_n = head.get("epoch_n", 0)
@@ -356,7 +365,8 @@ class PredictorHandler(Handler):
         return 0.0 if s.ledger is None else Ledger(s.ledger).totals().epsilon
 
     def _need(self) -> int:
-        return self.config.params.k * self.config.params.m
+        k, m = predictor_shape(self.config)
+        return k * m
 
     def _maybe_start_epoch(self) -> None:
         s = self.model.state

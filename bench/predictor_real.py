@@ -42,8 +42,7 @@ def shuttle(n_queries: int):
 
 def predictor(X, y, Q, qy, eps, k, v_max, accounting, hard_weight):
     config = PredictorConfig(k=k, epsilon=eps, delta=1e-6, v_max=v_max, accounting=accounting)
-    gen = Halfspaces(X.shape[1])
-    gen.HARD_PENALTY = hard_weight
+    gen = Halfspaces(X.shape[1], hard_weight=hard_weight)
     t0 = time.perf_counter()
     try:
         model = PrivatePredictor(config=config, generator=gen, rng=RNG,

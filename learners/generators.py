@@ -211,11 +211,16 @@ class Halfspaces:
     Box |a_j|, |w| <= 10^3 keeps the LP bounded.
     """
 
-    BOX, HARD_PENALTY = 1e3, 1e4
+    BOX = 1e3
 
-    def __init__(self, d: int, adaptive: bool = False):
+    def __init__(self, d: int, adaptive: bool = False, hard_weight: float = 1e4):
+        """``hard_weight``: a hard query's slack weight against one example's. The seed
+        enforces hard queries (1e4, practically hard); on noisy data a coin-flip label then
+        overrides the block's data, so weight 1 counts a hard query as one example (our
+        departure, measured in bench/predictor_real.py)."""
         self.d, self.adaptive = d, adaptive
         self.oblivious = not adaptive
+        self.HARD_PENALTY = hard_weight
 
     def fit(self, X, y, hard_X, hard_y):
         X = np.asarray(X, float).reshape(-1, self.d)

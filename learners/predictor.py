@@ -30,6 +30,7 @@ still contains it, so it is still optimal. The adaptive generator regenerates al
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -39,7 +40,8 @@ from mechanisms.between_thresholds import (L, R, TOP, BetweenThresholds,
                                            BetweenThresholdsCalibration, BetweenThresholdsState,
                                            calibrate_between_thresholds)
 from mechanisms.bt_epoch import EpochCalibration, calibrate_epoch
-from mechanisms.errors import BudgetExhausted, ParameterError
+from mechanisms.errors import (BudgetExhausted, InfeasibleParameters, ParameterError,
+                               ThresholdsTooClose)
 from mechanisms.params import PredictorBudget, predictor_instance_budget
 from mechanisms.randomness import KeyedRandomness
 
@@ -80,6 +82,44 @@ class PredictorConfig:
         of ``BetweenThresholdsCalibration.accuracy``). When negative, k is too small for
         T queries: expect spurious hard queries and random labels on easy queries."""
         return 3 * self.k / 8 - self.calibration().accuracy(T, beta)
+
+
+MIN_BLOCK = 10          # examples per block below which a block's hypothesis is noise
+
+
+def smallest_k(*, epsilon: float, delta: float, v_max: int, accounting: str = "epoch") -> int:
+    """The fewest blocks whose vote thresholds (3k/8, 5k/8) leave room for the noise the
+    budget needs (gap k/4 >= 3b). b hardly depends on k once the gap is wide, so it is
+    computed at a wide gap, then k is raised until the calibration accepts it."""
+    probe = 400_000
+    b = float(PredictorConfig(k=probe, epsilon=epsilon, delta=delta, v_max=v_max,
+                              accounting=accounting).calibration().scale)
+    k = math.ceil(12 * b)
+    while True:
+        try:
+            PredictorConfig(k=k, epsilon=epsilon, delta=delta, v_max=v_max,
+                            accounting=accounting).calibration()
+            return k
+        except ThresholdsTooClose:
+            k = math.ceil(k * 1.05) + 1
+
+
+def size_predictor(*, epsilon: float, delta: float, v_max: int, examples: int,
+                   accounting: str = "epoch") -> tuple[int, int]:
+    """(k, m) for an epoch of ``examples`` labelled examples: k = min(4 k_min, examples / 50)
+    but at least k_min (enough blocks for the noise, with room for clear votes), and m =
+    examples // k at least MIN_BLOCK; bench/predictor_real.py chose the factors (Shuttle:
+    k = 600 blocks of 56 answered 99.8% of queries at eps 4). Raises InfeasibleParameters
+    with the numbers needed when the examples are too few."""
+    k_min = smallest_k(epsilon=epsilon, delta=delta, v_max=v_max, accounting=accounting)
+    need = k_min * MIN_BLOCK
+    if examples < need:
+        raise InfeasibleParameters(
+            f"(eps={epsilon}, delta={delta}) with up to v_max={v_max} hard queries needs k >= "
+            f"{k_min:,} blocks of at least {MIN_BLOCK} examples, i.e. {need:,} examples per epoch; "
+            f"you have {examples:,}: raise epsilon, lower v_max, or gather more examples")
+    k = max(k_min, min(4 * k_min, examples // 50))
+    return k, examples // k
 
 
 @dataclass

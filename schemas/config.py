@@ -56,11 +56,21 @@ class PredictorParams(Strict):
     kind: Literal["predictor"] = "predictor"
     generator: Literal["halfspace", "thresholds"] = "halfspace"
     adaptive: bool = False
-    k: int = Field(ge=1, le=1_000_000)
-    m: int = Field(ge=1, le=100_000)          # examples per block; an epoch needs k * m
+    k: int | None = Field(default=None, ge=1, le=1_000_000)   # blocks
+    m: int | None = Field(default=None, ge=1, le=100_000)     # examples per block; an epoch needs k * m
+    examples: int | None = Field(default=None, ge=1, le=100_000_000)  # or: examples per epoch, and
+    # k, m follow from the budget (learners.predictor.size_predictor)
     v_max: int = Field(ge=1, le=100_000)
     epochs: bool = True                       # start a new epoch on fresh data when exhausted
     accounting: Literal["epoch", "instance"] = "epoch"   # learners/predictor.py
+    hard_query_weight: float = Field(default=10_000.0, gt=0, le=1e6)   # halfspaces: a hard query's
+    # weight against one example's; 1 keeps coin-flip labels from overriding noisy data
+
+    @model_validator(mode="after")
+    def _shape(self):
+        if (self.k is None) != (self.m is None) or (self.k is None) == (self.examples is None):
+            raise ValueError("give either k and m, or examples (k and m then follow from the budget)")
+        return self
 
 
 class DecisionListParams(Strict):

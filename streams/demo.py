@@ -69,7 +69,7 @@ def risk_scores(n: int, seed: int):
 MODELS = [
     {"model_id": "card-fraud", "dimension": 200, "budget": {"epsilon": 2.0, "delta": 1e-6},
      "params": {"kind": "continual_winnow", "max_active": 16, "block": 100, "horizon": 20_000}},
-    {"model_id": "risk-score", "dimension": 2, "budget": {"epsilon": 8.0, "delta": 1e-6},
+    {"model_id": "risk-score", "dimension": 2, "budget": {"epsilon": 2.0, "delta": 1e-6},
      "params": {"kind": "predictor", "generator": "halfspace", "k": 3000, "m": 40, "v_max": 16}},
 ]
 

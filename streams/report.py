@@ -41,7 +41,7 @@ def _version() -> str:
 
 def parameter_rows(config: ModelConfig) -> list[tuple[str, str, str]]:
     """(parameter, value, where it comes from)."""
-    from agents.handlers import predictor_config, winnow_parameters
+    from agents.handlers import predictor_config, winnow_parameters  # noqa: F401
     p, b = config.params, config.budget
     rows = [("budget (eps, delta)", f"({b.epsilon:g}, {b.delta:g})", "model registration")]
     if p.kind == "winnow":
@@ -72,7 +72,10 @@ def parameter_rows(config: ModelConfig) -> list[tuple[str, str, str]]:
     elif p.kind == "predictor":
         pc = predictor_config(config)
         cal = pc.calibration()
-        rows += [("k blocks x m", f"{p.k} x {p.m}", "registration"),
+        from agents.handlers import predictor_shape
+        k, m = predictor_shape(config)
+        rows += [("k blocks x m", f"{k} x {m}", "registration" if p.k else
+                  "sized from the budget (learners.predictor.size_predictor)"),
                  ("v_max hard queries per epoch", str(p.v_max), "registration")]
         if p.accounting == "epoch":
             rows += [("epoch guarantee (eps, delta)", f"{cal.epsilon:.4g}, {cal.delta:.3g}",

@@ -224,3 +224,13 @@ async def test_wide_predictor_rows_are_chunked_below_the_record_limit():
     chunks = [k for k in rt.state if k.startswith("model/wide/buffer/")]
     assert len(chunks) == 3                                  # 12 rows per record at d = 2000
     assert all(len(json.dumps(rt.state[k])) < 600_000 for k in chunks)
+
+
+async def test_a_predictor_sized_from_its_budget_registers_or_is_refused_with_the_numbers():
+    base = {"dimension": 1, "budget": {"epsilon": 10.0, "delta": 1e-6},
+            "params": {"kind": "predictor", "generator": "thresholds", "examples": 1000, "v_max": 8}}
+    small = {**base, "model_id": "small", "budget": {"epsilon": 1.0, "delta": 1e-6},
+             "params": {**base["params"], "examples": 300}}
+    rt = await run([("models", {**base, "model_id": "ok"}), ("models", small)])
+    assert "config/ok" in rt.state
+    assert "you have 300" in rt.outputs["rejected"][0]["reason"]

@@ -174,3 +174,18 @@ def test_oblivious_halfspace_generator_satisfies_hard_labels():
     gen = Halfspaces(2)
     h = gen.fit(X, y, [[0.9, 0.1]], [-1])
     assert gen.votes(gen.stack([h]), [0.9, 0.1])[0] == -1
+
+
+def test_sizing_from_the_budget_gives_blocks_the_calibration_accepts_or_says_what_is_missing():
+    from learners.predictor import size_predictor, smallest_k
+    from mechanisms.errors import InfeasibleParameters
+    k, m = size_predictor(epsilon=4.0, delta=1e-6, v_max=64, examples=34_097)
+    assert k * m <= 34_097 and m >= 10
+    PredictorConfig(k=k, epsilon=4.0, delta=1e-6, v_max=64).calibration()        # accepted
+    k_min = smallest_k(epsilon=4.0, delta=1e-6, v_max=64)
+    with pytest.raises(ThresholdsTooClose):
+        PredictorConfig(k=int(k_min * 0.9), epsilon=4.0, delta=1e-6, v_max=64).calibration()
+    small = size_predictor(epsilon=10.0, delta=1e-6, v_max=8, examples=1_000)    # 1k rows: feasible
+    assert small[0] * small[1] <= 1_000
+    with pytest.raises(InfeasibleParameters, match=r"needs k >= [\d,]+ blocks .* you have 300"):
+        size_predictor(epsilon=1.0, delta=1e-6, v_max=8, examples=300)
