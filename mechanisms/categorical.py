@@ -86,8 +86,3 @@ def _resolve_tie(stream: RandomStream, counts, gammas, u: int) -> int:
                 break               # still within a unit of C_v: draw more bits
         else:
             return len(bounds)
-
-
-def sample_members(stream: RandomStream, group_sizes: np.ndarray, groups: np.ndarray) -> np.ndarray:
-    """A uniform member index within each drawn group (exact)."""
-    return stream.below(np.asarray(group_sizes, dtype=np.int64)[groups])

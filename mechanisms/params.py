@@ -233,25 +233,6 @@ def predictor_instance_budget(*, epsilon: float, delta: float, v_max: int) -> Pr
     return PredictorBudget(v_max, eps_bt, delta_bt, dp, g.epsilon, g.delta)
 
 
-def _paper_log_term(d: float, T: int, alpha: float, beta: float, epsilon: float, delta: float) -> float:
-    return math.log(d * math.log(T) / (alpha * beta * epsilon * delta))
-
-
-def predictor_paper_oblivious(*, epsilon: float, delta: float, alpha: float, beta: float,
-                              T: int, vc: int) -> dict:
-    """Seed 001 Appendix A.2 (oblivious adversary), verbatim; d is VC(C), logs natural.
-    v = d log T + log(d log T / (alpha beta eps delta)) is the hard-query count."""
-    ell = _paper_log_term(vc, T, alpha, beta, epsilon, delta)
-    v = vc * math.log(T) + ell
-    return {
-        "v": v,
-        "beta_bt": beta * epsilon / (v * math.sqrt(v * ell) * ell),
-        "eps_bt": epsilon / math.sqrt(v * ell),
-        "delta_bt": delta / v,
-        "alpha_bt": alpha / v,
-    }
-
-
 def predictor_paper_halfspace(*, epsilon: float, delta: float, alpha: float, beta: float,
                               T: int, d: int) -> dict:
     """Seed 001 Appendix A.3 (halfspaces, adaptive adversary), verbatim, v = d + 1."""

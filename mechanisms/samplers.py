@@ -37,12 +37,6 @@ def fraction_at_most(x: float | Fraction, denominator: int = DEFAULT_DENOMINATOR
     return Fraction(math.floor(Fraction(x) * denominator), denominator)
 
 
-def bernoulli_rational(stream: RandomStream, num, den) -> np.ndarray:
-    """Bernoulli(num/den) per lane, exactly: U uniform on [0, den), success iff U < num."""
-    num = np.asarray(num, dtype=np.int64)
-    return stream.below(den, size=num.size) < num.ravel()
-
-
 def _bernoulli_exp_unit(stream: RandomStream, num: np.ndarray, den: np.ndarray) -> np.ndarray:
     """Bernoulli(exp(-num/den)) for 0 <= num/den <= 1 (CKS Algorithm 1, first branch):
     draw A_k ~ Bernoulli(gamma/k) for k = 1, 2, ... until A_k = 0; succeed iff k is odd."""
@@ -225,13 +219,6 @@ def _dlap_scalar(stream: RandomStream, s: int, t: int) -> int:
         if negative and y == 0:
             continue
         return -y if negative else y
-
-
-def uniform_choice(stream: RandomStream, n: int, size: int = 1) -> np.ndarray:
-    """Indices uniform on [0, n), exactly."""
-    if n < 1:
-        raise ParameterError("n", n, ">= 1")
-    return stream.below(n, size=size)
 
 
 def discrete_laplace_pmf(z: np.ndarray, scale: float) -> np.ndarray:
