@@ -167,6 +167,18 @@ class BetweenThresholdsCalibration:
         return float(self.scale) * math.log(T / beta)
 
 
+def smallest_fitting_scale(fits, lo: float, hi: float, *, steps: int) -> Fraction:
+    """Bisection on [lo, hi] for the smallest noise scale b with fits(b) (monotone in b,
+    fits(hi) true), rounded up to 1/64 of a count and re-checked after rounding."""
+    for _ in range(steps):
+        mid = (lo + hi) / 2
+        lo, hi = (lo, mid) if fits(mid) else (mid, hi)
+    scale = fraction_at_least(hi, 64)
+    if not fits(float(scale)):
+        scale += Fraction(1, 64)
+    return scale
+
+
 def calibrate_between_thresholds(*, epsilon: float, delta: float, lower: float,
                                  upper: float) -> BetweenThresholdsCalibration:
     """The smallest noise scale b (to 1/64 of a count) with eps_top(b) + psi(b) ln(1/delta)
@@ -193,12 +205,7 @@ def calibrate_between_thresholds(*, epsilon: float, delta: float, lower: float,
     lo, hi = 0.25 / epsilon, min(b_max, 4.0 * (1.0 + math.log(1.0 / delta)) / epsilon)
     while not fits(hi):
         hi = min(2 * hi, b_max)
-    for _ in range(40):
-        mid = (lo + hi) / 2
-        lo, hi = (lo, mid) if fits(mid) else (mid, hi)
-    scale = fraction_at_least(hi, 64)
-    if not fits(float(scale)):
-        scale += Fraction(1, 64)
+    scale = smallest_fitting_scale(fits, lo, hi, steps=40)
     psi, eps_top = between_thresholds_privacy(float(scale), lower, upper)
     return BetweenThresholdsCalibration(scale, lower, upper, psi, eps_top)
 

@@ -40,14 +40,14 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from fractions import Fraction
+from fractions import Fraction  # noqa: F401  (EpochCalibration.scale)
 from functools import lru_cache
 
 import numpy as np
 
-from .between_thresholds import MIN_GAP_IN_SCALES, between_thresholds_privacy, outcome_log_probs
+from .between_thresholds import (MIN_GAP_IN_SCALES, between_thresholds_privacy, outcome_log_probs,
+                                 smallest_fitting_scale)
 from .errors import ParameterError, ThresholdsTooClose
-from .samplers import fraction_at_least
 
 
 def _lanes(scale: float, lower: float, upper: float):
@@ -170,11 +170,6 @@ def calibrate_epoch(*, epsilon: float, delta: float, lower: float, upper: float,
     lo = hi / 1.05
     while fits(lo) and lo > 0.05:
         hi, lo = lo, lo / 1.05
-    for _ in range(8):
-        mid = (lo + hi) / 2
-        lo, hi = (lo, mid) if fits(mid) else (mid, hi)
-    scale = fraction_at_least(hi, 64)
-    if not fits(float(scale)):
-        scale += Fraction(1, 64)
+    scale = smallest_fitting_scale(fits, lo, hi, steps=8)
     eps, psi, c_top = epoch_epsilon(float(scale), lower, upper, v_max, delta)
     return EpochCalibration(scale, lower, upper, v_max, eps, delta, psi, c_top)
