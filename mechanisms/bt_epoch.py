@@ -40,14 +40,14 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from fractions import Fraction  # noqa: F401  (EpochCalibration.scale)
+from fractions import Fraction
 from functools import lru_cache
 
 import numpy as np
 
-from .between_thresholds import (MIN_GAP_IN_SCALES, between_thresholds_privacy, outcome_log_probs,
-                                 smallest_fitting_scale)
+from .between_thresholds import MIN_GAP_IN_SCALES, between_thresholds_privacy, outcome_log_probs
 from .errors import ParameterError, ThresholdsTooClose
+from .samplers import fraction_at_least
 
 
 def _lanes(scale: float, lower: float, upper: float):
@@ -101,12 +101,12 @@ def epoch_epsilon(scale: float, lower: float, upper: float, v_max: int,
     def eps(psi: float) -> float:
         return psi * log_inv + v_max * top_charge(scale, lower, upper, psi)
 
-    grid = psi_star * np.exp(np.linspace(math.log(1.0005), math.log(30.0), 24))
+    grid = psi_star * np.exp(np.linspace(math.log(1.0005), math.log(30.0), 16))
     values = [eps(p) for p in grid]
     i = int(np.argmin(values))
     lo, hi = grid[max(i - 1, 0)], grid[min(i + 1, grid.size - 1)]
     g = (math.sqrt(5) - 1) / 2
-    for _ in range(24):                       # golden section on the bracket around the best
+    for _ in range(20):                       # golden section on the bracket around the best
         a, b = hi - g * (hi - lo), lo + g * (hi - lo)
         if eps(a) <= eps(b):
             hi = b
@@ -152,8 +152,8 @@ def calibrate_epoch(*, epsilon: float, delta: float, lower: float, upper: float,
 
     b_max = (upper - lower) / MIN_GAP_IN_SCALES
     # eps is close to proportional to 1/b once the gap is wide (b psi and b c_top settle),
-    # so a few secant steps from a typical value land next to the answer; a short
-    # bisection then pins it. Only a scale at the gap's limit is checked there.
+    # so a few secant steps from a typical value land next to the answer. Only a scale at
+    # the gap's limit is checked for feasibility.
     b = min(b_max, (2.0 * math.log(1 / delta) + 1.5 * v_max) / epsilon)   # b psi ~ 2, b c_top ~ 1.5
     for _ in range(4):
         b = min(b_max, b * epoch_epsilon(b, lower, upper, v_max, delta)[0] / epsilon)
@@ -164,12 +164,17 @@ def calibrate_epoch(*, epsilon: float, delta: float, lower: float, upper: float,
             f"of up to v_max={v_max} hard queries at (eps={epsilon}, delta={delta}) needs a noise "
             f"scale above {b_max:.4g} = gap/{MIN_GAP_IN_SCALES:g}: with votes of k hypotheses at "
             f"(3k/8, 5k/8) that means k >= about {need}")
-    hi = b
-    while not fits(hi):
-        hi = min(b_max, hi * 1.02)
-    lo = hi / 1.05
-    while fits(lo) and lo > 0.05:
-        hi, lo = lo, lo / 1.05
-    scale = smallest_fitting_scale(fits, lo, hi, steps=8)
+    # b is now within a fraction of a percent of the smallest fitting scale: walk the 1/64
+    # grid from its rounding (two or three exact evaluations instead of a bisection).
+    step = Fraction(1, 64)
+    scale = fraction_at_least(min(b, b_max), 64)
+    if fits(float(scale)):
+        while scale > step and fits(float(scale - step)):
+            scale -= step
+    else:
+        while not fits(float(scale)):
+            scale += step
+            if scale > b_max + 1:
+                raise ThresholdsTooClose(f"no noise scale up to the gap's limit {b_max:.4g} fits")
     eps, psi, c_top = epoch_epsilon(float(scale), lower, upper, v_max, delta)
     return EpochCalibration(scale, lower, upper, v_max, eps, delta, psi, c_top)
