@@ -45,7 +45,7 @@ from agents.sequencer import sequence_batch
 from mechanisms.randomness import KeyedRandomness
 
 from .logread import read_range
-from .observe import Metrics, collect_status
+from .observe import Metrics, collect_status, model_partition
 from .topics import INPUTS, MODEL_EVENTS, OUTPUTS
 
 
@@ -167,7 +167,15 @@ def make_app(*, broker: str, rng: KeyedRandomness, partitions: int = 4, app_id: 
     @app.page("/status/")
     async def status_view(web, request):
         """Per model on this worker: kind, epoch, rounds, updates or hard queries, budget."""
-        return web.json({"models": collect_status(model_state)})
+        def active(model_id: str) -> bool:
+            try:
+                actives = app.assignor.assigned_actives()
+            except Exception:              # noqa: BLE001 - before the first assignment
+                return True
+            p = model_partition(model_id, partitions)
+            return any(tp.topic == log_name and tp.partition == p for tp in actives)
+
+        return web.json({"models": collect_status(model_state, active)})
 
     @app.page("/metrics/")
     async def metrics_view(web, request):

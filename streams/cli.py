@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import logging
 import os
 import sys
 from pathlib import Path
@@ -255,6 +256,10 @@ def cmd_worker(args) -> int:
                    data_dir=args.data_dir, web_port=args.web_port, prefix=args.prefix,
                    latency_metrics=args.latency_metrics)
     worker = Worker(app, loglevel=args.loglevel, quiet=True)
+    from .observe import RepeatFilter
+    repeat = RepeatFilter()
+    for name in ("aiokafka", "faust", "mode"):          # outages repeat the same lines
+        logging.getLogger(name).addFilter(repeat)
     worker.execute_from_commandline()
     return 0
 

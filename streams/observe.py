@@ -12,6 +12,7 @@ turns on a coarse one (buckets 10 ms, 100 ms, 1 s, 10 s) for operators who accep
 from __future__ import annotations
 
 import contextlib
+import logging
 import time
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
@@ -52,18 +53,55 @@ def status_of(config: dict, head: dict) -> dict:
     return out
 
 
-def collect_status(state) -> dict:
-    """Status of every model whose head is in ``state`` (a worker: its partitions)."""
+def model_partition(model_id: str, partitions: int) -> int:
+    """The partition Kafka's default partitioner gives a record keyed by ``model_id``
+    (murmur2 of the key bytes, as aiokafka's DefaultPartitioner, which the worker's
+    producer uses for every model-keyed record)."""
+    from aiokafka.partitioner import murmur2
+    return (murmur2(model_id.encode()) & 0x7FFFFFFF) % partitions
+
+
+def collect_status(state, active=None) -> dict:
+    """Status of every model whose head is in ``state``; with ``active`` (a predicate on
+    model ids), only the models this worker actively owns, not standby replicas."""
     models = {}
     for key in list(state.keys()):
         k = key.decode() if isinstance(key, bytes) else key
         if k.startswith("model/") and k.endswith("/head"):
             model_id = k[len("model/"):-len("/head")]
+            if active is not None and not active(model_id):
+                continue
             cfg = state.get(f"model/{model_id}/config".encode() if isinstance(key, bytes)
                             else f"model/{model_id}/config")
             if cfg is not None:
                 models[model_id] = status_of(cfg, state[key])
     return models
+
+
+class RepeatFilter(logging.Filter):
+    """Lets a repeated log line through once per ``window`` seconds: a broker outage made
+    aiokafka log the same connection error tens of thousands of times. The first line
+    after a quiet spell says how many were held back."""
+
+    def __init__(self, window: float = 10.0):
+        super().__init__()
+        self.window = window
+        self.seen: dict[tuple, list] = {}
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        key = (record.name, record.levelno, str(record.msg))
+        now = time.monotonic()
+        entry = self.seen.get(key)
+        if entry is not None and now - entry[0] < self.window:
+            entry[1] += 1
+            return False
+        held = entry[1] if entry else 0
+        self.seen[key] = [now, 0]
+        if len(self.seen) > 1000:
+            self.seen.clear()
+        if held:
+            record.msg = f"{record.msg} (and {held} more like it in the last {self.window:g}s)"
+        return True
 
 
 class Metrics:

@@ -112,3 +112,26 @@ def test_register_validates_locally_and_sends_nothing_invalid(tmp_path, capsys, 
 def test_produce_refuses_a_topic_that_is_not_an_input(capsys):
     assert main(["produce", "--topic", "exampels", "--file", "x.jsonl", "--broker", "127.0.0.1:1"]) == 2
     assert "must be one of" in capsys.readouterr().err
+
+
+def test_repeated_log_lines_are_held_back_and_counted():
+    import logging
+
+    from streams.observe import RepeatFilter
+    f = RepeatFilter(window=60)
+    records = [logging.LogRecord("aiokafka", logging.ERROR, "x", 1, "Unable to connect", None, None)
+               for _ in range(1000)]
+    assert sum(f.filter(r) for r in records) == 1
+    other = logging.LogRecord("aiokafka", logging.ERROR, "x", 1, "another line", None, None)
+    assert f.filter(other)
+
+
+def test_status_lists_only_the_models_this_worker_owns():
+    from streams.observe import collect_status, model_partition
+    cfg = {"params": {"kind": "continual_winnow"}, "budget": {"epsilon": 1.0, "delta": 1e-6},
+           "dimension": 4}
+    head = {"n": 3, "learner": {"epoch": 0, "b": 1}, "ledger": {"budget_epsilon": 1.0, "budget_delta": 1e-6}}
+    state = {f"model/{m}/{k}": v for m in ("a", "b") for k, v in (("config", cfg), ("head", head))}
+    mine = model_partition("a", 4)
+    shown = collect_status(state, lambda m: model_partition(m, 4) == mine)
+    assert "a" in shown and all(model_partition(m, 4) == mine for m in shown)
