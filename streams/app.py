@@ -75,9 +75,10 @@ def make_app(*, broker: str, rng: KeyedRandomness, partitions: int = 4, app_id: 
         # a dead worker's partitions move after 10 s instead of faust's default 60 s
         broker_session_timeout=10.0,
         broker_heartbeat_interval=2.0,
-        # faust waits for the agents' current batch before it completes a rebalance; the
-        # heavy part of a batch runs in a thread (agents/processor.py), so heartbeats go on
-        stream_wait_empty=True,
+        # A rebalance does not wait for the agents' current batch; a batch that finishes
+        # after its partition was revoked writes none of its state (Processor.owns, fed by
+        # faust's rebalance signals below), and its outputs are identical duplicates.
+        stream_wait_empty=False,
         stream_publish_on_commit=False,     # send now: emit must return the delivery future
     )
     # internal=True: the worker declares (creates) every topic with the shared partition
