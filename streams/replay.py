@@ -92,7 +92,8 @@ async def replay(rng: KeyedRandomness, log: list[dict], published: dict[str, lis
     ``mistakes``, each online learner's exact cumulative mistakes after every labelled
     example are collected into it as {model: [(seq, mistakes)]}: a private statistic, for
     the internal audit report only."""
-    check_key(rng, published.get(LEDGER, []))
+    check_key(rng, [e for e in published.get(LEDGER, [])
+                    if models is None or e["model_id"] in models])
     recomputed: dict[str, list] = defaultdict(list)
 
     async def emit(topic, key, value):

@@ -79,3 +79,20 @@ def test_no_key_checks_catch_a_forged_version_and_answers_after_exhaustion():
     exhausted["predictions"][5]["status"] = "budget_exhausted"    # claimed exhausted early...
     later = [e for e in exhausted["ledger"] if e["seq"] > exhausted["predictions"][5]["seq"]]
     assert later and any("after exhaustion" in msg for msg in verify_public(exhausted))
+
+
+def test_replay_of_one_model_checks_only_that_models_key():
+    rt = run_models()
+    cfg = {"model_id": "w2", "dimension": 20, "budget": {"epsilon": 2.0, "delta": 1e-6},
+           "params": {"kind": "continual_winnow", "max_active": 4, "block": 5, "horizon": 50}}
+    asyncio.run(rt.feed_all([("models", cfg)] + [("examples", {"model_id": "w2", "active": [i % 20], "y": 1})
+                                                 for i in range(20)]))
+    published = copy.deepcopy(dict(rt.outputs))
+    other = [e for e in published["ledger"] if e["model_id"] != "w"]
+    assert other
+    for e in other:
+        e["key_fingerprint"] = "0" * 16                  # another model ran under another key
+    with pytest.raises(WrongKeyError):
+        asyncio.run(replay(KeyedRandomness(KEY), rt.log, published))
+    report = asyncio.run(replay(KeyedRandomness(KEY), rt.log, published, models={"w"}))
+    assert report.ok
