@@ -19,7 +19,7 @@ from learners.continual_winnow import (ContinualWinnow, ContinualWinnowParameter
                                        ContinualWinnowState, continual_winnow_parameters)
 from learners.decision_list import DecisionList, FeatureFamily
 from learners.dp_winnow import DPWinnow, DPWinnowState
-from learners.estimator import round_epsilon
+from learners.decision_list_classifier import round_epsilon
 from learners.generators import Halfspaces, Thresholds
 from learners.greedy_cover import dp_greedy_cover
 from learners.inputs import BinaryInput
@@ -57,10 +57,10 @@ class Handler:
     def __init__(self, config: ModelConfig, rng: KeyedRandomness, state):
         self.config, self.rng, self.state = config, rng, state
         self.model_id = config.model_id
-        self.head_seq = -1                  # last applied offset of the model-events log
-        self.head_sources: dict[str, int] = {}
-        self.n = 0                          # events applied to this model (runtime-independent)
-        self._seq = -1
+        self.log_offset = -1                # last applied offset of the model-events log
+        self.head_sources: dict[str, int] = {}   # last applied offset per input partition
+        self.events = 0                     # events applied to this model (runtime-independent)
+        self.event_seq = -1                 # the event being handled: its outputs' ``seq``
         self._out: Outputs | None = None
         self.epoch = 0
 
@@ -77,7 +77,7 @@ class Handler:
     def _charged(self, entry: LedgerEntry) -> None:
         b = self.config.budget
         self._out.add("ledger", self.model_id, LedgerEntryEvent(
-            model_id=self.model_id, seq=self._seq, epoch=self.epoch, mechanism=entry.mechanism,
+            model_id=self.model_id, seq=self.event_seq, epoch=self.epoch, mechanism=entry.mechanism,
             epsilon=entry.epsilon, delta=entry.delta, count=entry.count, charges=entry.charges,
             spent_epsilon=entry.spent_epsilon, spent_delta=entry.spent_delta, rule=entry.rule,
             budget_epsilon=b.epsilon, budget_delta=b.delta,
@@ -86,15 +86,16 @@ class Handler:
     def _predict(self, kind, source, event, label, status, version, updated=False) -> None:
         spent = self.spent()
         self._out.add("predictions", self.model_id, Prediction(
-            model_id=self.model_id, source=source, seq=self._seq, kind=kind,
+            model_id=self.model_id, source=source, seq=self.event_seq, kind=kind,
             query_id=event.get("query_id"), label=label, status=status, version=version,
             epsilon_spent=spent, epsilon_left=max(0.0, self.config.budget.epsilon - spent),
             updated=updated).model_dump())
 
-    def _begin(self, offset: int, outputs: Outputs) -> None:
-        """Start handling one event: outputs carry the model's own event counter as seq."""
-        self._seq, self._out = self.n, outputs
-        self.n += 1
+    def _begin(self, outputs: Outputs) -> None:
+        """Start handling one event: its outputs carry the model's own event counter as
+        ``seq`` (the same in every runtime, unlike log offsets)."""
+        self.event_seq, self._out = self.events, outputs
+        self.events += 1
 
     # ------------------------------------------------------------ buffers
     def _append_row(self, epoch: int, n: int, row: list) -> int:
@@ -113,13 +114,15 @@ class Handler:
             rows.extend(self.state[self.key("buffer", epoch, chunk)])
         return rows[:n]
 
-    def _write_head(self, seq: int, body: dict) -> None:
-        self.head_seq = seq
-        self.state[self.key("head")] = {"seq": seq, "n": self.n, "sources": dict(self.head_sources),
+    def _write_head(self, offset: int, body: dict) -> None:
+        """The head record: ``seq`` is the last applied model-events offset, ``n`` the
+        events applied (the record's key names are kept for existing changelogs)."""
+        self.log_offset = offset
+        self.state[self.key("head")] = {"seq": offset, "n": self.events, "sources": dict(self.head_sources),
                                         **body}
 
     def _load_head(self, head: dict) -> None:
-        self.head_seq, self.head_sources, self.n = head["seq"], dict(head["sources"]), head["n"]
+        self.log_offset, self.head_sources, self.events = head["seq"], dict(head["sources"]), head["n"]
 
 
 def binary_input(event: dict, d: int) -> BinaryInput:
@@ -140,8 +143,8 @@ def winnow_parameters(config: ModelConfig):
 
 
 class WinnowHandler(Handler):
-    def create(self, outputs: Outputs, seq: int) -> None:
-        self._begin(seq, outputs)
+    def create(self, outputs: Outputs, offset: int) -> None:
+        self._begin(outputs)
         self.model = DPWinnow(params=winnow_parameters(self.config), d=self.config.dimension,
                               rng=self.rng, model_id=self.model_id, signed=self.config.params.signed,
                               budget=(self.config.budget.epsilon, self.config.budget.delta),
@@ -158,12 +161,12 @@ class WinnowHandler(Handler):
                               on_charge=self._charged)
         self._saved_k = hot["k"]
 
-    def save(self, seq: int) -> None:
+    def save(self, offset: int) -> None:
         hot, cold = self.model.state.split_record()
         if self._saved_k != hot["k"]:
             self.state[self.key("weights", hot["k"])] = cold
             self._saved_k = hot["k"]
-        self._write_head(seq, {"learner": hot})
+        self._write_head(offset, {"learner": hot})
 
     def spent(self) -> float:
         return self.model.ledger.totals().epsilon
@@ -172,11 +175,11 @@ class WinnowHandler(Handler):
         s = self.model.state
         return "budget_exhausted" if s.exhausted else ("frozen" if s.frozen else "answered")
 
-    def on_example(self, event, source, seq, outputs) -> None:
+    def on_example(self, event, source, offset, outputs) -> None:
         """The record of a labelled example carries no label: sgn(<w~, x_t>) is a function
         of the private example that Theorem 11 (which covers the hypothesis sequence w~)
         does not cover. Version and update flag are functions of w~'s sequence."""
-        self._begin(seq, outputs)
+        self._begin(outputs)
         r = self.model.learn_one(binary_input(event, self.config.dimension), event["y"])
         status = "learning" if self._status() == "answered" else self._status()
         self._predict("example", source, event, None, status, r.version, r.updated)
@@ -185,8 +188,8 @@ class WinnowHandler(Handler):
         """Online mistakes so far: a private statistic, for in-process evaluation only."""
         return self.model.state.total_mistakes
 
-    def on_query(self, event, source, seq, outputs) -> None:
-        self._begin(seq, outputs)
+    def on_query(self, event, source, offset, outputs) -> None:
+        self._begin(outputs)
         label = self.model.predict_one(binary_input(event, self.config.dimension))
         self._predict("query", source, event, label, self._status(), self.model.state.k)
 
@@ -210,8 +213,8 @@ class ContinualWinnowHandler(Handler):
     is recomputed from the key), ``offset/<epoch>/<chunk>`` (the released A^ an epoch
     starts from). One epoch ledger: its single charge is made when the epoch starts."""
 
-    def create(self, outputs: Outputs, seq: int) -> None:
-        self._begin(seq, outputs)
+    def create(self, outputs: Outputs, offset: int) -> None:
+        self._begin(outputs)
         p, b = self.config.params, self.config.budget
         params = continual_winnow_parameters(
             epsilon=b.epsilon, delta=b.delta, d=self.config.dimension, max_active=p.max_active + 1,
@@ -254,9 +257,9 @@ class ContinualWinnowHandler(Handler):
             v[lo + decode_array(r["idx"])] = decode_array(r["val"])
         return v
 
-    def save(self, seq: int) -> None:
+    def save(self, offset: int) -> None:
         s = self.model.state
-        self._write_head(seq, {"learner": s.hot_record(), "ledger": dict(vars(self.ledger_state))})
+        self._write_head(offset, {"learner": s.hot_record(), "ledger": dict(vars(self.ledger_state))})
 
     def spent(self) -> float:
         return Ledger(self.ledger_state).totals().epsilon
@@ -269,21 +272,48 @@ class ContinualWinnowHandler(Handler):
         """Online mistakes of the released model: private, for in-process evaluation only."""
         return self.model.state.mistakes
 
-    def on_example(self, event, source, seq, outputs) -> None:
-        self._begin(seq, outputs)
+    def on_example(self, event, source, offset, outputs) -> None:
+        self._begin(outputs)
         step = self.model.learn_one(active_of(event), event["y"])
+        self._released(step)
+        self._predict("example", source, event, None, "learning", self.version(), step.released)
+
+    def prepare_examples(self, items: list[tuple[dict, str, int]]):
+        """Every row and label of ``items`` (event, source, offset) checked and converted
+        for ``on_examples``; raises, having changed nothing, if one is invalid."""
+        return self.model.checked([active_of(e) for e, _, _ in items], [e["y"] for e, _, _ in items])
+
+    def on_examples(self, items: list[tuple[dict, str, int]], prepared, outputs) -> None:
+        """Consecutive examples at once, through the learner's batch kernel a block
+        segment at a time: the same learner state, cold records and outputs, in the same
+        order, as ``on_example`` on each in turn."""
+        idx, ys = prepared
+        a = 0
+        while a < len(items):
+            b = min(len(items), a + self.model.blocks_left())
+            version = self.version()              # fixed until the segment's last example
+            steps = self.model.learn_rows(idx[a:b], ys[a:b])
+            for (event, source, _), step in zip(items[a:b - 1], steps[:-1]):
+                self._begin(outputs)
+                self._predict("example", source, event, None, "learning", version, step.released)
+            self._begin(outputs)
+            self._released(steps[-1])
+            self._predict("example", items[b - 1][1], items[b - 1][0], None, "learning",
+                          self.version(), steps[-1].released)
+            a = b
+
+    def _released(self, step) -> None:
+        """Cold records as blocks close; versioned keys whose content is a function of the
+        log, so re-applying after a crash rewrites the same."""
         s = self.model.state
-        # Cold records as blocks close (a batch may close several); versioned keys whose
-        # content is a function of the log, so re-applying after a crash rewrites the same.
         if step.new_epoch:
             self._write_vector(s.offset, "offset", s.epoch)
             self._start_epoch()
         elif step.released:
             self._write_vector(s.alpha[s.b], "node", s.epoch, s.b)
-        self._predict("example", source, event, None, "learning", self.version(), step.released)
 
-    def on_query(self, event, source, seq, outputs) -> None:
-        self._begin(seq, outputs)
+    def on_query(self, event, source, offset, outputs) -> None:
+        self._begin(outputs)
         label = self.model.predict_one(active_of(event))
         self._predict("query", source, event, label, "answered", self.version())
 
@@ -318,10 +348,11 @@ class PredictorHandler(Handler):
         width = 1 if self.config.params.generator == "thresholds" else self.config.dimension + 1
         return max(1, rows_per_record(width, FLOAT_BYTES, 1000))
 
-    def create(self, outputs: Outputs, seq: int) -> None:
-        self._begin(seq, outputs)
+    def create(self, outputs: Outputs, offset: int) -> None:
+        self._begin(outputs)
         self._build(PredictorState())
-        self.buffer_n = 0
+        self.buffer_n = 0            # examples buffered for the next epoch
+        self.epoch_n = 0             # examples the current epoch was partitioned from
         self._saved_version = None
 
     def _build(self, pstate: PredictorState) -> None:
@@ -349,7 +380,7 @@ class PredictorHandler(Handler):
         rows = np.asarray(self._load_rows(epoch, n), dtype=float)
         return rows[:, :-1], rows[:, -1].astype(int)
 
-    def save(self, seq: int) -> None:
+    def save(self, offset: int) -> None:
         s = self.model.state
         if s.epoch >= 0 and self._saved_version != (s.epoch, s.version):
             H = np.asarray(self.model.H).tolist()
@@ -357,8 +388,8 @@ class PredictorHandler(Handler):
             for j in range(0, len(H), per):
                 self.state[self.key("hyp", s.epoch, s.version, j // per)] = H[j:j + per]
             self._saved_version = (s.epoch, s.version)
-        self._write_head(seq, {"predictor": s.to_record(), "buffer_n": self.buffer_n,
-                               "epoch_n": getattr(self, "epoch_n", 0)})
+        self._write_head(offset, {"predictor": s.to_record(), "buffer_n": self.buffer_n,
+                               "epoch_n": self.epoch_n})
 
     def spent(self) -> float:
         s = self.model.state
@@ -378,8 +409,8 @@ class PredictorHandler(Handler):
             self.model.start_epoch(X, y)
             self.buffer_n = 0
 
-    def on_example(self, event, source, seq, outputs) -> None:
-        self._begin(seq, outputs)
+    def on_example(self, event, source, offset, outputs) -> None:
+        self._begin(outputs)
         self.epoch = self.model.state.epoch
         if self.buffer_n < self._need():          # surplus examples of a full buffer are dropped
             self.buffer_n = self._append_row(self.model.state.epoch + 1, self.buffer_n,
@@ -387,8 +418,8 @@ class PredictorHandler(Handler):
         self._maybe_start_epoch()
         self._predict("example", source, event, None, "learning", self.model.state.version)
 
-    def on_query(self, event, source, seq, outputs) -> None:
-        self._begin(seq, outputs)
+    def on_query(self, event, source, offset, outputs) -> None:
+        self._begin(outputs)
         self.epoch = self.model.state.epoch
         self._maybe_start_epoch()
         self.epoch = self.model.state.epoch
@@ -400,8 +431,8 @@ class PredictorHandler(Handler):
 
 # ====================================================================== decision lists
 class DecisionListHandler(Handler):
-    def create(self, outputs: Outputs, seq: int) -> None:
-        self._begin(seq, outputs)
+    def create(self, outputs: Outputs, offset: int) -> None:
+        self._begin(outputs)
         p = self.config.params
         self.family = FeatureFamily(self.config.dimension, p.max_conjunction, p.negations)
         self.buffer_n, self.version, self.window, self.released = 0, 0, 0, None
@@ -418,8 +449,8 @@ class DecisionListHandler(Handler):
             rec = self.state[self.key("release", self.version)]
             self.released = DecisionList(self.family, tuple(map(tuple, rec["rules"])), rec["default"])
 
-    def save(self, seq: int) -> None:
-        self._write_head(seq, {"buffer_n": self.buffer_n, "version": self.version,
+    def save(self, offset: int) -> None:
+        self._write_head(offset, {"buffer_n": self.buffer_n, "version": self.version,
                                "window": self.window, "ledger": self.ledger_state})
 
     def spent(self) -> float:
@@ -427,8 +458,8 @@ class DecisionListHandler(Handler):
             return 0.0
         return Ledger(LedgerState(**self.ledger_state)).totals().epsilon
 
-    def on_example(self, event, source, seq, outputs) -> None:
-        self._begin(seq, outputs)
+    def on_example(self, event, source, offset, outputs) -> None:
+        self._begin(outputs)
         self.epoch = self.window
         row = [int(v > 0) for v in event["x"]] + [int(event["y"] > 0)]
         self.buffer_n = self._append_row(self.window, self.buffer_n, row)
@@ -452,13 +483,13 @@ class DecisionListHandler(Handler):
         self.released = dl
         self.ledger_state = dict(vars(ledger.state))
         self._out.add("releases", self.model_id, Release(
-            model_id=self.model_id, seq=self._seq, version=self.version, rules=dl.describe(),
+            model_id=self.model_id, seq=self.event_seq, version=self.version, rules=dl.describe(),
             payload=rec).model_dump())
         self.window += 1
         self.buffer_n = 0
 
-    def on_query(self, event, source, seq, outputs) -> None:
-        self._begin(seq, outputs)
+    def on_query(self, event, source, offset, outputs) -> None:
+        self._begin(outputs)
         if self.released is None:
             self._predict("query", source, event, None, "learning", 0)
             return

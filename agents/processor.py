@@ -75,7 +75,7 @@ class Processor:
     def _handler(self, model_id: str):
         h = self._handlers.get(model_id)
         head = self.state.get(f"model/{model_id}/head")
-        if h is None or head is None or h.head_seq != head["seq"]:
+        if h is None or head is None or h.log_offset != head["seq"]:
             cfg = self.state.get(f"model/{model_id}/config")
             if cfg is None:
                 return None
@@ -126,7 +126,7 @@ class Processor:
                 self._handlers.pop(model_id, None)
                 continue
             self._set_partition(p)
-            handler.save(handler.head_seq)
+            handler.save(handler.log_offset)
         for p, position in positions.items():
             self._set_partition(p)
             self.state[f"log/{p}"] = position
@@ -147,8 +147,76 @@ class Processor:
         return False
 
     def _apply_all(self, records: list[RawRecord], outputs: Outputs, dirty: dict) -> None:
+        """Apply records in order. Consecutive examples of one model whose handler learns
+        in batches (``on_examples``) are applied together, with the same outputs in the
+        same order as one at a time; anything else flushes the run first."""
+        run: list[tuple] = []
         for record in records:
-            self._apply(record, outputs, dirty)
+            item = self._example_of_batching_model(record, dirty)
+            if item is not None and (not run or run[0][3] == item[3]):
+                run.append(item)
+                continue
+            self._apply_run(run, outputs, dirty)
+            run = [item] if item is not None else []
+            if item is None:
+                self._apply(record, outputs, dirty)
+        self._apply_run(run, outputs, dirty)
+
+    def _example_of_batching_model(self, record: RawRecord, dirty: dict) -> tuple | None:
+        """(record, event, source, model_id, source partition, source offset) for an
+        example of a loaded model whose handler has ``on_examples``, else None (the
+        record then takes the one-at-a-time path, which also dead-letters)."""
+        try:
+            body = json.loads(record.value)
+            event, source = body["event"], body["source"]
+            if event["type"] != "example":
+                return None
+            model_id = event["model_id"]
+            part, offset = source.rsplit(":", 1)
+            handler = dirty[model_id][0] if model_id in dirty else self._handler(model_id)
+        except Exception:           # noqa: BLE001 - the one-at-a-time path says why
+            return None
+        if handler is None or not hasattr(handler, "on_examples"):
+            return None
+        return record, event, source, model_id, part, int(offset)
+
+    def _apply_run(self, run: list[tuple], outputs: Outputs, dirty: dict) -> None:
+        """Apply a run of examples of one model: skip the applied ones (the rules of
+        ``_apply_event``), then ``on_examples``; if ``prepare_examples`` refuses the run (an
+        invalid row, found before anything changes), apply it one at a time instead."""
+        if not run:
+            return
+        model_id = run[0][3]
+        handler = dirty[model_id][0] if model_id in dirty else self._handler(model_id)
+        log_offset, sources, todo = handler.log_offset, dict(handler.head_sources), []
+        for item in run:
+            record, _, _, _, part, offset = item
+            if record.offset <= log_offset or sources.get(part, -1) >= offset:
+                continue
+            todo.append(item)
+            log_offset, sources[part] = record.offset, offset
+        if not todo:
+            return
+        self._set_partition(todo[0][0].partition)
+        items = [(event, source, record.offset) for record, event, source, *_ in todo]
+        try:
+            prepared = handler.prepare_examples(items)
+        except Exception:           # noqa: BLE001 - nothing changed: one at a time, with dead letters
+            for item in run:
+                self._apply(item[0], outputs, dirty)
+            return
+        try:
+            handler.on_examples(items, prepared, outputs)
+        except Exception:           # noqa: BLE001 - as _apply: counted as applied, dead-lettered
+            log.exception("examples at %s..%s could not be applied; dead-lettered",
+                          todo[0][0].source, todo[-1][0].source)
+            for _, _, source, *_ in todo:
+                outputs.add(REJECTED, None, Rejected(
+                    source=source, reason="not applied: the model could not process this event").model_dump())
+        handler.head_sources.update(sources)
+        handler.log_offset = log_offset
+        self._handlers[model_id] = handler
+        dirty[model_id] = (handler, todo[0][0].partition)
 
     def _flush(self) -> None:
         """Write the overlay through, except records of partitions this worker no longer
@@ -186,7 +254,7 @@ class Processor:
             handler = dirty[model_id][0] if model_id in dirty else self._handlers.get(model_id)
             if handler is not None:
                 handler.head_sources[src_topic_part] = int(src_offset)
-                handler.head_seq = record.offset
+                handler.log_offset = record.offset
                 dirty[model_id] = (handler, record.partition)
             outputs.add(REJECTED, None, Rejected(
                 source=source, reason="not applied: the model could not process this event").model_dump())
@@ -206,7 +274,7 @@ class Processor:
             handler = dirty[model_id][0] if model_id in dirty else self._handler(model_id)
             if handler is None:  # the sequencer only forwards events of registered models
                 return
-            if record.offset <= handler.head_seq or \
+            if record.offset <= handler.log_offset or \
                     handler.head_sources.get(src_topic_part, -1) >= src_offset:
                 return
             if event["type"] == "example":
@@ -214,7 +282,7 @@ class Processor:
             else:
                 handler.on_query(event, source, record.offset, outputs)
         handler.head_sources[src_topic_part] = src_offset
-        handler.head_seq = record.offset
+        handler.log_offset = record.offset
         self._handlers[model_id] = handler
         dirty[model_id] = (handler, record.partition)
 

@@ -102,7 +102,7 @@ def _parse(record: RawRecord, configs: MutableMapping) -> tuple[dict | None, str
     cfg = configs.get(f"config/{event.model_id}")
     if cfg is None:
         return None, "unknown model"
-    config = ModelConfig.model_validate(cfg)
+    config = _config(event.model_id, cfg)
     problem = event.dimension_error(config.dimension, config.binary)
     if problem:
         return None, problem
@@ -114,6 +114,23 @@ def _parse(record: RawRecord, configs: MutableMapping) -> tuple[dict | None, str
         if n_active > config.params.max_active:
             return None, f"too many active features: the model allows {config.params.max_active}"
     return event.model_dump(mode="json", exclude_none=True), None
+
+
+_CONFIGS: dict[str, tuple[dict, ModelConfig]] = {}
+_CONFIGS_MAX = 10_000
+
+
+def _config(model_id: str, cfg: dict) -> ModelConfig:
+    """The registered config, validated once per model rather than once per event (an
+    equal stored dict returns the cached model; the cache is bounded)."""
+    hit = _CONFIGS.get(model_id)
+    if hit is not None and hit[0] == cfg:
+        return hit[1]
+    if len(_CONFIGS) >= _CONFIGS_MAX:
+        _CONFIGS.clear()
+    config = ModelConfig.model_validate(cfg)
+    _CONFIGS[model_id] = (cfg, config)
+    return config
 
 
 async def sequencer(records: AsyncIterable[RawRecord], state: MutableMapping, emit: Emit,

@@ -15,7 +15,7 @@ import numpy as np
 from common import DATA_KEY, timed
 
 from learners.decision_list import TRUE, DecisionList, FeatureFamily
-from learners.estimator import round_epsilon
+from learners.decision_list_classifier import round_epsilon
 from learners.greedy_cover import dp_greedy_cover, rivest_greedy
 from mechanisms.randomness import KeyedRandomness
 

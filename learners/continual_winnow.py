@@ -210,11 +210,23 @@ class ContinualWinnow:
 
     def learn_many(self, actives, ys) -> list[Step]:
         """Learn a sequence of labelled rows, a block segment at a time (A^ is fixed
-        within a block); the same steps as calling ``learn_one`` on each in turn."""
+        within a block); the same steps as calling ``learn_one`` on each in turn.
+        Raises before learning anything if any row or label is invalid."""
+        return self.learn_rows(*self.checked(actives, ys))
+
+    def checked(self, actives, ys) -> tuple[np.ndarray, np.ndarray]:
+        """(rows, labels) validated for ``learn_rows`` (ParameterError if one is not)."""
         ys = np.asarray(ys, dtype=np.int64).reshape(-1)
         if ys.size and not np.isin(ys, (-1, 1)).all():
             raise ParameterError("y", "<labels>", "-1 or +1")
-        idx = self._rows(actives)
+        return self._rows(actives), ys
+
+    def blocks_left(self) -> int:
+        """Examples until the current block closes (a release)."""
+        return self.params.block - self.state.t % self.params.block
+
+    def learn_rows(self, idx: np.ndarray, ys: np.ndarray) -> list[Step]:
+        """``learn_many`` on rows already ``checked``."""
         p, s = self.params, self.state
         steps: list[Step] = []
         start = 0

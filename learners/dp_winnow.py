@@ -37,7 +37,7 @@ from mechanisms.errors import BudgetExhausted, ParameterError
 from mechanisms.params import DPWinnowParameters, dp_winnow_draw_rho
 from mechanisms.randomness import KeyedRandomness
 
-from .inputs import BinaryInput, project, sign
+from .inputs import BinaryInput, embed, project, sign
 from .winnow import decode_array, encode_array
 
 AT_PURPOSE = "dp_winnow/above_threshold"
@@ -217,8 +217,7 @@ class DPWinnow:
                                       dp_winnow_draw_rho(self.params.eta)):
             return RoundResult(yhat, False, version)
         if s.cache_x is not None:
-            z = BinaryInput.from_record(s.cache_x, s.d).to_dense()
-            s.u = s.u + s.cache_y * (np.concatenate([z, -z]) if s.signed else z)
+            s.u = s.u + s.cache_y * embed(BinaryInput.from_record(s.cache_x, s.d), s.signed)
         self._resample()
         s.k += 1
         s.mistakes, s.cache_x, s.cache_y, s.t_p = 0, None, 0, s.t + 1

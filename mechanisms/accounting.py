@@ -53,6 +53,24 @@ ZCDP_ORDERS = tuple([1 + x / 20 for x in range(1, 100)] + [6 + 0.5 * x for x in 
                     + [80, 128, 256, 512, 1024])
 
 
+@lru_cache(maxsize=1024)
+def _totals(rule, charges, sum_eps, sum_delta, sum_eps_sq, sum_eps_tanh, delta_prime,
+            rho_complete, sum_rho, budget_delta) -> "PrivacyCost":
+    """Ledger.totals as a pure function of the sums (memoised: every published record
+    quotes the spent budget, which changes only when a charge is made)."""
+    basic = PrivacyCost(sum_eps, min(1.0, sum_delta))
+    if rule == "basic" or charges == 0:
+        return basic
+    adv = advanced_composition_sums(sum_eps_sq, sum_eps_tanh, sum_delta, delta_prime)
+    if rule == "advanced":
+        return adv
+    options = [basic, adv]
+    if rho_complete and sum_delta == 0 and budget_delta > 0:
+        options.append(PrivacyCost(zcdp_epsilon(sum_rho, budget_delta), budget_delta))
+    fits = [c for c in options if c.delta <= budget_delta]
+    return min(fits or options, key=lambda c: c.epsilon)
+
+
 @lru_cache(maxsize=4096)
 def zcdp_epsilon(rho: float, delta: float) -> float:
     """(epsilon at delta) of a rho-zCDP mechanism: its RDP curve is rho * alpha at every
@@ -173,17 +191,8 @@ class Ledger:
     def totals(self, s: LedgerState | None = None) -> PrivacyCost:
         """Spent (eps, delta) under the declared rule ('best': the smaller valid eps)."""
         s = self.state if s is None else s
-        basic = PrivacyCost(s.sum_eps, min(1.0, s.sum_delta))
-        if s.rule == "basic" or s.charges == 0:
-            return basic
-        adv = advanced_composition_sums(s.sum_eps_sq, s.sum_eps_tanh, s.sum_delta, s.delta_prime)
-        if s.rule == "advanced":
-            return adv
-        options = [basic, adv]
-        if s.rho_complete and s.sum_delta == 0 and s.budget_delta > 0:
-            options.append(PrivacyCost(zcdp_epsilon(s.sum_rho, s.budget_delta), s.budget_delta))
-        fits = [c for c in options if c.delta <= s.budget_delta]
-        return min(fits or options, key=lambda c: c.epsilon)
+        return _totals(s.rule, s.charges, s.sum_eps, s.sum_delta, s.sum_eps_sq, s.sum_eps_tanh,
+                       s.delta_prime, s.rho_complete, s.sum_rho, s.budget_delta)
 
     def remaining(self) -> PrivacyCost:
         t = self.totals()

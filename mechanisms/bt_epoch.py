@@ -33,7 +33,9 @@ P_TOP + P_R (1 - e^{u l_R}) - P_L expm1(u l_L) (u = 1/psi) so that far counts, w
 term is tiny, keep their precision; the code checks that the maximum is not at the grid
 edge (far counts tend to a limit from below). psi must exceed the single-instance psi*
 (the denominator must stay positive); eps is minimised over psi by a log-spaced search
-refined by golden section. Exact checks: tests/mechanisms/test_bt_epoch.py (the exact
+refined by golden section on the lanes within 2 b of a threshold (where the maximum
+sits), and the c_top returned for the chosen psi is the maximum over every lane, so the
+search's shortcut can cost tightness, never validity. Exact checks: tests/mechanisms/test_bt_epoch.py (the exact
 divergence of constant-count adversaries over a whole epoch, with restarts after TOP).
 """
 from __future__ import annotations
@@ -45,52 +47,52 @@ from functools import lru_cache
 
 import numpy as np
 
-from .between_thresholds import MIN_GAP_IN_SCALES, between_thresholds_privacy, outcome_log_probs
+from .between_thresholds import (MIN_GAP_IN_SCALES, between_thresholds_privacy, near_thresholds,
+                                 neighbour_lanes, smallest_fitting_scale)
 from .errors import ParameterError, ThresholdsTooClose
-from .samplers import fraction_at_least
 
 
-def _lanes(scale: float, lower: float, upper: float):
-    """(log P_L, log P_R, log P_TOP) at each count c and (l_L, l_R, l_TOP) for c -> c + s,
-    s = +-1, on the grid of counts within 40 scales of a threshold."""
-    span = int(math.ceil(40 * scale)) + 2
-    counts = np.unique(np.concatenate([
-        np.arange(math.floor(lower) - span, math.ceil(lower) + span + 1),
-        np.arange(math.floor(upper) - span, math.ceil(upper) + span + 1)]))
-    ll, lr, lt = outcome_log_probs(counts, scale, lower, upper)
-    out = []
-    for shift in (+1, -1):
-        a = slice(0, -1) if shift == +1 else slice(1, None)
-        b = slice(1, None) if shift == +1 else slice(0, -1)
-        adjacent = (counts[b] - counts[a]) == shift
-        out.append(tuple(x[adjacent] for x in (ll[a], lr[a], lt[a], ll[a] - ll[b], lr[a] - lr[b],
-                                               lt[a] - lt[b], counts[a])))
-    return [np.concatenate(parts) for parts in zip(*out)]
+@lru_cache(maxsize=64)
+def _grid(scale: float, lower: float, upper: float):
+    """The lanes of between_thresholds.neighbour_lanes with P_L, P_R, P_TOP precomputed,
+    and the mask of the lanes near a threshold."""
+    log_pl, log_pr, log_pt, l_l, l_r, l_t, counts = neighbour_lanes(scale, lower, upper)
+    lanes = (np.exp(log_pl), np.exp(log_pr), np.exp(log_pt), log_pt, l_l, l_r, l_t, counts)
+    return lanes, near_thresholds(counts, scale, lower, upper)
+
+
+def _top_lanes(psi: float, p_l, p_r, p_t, log_pt, l_l, l_r, l_t) -> np.ndarray | None:
+    """Per lane, the smallest c_top meeting (*) at this psi (None if psi <= psi*)."""
+    u = 1.0 / psi
+    with np.errstate(over="ignore", invalid="ignore"):
+        slack = p_t - p_r * np.expm1(u * l_r) - p_l * np.expm1(u * l_l)
+        if np.any(slack <= 0):
+            return None
+        return l_t + psi * (log_pt - np.log(slack))
+
+
+def top_charge(scale: float, lower: float, upper: float, psi: float, *, near: bool = False) -> float:
+    """The smallest c_top meeting (*) for this psi (inf if psi is below psi*), over every
+    lane, or (``near=True``, for searching psi only) over the lanes near a threshold."""
+    lanes, mask = _grid(float(scale), float(lower), float(upper))
+    counts = lanes[-1]
+    if near:
+        lanes = tuple(x[mask] for x in lanes)
+    values = _top_lanes(psi, *lanes[:-1])
+    if values is None:
+        return math.inf
+    worst = int(np.argmax(values))
+    if not near and counts[worst] in (counts.min(), counts.max()):
+        raise ArithmeticError("epoch top charge maximal at the grid edge; widen the grid")
+    return float(values[worst])
 
 
 @lru_cache(maxsize=512)
-def _grid(scale: float, lower: float, upper: float):
-    return _lanes(scale, lower, upper)
-
-
-def top_charge(scale: float, lower: float, upper: float, psi: float) -> float:
-    """The smallest c_top meeting (*) for this psi (inf if psi is below psi*)."""
-    log_pl, log_pr, log_pt, l_l, l_r, l_t, counts = _grid(float(scale), float(lower), float(upper))
-    u = 1.0 / psi
-    with np.errstate(over="ignore", invalid="ignore"):
-        slack = np.exp(log_pt) - np.exp(log_pr) * np.expm1(u * l_r) - np.exp(log_pl) * np.expm1(u * l_l)
-        if np.any(slack <= 0):
-            return math.inf
-        lanes = l_t + psi * (log_pt - np.log(slack))
-    worst = int(np.argmax(lanes))
-    if counts[worst] in (counts.min(), counts.max()):
-        raise ArithmeticError("epoch top charge maximal at the grid edge; widen the grid")
-    return float(lanes[worst])
-
-
 def epoch_epsilon(scale: float, lower: float, upper: float, v_max: int,
                   delta: float) -> tuple[float, float, float]:
-    """(eps, psi, c_top): the smallest eps = psi ln(1/delta) + v_max c_top(psi) over psi."""
+    """(eps, psi, c_top): the smallest eps = psi ln(1/delta) + v_max c_top(psi) over psi.
+    psi is searched on the lanes near the thresholds; the returned c_top (and so eps) is
+    the maximum over every lane at that psi, so any psi found gives a valid bound."""
     if v_max < 1:
         raise ParameterError("v_max", v_max, ">= 1")
     if not 0 < delta < 1:
@@ -99,7 +101,7 @@ def epoch_epsilon(scale: float, lower: float, upper: float, v_max: int,
     log_inv = math.log(1.0 / delta)
 
     def eps(psi: float) -> float:
-        return psi * log_inv + v_max * top_charge(scale, lower, upper, psi)
+        return psi * log_inv + v_max * top_charge(scale, lower, upper, psi, near=True)
 
     grid = psi_star * np.exp(np.linspace(math.log(1.0005), math.log(30.0), 16))
     values = [eps(p) for p in grid]
@@ -113,8 +115,9 @@ def epoch_epsilon(scale: float, lower: float, upper: float, v_max: int,
         else:
             lo = a
     psi = (lo + hi) / 2
-    best = min((eps(psi), psi), (values[i], float(grid[i])))
-    return best[0], best[1], top_charge(scale, lower, upper, best[1])
+    psi = min((eps(psi), psi), (values[i], float(grid[i])))[1]
+    c_top = top_charge(scale, lower, upper, psi)
+    return psi * log_inv + v_max * c_top, psi, c_top
 
 
 @dataclass(frozen=True)
@@ -147,34 +150,19 @@ def calibrate_epoch(*, epsilon: float, delta: float, lower: float, upper: float,
     if not upper > lower:
         raise ParameterError("upper", upper, f"> lower = {lower}")
 
-    def fits(b: float) -> bool:
-        return epoch_epsilon(b, lower, upper, v_max, delta)[0] <= epsilon
+    def eps_of(b: float) -> float:
+        return epoch_epsilon(b, lower, upper, v_max, delta)[0]
 
     b_max = (upper - lower) / MIN_GAP_IN_SCALES
-    # eps is close to proportional to 1/b once the gap is wide (b psi and b c_top settle),
-    # so a few secant steps from a typical value land next to the answer. Only a scale at
-    # the gap's limit is checked for feasibility.
-    b = min(b_max, (2.0 * math.log(1 / delta) + 1.5 * v_max) / epsilon)   # b psi ~ 2, b c_top ~ 1.5
-    for _ in range(4):
-        b = min(b_max, b * epoch_epsilon(b, lower, upper, v_max, delta)[0] / epsilon)
-    if b >= b_max and not fits(b_max):
+    # b psi ~ 2 and b c_top ~ 1.5 once the gap is wide
+    scale = smallest_fitting_scale(eps_of, epsilon, b_max=b_max,
+                                   start=(2.0 * math.log(1 / delta) + 1.5 * v_max) / epsilon)
+    if scale is None:
         need = math.ceil(12 * (1.5 * math.log(1 / delta) + 2.6 * v_max) / epsilon)
         raise ThresholdsTooClose(
             f"thresholds ({lower}, {upper}) leave a gap of {upper - lower:.4g} counts, but an epoch "
             f"of up to v_max={v_max} hard queries at (eps={epsilon}, delta={delta}) needs a noise "
             f"scale above {b_max:.4g} = gap/{MIN_GAP_IN_SCALES:g}: with votes of k hypotheses at "
             f"(3k/8, 5k/8) that means k >= about {need}")
-    # b is now within a fraction of a percent of the smallest fitting scale: walk the 1/64
-    # grid from its rounding (two or three exact evaluations instead of a bisection).
-    step = Fraction(1, 64)
-    scale = fraction_at_least(min(b, b_max), 64)
-    if fits(float(scale)):
-        while scale > step and fits(float(scale - step)):
-            scale -= step
-    else:
-        while not fits(float(scale)):
-            scale += step
-            if scale > b_max + 1:
-                raise ThresholdsTooClose(f"no noise scale up to the gap's limit {b_max:.4g} fits")
     eps, psi, c_top = epoch_epsilon(float(scale), lower, upper, v_max, delta)
     return EpochCalibration(scale, lower, upper, v_max, eps, delta, psi, c_top)

@@ -44,12 +44,13 @@ from agents.records import RawRecord
 from agents.sequencer import sequence_batch
 from mechanisms.randomness import KeyedRandomness
 
+from .bulk import install as install_bulk
 from .logread import read_range
 from .observe import Metrics, collect_status, model_partition
 from .topics import INPUTS, MODEL_EVENTS, OUTPUTS
 
 
-BATCH, BATCH_WITHIN = 500, 0.005     # events per batch at most; seconds to wait for more
+BATCH, BATCH_WITHIN = 500, 0.005    # events per batch at most; seconds to wait for more
 CHANGELOG_COMPACTION = {"segment.ms": "60000", "segment.bytes": str(16 * 1024 * 1024),
                         "min.cleanable.dirty.ratio": "0.1"}
 
@@ -57,7 +58,7 @@ CHANGELOG_COMPACTION = {"segment.ms": "60000", "segment.bytes": str(16 * 1024 * 
 def make_app(*, broker: str, rng: KeyedRandomness, partitions: int = 4, app_id: str = "dpstream",
              data_dir: str | Path = "/tmp/dpstream-worker", web_port: int | None = None,
              replication: int = 1, prefix: str = "", emit_override=None,
-             latency_metrics: bool = False) -> faust.App:
+             latency_metrics: bool = False, bulk: bool = False) -> faust.App:
     app = faust.App(
         app_id,
         broker=f"kafka://{broker}",
@@ -80,6 +81,14 @@ def make_app(*, broker: str, rng: KeyedRandomness, partitions: int = 4, app_id: 
         # faust's rebalance signals below), and its outputs are identical duplicates.
         stream_wait_empty=False,
         stream_publish_on_commit=False,     # send now: emit must return the delivery future
+        # Bulk settings (faust's docs for high throughput; bench/throughput.py measures
+        # them): room for whole fetches in the stream buffers, many records per poll, and
+        # producer batches that fill for a few ms. acks stay "all" (faust's default
+        # producer_acks=-1): durability of each output is what the crash order relies on.
+        stream_buffer_maxsize=16 * BATCH,
+        broker_max_poll_records=4 * BATCH,
+        producer_linger=0.0,
+        producer_max_batch_size=1 << 20,
     )
     # internal=True: the worker declares (creates) every topic with the shared partition
     # count at start, so producers and consumers never race topic auto-creation.
@@ -99,19 +108,20 @@ def make_app(*, broker: str, rng: KeyedRandomness, partitions: int = 4, app_id: 
                                 extra_topic_configs=CHANGELOG_COMPACTION)
     model_state = app.Table("model-state", partitions=partitions, key_type=bytes,
                             extra_topic_configs=CHANGELOG_COMPACTION)
-    routes = {MODEL_EVENTS: log, **outputs}
+    names = {topic: prefix + topic for topic in (MODEL_EVENTS, *OUTPUTS)}
     metrics = Metrics(latency=latency_metrics)
 
     async def emit(topic: str, key: str | None, value: dict):
-        """Enqueue on the producer; return the delivery future (agents/records.py's
-        contract: agents await it before writing state). faust's Topic.send returns the
-        aiokafka send future unless ``stream_publish_on_commit`` attaches messages to the
-        commit instead, which this app leaves off (faust/topics.py, Topic.send)."""
+        """Enqueue on the app's producer; return the delivery future (agents/records.py's
+        contract: agents await it before writing state). faust's Producer.send returns
+        the aiokafka send future (faust/transport/drivers/aiokafka.py); it is the producer
+        faust flushes before committing offsets, reached without Topic.send's per-record
+        Channel and FutureMessage layers."""
         metrics.observe_emit(topic, value)
         if emit_override is not None:
             return await emit_override(topic, key, value)
-        return await routes[topic].send(key=key.encode() if key else None,
-                                        value=json.dumps(value).encode())
+        return await app.producer.send(names[topic], key.encode() if key else None,
+                                       json.dumps(value).encode(), None, None, None)
 
     async def fetch(topic: str, partition: int, start: int, end: int):
         records = await read_range(broker, topic, partition, start, end, name=prefix + topic)
@@ -164,6 +174,25 @@ def make_app(*, broker: str, rng: KeyedRandomness, partitions: int = 4, app_id: 
             batch = records(events)
             with metrics.timer("processor"):
                 await processor.handle_batch(batch)
+
+    sequencer_view = _TableView(sequencer_state)
+
+    async def apply_fetch(batch: dict[str, list[RawRecord]]) -> None:
+        """One fetch of the bulk path (streams/bulk.py): inputs through the sequencer
+        (registrations first), then the log through the processor, BATCH at a time."""
+        inputs = [r for name in INPUTS for r in batch.get(name, ())]
+        for name, recs in batch.items():
+            metrics.events_in.labels(name).inc(len(recs))
+        for a in range(0, len(inputs), BATCH):
+            with metrics.timer("sequencer"):
+                await sequence_batch(inputs[a:a + BATCH], sequencer_view, emit, fetch)
+        events = batch.get(MODEL_EVENTS, [])
+        for a in range(0, len(events), BATCH):
+            with metrics.timer("processor"):
+                await processor.handle_batch(events[a:a + BATCH])
+
+    if bulk:
+        install_bulk(app, {prefix + t: t for t in (*INPUTS, MODEL_EVENTS)}, apply_fetch)
 
     @app.page("/status/")
     async def status_view(web, request):

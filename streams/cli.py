@@ -254,7 +254,7 @@ def cmd_worker(args) -> int:
 
     app = make_app(broker=args.broker, rng=rng, partitions=args.partitions, app_id=args.app_id,
                    data_dir=args.data_dir, web_port=args.web_port, prefix=args.prefix,
-                   latency_metrics=args.latency_metrics)
+                   latency_metrics=args.latency_metrics, bulk=not args.per_record)
     worker = Worker(app, loglevel=args.loglevel, quiet=True)
     from .observe import RepeatFilter
     repeat = RepeatFilter()
@@ -441,6 +441,9 @@ def main(argv=None) -> int:
     p.add_argument("--prefix", default="", help="prefix of every topic name")
     p.add_argument("--latency-metrics", action="store_true",
                    help="export a coarse batch-latency histogram (a timing side channel; off by default)")
+    p.add_argument("--per-record", action="store_true",
+                   help="consume through faust's per-record stream path instead of whole fetches "
+                        "(streams/bulk.py; slower, kept for comparison)")
     p.set_defaults(fn=cmd_worker)
     for name, fn in (("produce", cmd_produce), ("consume", cmd_consume)):
         p = sub.add_parser(name, help="send a JSONL file to an input topic" if name == "produce"

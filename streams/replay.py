@@ -112,7 +112,7 @@ async def replay(rng: KeyedRandomness, log: list[dict], published: dict[str, lis
         if mistakes is not None and value["event"]["type"] == "example":
             handler = processor.handler(model_id)
             if handler is not None and hasattr(handler, "internal_mistakes"):
-                mistakes.setdefault(model_id, []).append((handler.n - 1, handler.internal_mistakes()))
+                mistakes.setdefault(model_id, []).append((handler.events - 1, handler.internal_mistakes()))
         if progress is not None:
             progress()
     topics = {}

@@ -89,7 +89,7 @@ def parameter_rows(config: ModelConfig) -> list[tuple[str, str, str]]:
         rows += [("thresholds A, B", f"{cal.lower:g}, {cal.upper:g}", "3k/8, 5k/8 (seed 001 Claim 2)"),
                  ("noise scale b", f"{float(cal.scale):.4g}", f"{p.accounting} calibration")]
     else:
-        from learners.estimator import round_epsilon
+        from learners.decision_list_classifier import round_epsilon
         from learners.decision_list import FeatureFamily
         fam = FeatureFamily(config.dimension, p.max_conjunction, p.negations)
         rows += [("window", str(p.window), "registration"),

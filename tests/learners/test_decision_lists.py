@@ -6,7 +6,7 @@ from hypothesis import strategies as st
 from learners.decision_list import TRUE, DecisionList, FeatureFamily
 from learners.dl_halfspace import (brute_force_margin, decision_list_weights, exact_margin,
                                    nonnegative_embedding)
-from learners.estimator import DPDecisionListClassifier
+from learners.decision_list_classifier import DPDecisionListClassifier
 from learners.greedy_cover import dp_greedy_cover, rivest_greedy
 from mechanisms.errors import ParameterError
 from mechanisms.randomness import KeyedRandomness

@@ -18,9 +18,9 @@ KEY_HEX = "0f1e2d3c4b5a69788796a5b4c3d2e1f00123456789abcdeffedcba9876543210"
 
 class Worker:
     def __init__(self, bootstrap: str, prefix: str, tmp: Path, name: str = "w",
-                 web_port: int | None = None):
+                 web_port: int | None = None, args: tuple[str, ...] = ()):
         self.bootstrap, self.prefix, self.dir = bootstrap, prefix, tmp / name
-        self.web_port = web_port
+        self.web_port, self.args = web_port, args
         self.dir.mkdir(parents=True, exist_ok=True)
         self.log = self.dir / "worker.log"
         self.proc: subprocess.Popen | None = None
@@ -32,7 +32,7 @@ class Worker:
             [sys.executable, "-m", "streams.cli", "worker", "--broker", self.bootstrap,
              "--prefix", self.prefix, "--app-id", f"{self.prefix}app", "--loglevel", "info",
              "--data-dir", str(self.dir / "data")]
-            + (["--web-port", str(self.web_port)] if self.web_port else []),
+            + (["--web-port", str(self.web_port)] if self.web_port else []) + list(self.args),
             cwd=ROOT, env=env, stdout=self._log_fh, stderr=subprocess.STDOUT)
         start = time.time()
         seen = self.log.stat().st_size if self.log.exists() else 0

@@ -110,6 +110,39 @@ def test_kill_9_mid_stream_then_restart_loses_and_changes_nothing(kafka_bootstra
     assert final == exp
 
 
+def test_kill_9_inside_a_large_bulk_fetch_then_restart_changes_nothing(kafka_bootstrap, topic_prefix, tmp_path):
+    """Every example is in the log before the worker that processes them starts, so it
+    reads them in fetches of thousands of records (streams/bulk.py, applied 500 at a
+    time) and is killed inside the first ones; the restarted worker's outputs equal the
+    embedded runtime's, and the per-record path (--per-record) is not what ran."""
+    prefix = topic_prefix + "-"
+    registrar = Worker(kafka_bootstrap, prefix, tmp_path, "registrar").start()
+    workers = [registrar]
+    try:
+        asyncio.run(produce(kafka_bootstrap, prefix + "models", models()))
+        asyncio.run(read_all(kafka_bootstrap, prefix + "model-events", until=len(models()), timeout=60))
+        registrar.stop()
+        ex = examples()
+        asyncio.run(produce(kafka_bootstrap, prefix + "examples", ex))
+        first = Worker(kafka_bootstrap, prefix, tmp_path, "first").start()
+        workers.append(first)
+        asyncio.run(read_all(kafka_bootstrap, prefix + "predictions", until=200, timeout=120, idle=0.2))
+        first.kill()
+        assert "--per-record" not in first.args
+        second = Worker(kafka_bootstrap, prefix, tmp_path, "second").start()
+        workers.append(second)
+        asyncio.run(read_all(kafka_bootstrap, prefix + "predictions", until=len(ex), timeout=180))
+        asyncio.run(produce(kafka_bootstrap, prefix + "queries", queries()))
+        preds = asyncio.run(read_all(kafka_bootstrap, prefix + "predictions",
+                                     until=len(ex) + len(queries()), timeout=180))
+        ledger = asyncio.run(read_all(kafka_bootstrap, prefix + "ledger", idle=3))
+        releases = asyncio.run(read_all(kafka_bootstrap, prefix + "releases", idle=2))
+    finally:
+        for w in workers:
+            w.kill()
+    assert_same_as_embedded(preds, ledger, releases)
+
+
 def test_two_workers_one_stopped_mid_stream_give_the_single_worker_result(kafka_bootstrap, topic_prefix, tmp_path):
     prefix = topic_prefix + "-"
     a = Worker(kafka_bootstrap, prefix, tmp_path, "a").start()

@@ -1,0 +1,150 @@
+"""Worker throughput against what Kafka and faust allow, side by side on one broker.
+
+    python bench/throughput.py [--n 30000] [--rss-n 200000] [--skip-rss]
+
+One run measures, on the local broker (scripts/kafka.sh start), n records each:
+1. raw aiokafka consume -> produce (no processing: the floor any Kafka pipeline pays);
+2. a faust pass-through agent, per event with faust's defaults, and tuned for bulk work
+   (bench/faust_passthrough.py says what "tuned" is);
+3. the dpstream worker (streams/app.py: sequencer -> model-events -> processor ->
+   predictions) on DP-Winnow (d = 1,000, 20 active) and on continual Winnow at
+   epsilon 2 (d = 1,000), produce -> the predictions topic, reading whole fetches
+   (streams/bulk.py, the default) and through faust's per-record path (--per-record);
+4. end-to-end latency (input record timestamp -> prediction record timestamp) of the
+   continual-Winnow worker at half the rate it reached in 3, p50 / p99 (the first 20%
+   of the inputs are warm-up and not counted);
+5. the worker's resident memory after the first 10% and at the end of rss-n events.
+Ratios to the raw loop are the numbers to quote: this 2-core machine is shared and
+noisy, absolute rates move between runs.
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+import numpy as np
+
+import pipeline as P          # bench/pipeline.py: produce, drain, raw_loop, create, Worker
+
+HERE = Path(__file__).resolve().parent
+CONTINUAL = {"model_id": "bench", "dimension": 1000, "budget": {"epsilon": 2.0, "delta": 1e-6},
+             "params": {"kind": "continual_winnow", "max_active": 20}}
+
+
+def faust_passthrough(mode: str, data: list[bytes]) -> float:
+    prefix = f"ft{uuid.uuid4().hex[:6]}-"
+    src, dst = prefix + "in", prefix + "out"
+    asyncio.run(P.create([src, dst]))
+    asyncio.run(P.produce(src, data))
+    proc = subprocess.Popen([sys.executable, str(HERE / "faust_passthrough.py"), P.BROKER, src, dst,
+                             prefix + "app", mode, tempfile.mkdtemp(prefix="dpstream-ft-")],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        _, secs = asyncio.run(P.drain(dst, len(data)))
+    finally:
+        proc.terminate()
+        proc.wait()
+    return len(data) / secs
+
+
+def rss_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def start_worker(model: dict, args: tuple[str, ...] = ()) -> tuple[P.Worker, str]:
+    prefix = f"wt{uuid.uuid4().hex[:6]}-"
+    worker = P.Worker(P.BROKER, prefix, Path(tempfile.mkdtemp(prefix="dpstream-wt-")), "w",
+                      args=args).start()
+    asyncio.run(P.produce(prefix + "models", [json.dumps(model).encode()]))
+    asyncio.run(P.drain(prefix + "model-events", 1, timeout=60))
+    return worker, prefix
+
+
+def worker_rate(model: dict, data: list[bytes], args: tuple[str, ...] = ()) -> float:
+    worker, prefix = start_worker(model, args)
+    try:
+        asyncio.run(P.produce(prefix + "examples", data))
+        _, secs = asyncio.run(P.drain(prefix + "predictions", len(data)))
+    finally:
+        worker.stop()
+    return len(data) / secs
+
+
+def latency(model: dict, data: list[bytes], rate: float) -> tuple[float, float]:
+    worker, prefix = start_worker(model)
+    try:
+        asyncio.run(P.produce(prefix + "examples", data, rate=rate))
+        preds, _ = asyncio.run(P.drain(prefix + "predictions", len(data)))
+        inputs, _ = asyncio.run(P.drain(prefix + "examples", len(data)))
+    finally:
+        worker.stop()
+    sent = {f"examples:{r.partition}:{r.offset}": r.timestamp for r in inputs}
+    warm = sorted(r.timestamp for r in inputs)[len(inputs) // 5]    # the first 20%: warm-up
+    lat = [r.timestamp - sent[json.loads(r.value)["source"]] for r in preds
+           if sent[json.loads(r.value)["source"]] >= warm]
+    return float(np.percentile(lat, 50)), float(np.percentile(lat, 99))
+
+
+def memory(model: dict, n: int) -> tuple[float, float]:
+    worker, prefix = start_worker(model)
+    try:
+        first = n // 10
+        asyncio.run(P.produce(prefix + "examples", P.payloads(first, seed=7)))
+        asyncio.run(P.drain(prefix + "predictions", first))
+        early = rss_mb(worker.proc.pid)
+        chunk = 100_000
+        for a in range(first, n, chunk):
+            asyncio.run(P.produce(prefix + "examples", P.payloads(min(chunk, n - a), seed=8 + a)))
+        asyncio.run(P.drain(prefix + "predictions", n, timeout=7200))
+        return early, rss_mb(worker.proc.pid)
+    finally:
+        worker.stop()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--n", type=int, default=30_000)
+    ap.add_argument("--latency-n", type=int, default=3_000)
+    ap.add_argument("--rss-n", type=int, default=200_000)
+    ap.add_argument("--skip-rss", action="store_true")
+    args = ap.parse_args()
+    data = P.payloads(args.n)
+
+    prefix = f"rw{uuid.uuid4().hex[:6]}-"
+    asyncio.run(P.create([prefix + "in", prefix + "out"]))
+    asyncio.run(P.produce(prefix + "in", data))
+    rows = [("raw aiokafka consume -> produce", args.n / asyncio.run(P.raw_loop(prefix + "in", prefix + "out", args.n)))]
+    rows.append(("faust pass-through, per event, defaults", faust_passthrough("default", data)))
+    rows.append(("faust pass-through, tuned for bulk", faust_passthrough("tuned", data)))
+    rows.append(("dpstream worker --per-record, DP-Winnow d=1000", worker_rate(P.MODEL, data, ("--per-record",))))
+    rows.append(("dpstream worker, DP-Winnow d=1000", worker_rate(P.MODEL, data)))
+    rows.append(("dpstream worker --per-record, continual Winnow eps 2",
+                 worker_rate(CONTINUAL, data, ("--per-record",))))
+    continual = worker_rate(CONTINUAL, data)
+    rows.append(("dpstream worker, continual Winnow eps 2", continual))
+    raw = rows[0][1]
+    print(f"\nthroughput, {args.n:,} records each (noisy 2-core machine: quote the ratios)")
+    print(f"| path | records/s | ratio to raw |\n|---|---|---|")
+    for name, rate in rows:
+        print(f"| {name} | {rate:,.0f} | {rate / raw:.3f} |")
+    p50, p99 = latency(CONTINUAL, P.payloads(args.latency_n, seed=1), rate=continual / 2)
+    print(f"latency at half capacity ({continual / 2:,.0f} examples/s, continual Winnow): "
+          f"p50 {p50:.0f} ms, p99 {p99:.0f} ms")
+    if not args.skip_rss:
+        early, late = memory(CONTINUAL, args.rss_n)
+        print(f"worker RSS over {args.rss_n:,} events: {early:.1f} MB after 10%, {late:.1f} MB at "
+              f"the end ({100 * (late - early) / early:+.1f}%)")
+
+
+if __name__ == "__main__":
+    main()
