@@ -81,10 +81,11 @@ def make_app(*, broker: str, rng: KeyedRandomness, partitions: int = 4, app_id: 
         # faust's rebalance signals below), and its outputs are identical duplicates.
         stream_wait_empty=False,
         stream_publish_on_commit=False,     # send now: emit must return the delivery future
-        # Bulk settings (faust's docs for high throughput; bench/throughput.py measures
-        # them): room for whole fetches in the stream buffers, many records per poll, and
-        # producer batches that fill for a few ms. acks stay "all" (faust's default
-        # producer_acks=-1): durability of each output is what the crash order relies on.
+        # Bulk settings (bench/throughput.py measures them): many records per poll (the
+        # fetches streams/bulk.py applies), room for them in the per-record path's stream
+        # buffers, large producer batches; no linger (it would add its wait to every
+        # batch's round trip). acks stay "all" (faust's default producer_acks=-1):
+        # durability of each output is what the crash order relies on.
         stream_buffer_maxsize=16 * BATCH,
         broker_max_poll_records=4 * BATCH,
         producer_linger=0.0,

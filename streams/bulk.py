@@ -45,7 +45,7 @@ from agents.records import RawRecord
 log = logging.getLogger("dpstream.bulk")
 
 ApplyFetch = Callable[[dict[str, list[RawRecord]]], Awaitable[None]]
-QUEUED_FETCHES = 16         # fetches waiting to be applied: bounds memory, keeps the pipe full
+QUEUED_FETCHES = 4          # fetches waiting to be applied (each <= fetch_max_bytes, 50 MiB)
 MERGE_RECORDS = 8_000       # queued fetches are merged into one batch up to this many records
 RETRY_PAUSE = 1.0           # seconds between attempts at a batch that failed
 
