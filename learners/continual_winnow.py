@@ -55,6 +55,8 @@ from mechanisms.randomness import KeyedRandomness
 
 @dataclass(frozen=True)
 class ContinualWinnowParameters:
+    """Continual Winnow's settings and calibrated noise (our extension; derived from the budget
+    by ``continual_winnow_parameters``)."""
     d: int                     # user features; the bias is feature d
     max_active: int            # s: active features per row, the bias included
     block: int                 # B: examples per release
@@ -142,6 +144,8 @@ class ContinualWinnowState:
 
 @dataclass(frozen=True)
 class Step:
+    """What one example did: the prediction and update flag are private, ``released`` and
+    ``new_epoch`` are public."""
     prediction: int            # sgn of the released model on x (private for a labelled x)
     updated: bool              # this example entered the statistic (private)
     released: bool             # a block closed: A^ and the version moved (public)

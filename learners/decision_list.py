@@ -22,6 +22,8 @@ TRUE = -1   # feature index of the constant-true rule in a DecisionList
 
 @dataclass(frozen=True)
 class FeatureFamily:
+    """Rivest's k-decision-list features (seed 000 Sec. 2): literals, their negations and
+    conjunctions of up to ``max_conjunction`` of them."""
     d: int
     max_conjunction: int = 1
     negations: bool = True
@@ -74,6 +76,7 @@ class FeatureFamily:
 
 
 def check_rows(X, d: int) -> np.ndarray:
+    """Boolean rows of width d (ParameterError naming the shape otherwise)."""
     X = np.asarray(X)
     if X.ndim != 2 or X.shape[1] != d:
         raise ParameterError("X", f"shape {X.shape}", f"(n, {d})")
@@ -85,6 +88,7 @@ def check_rows(X, d: int) -> np.ndarray:
 
 
 def check_labels(y, n: int) -> np.ndarray:
+    """n labels in {0, 1}, as int8 (ParameterError otherwise)."""
     y = np.asarray(y)
     if y.shape != (n,) or not np.isin(y, (0, 1)).all():
         raise ParameterError("y", f"shape {y.shape}", f"({n},) with entries in {{0, 1}}")

@@ -54,6 +54,8 @@ def round_epsilon(accounting: str, epsilon: float, delta: float, n_features: int
 
 
 class DPDecisionListClassifier:
+    """DP-GreedyCover (seed 000 Algorithm 3.1, privacy by its Theorem 7) behind sklearn's fit /
+    predict / score."""
     def __init__(self, *, epsilon: float = 1.0, delta: float = 1e-6, max_conjunction: int = 1,
                  negations: bool = True, accounting: str = "set_cover", key: bytes | None = None):
         self.epsilon, self.delta = epsilon, delta

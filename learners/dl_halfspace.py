@@ -56,6 +56,8 @@ def decision_list_weights(rules, default: int, d: int) -> np.ndarray:
 
 
 def evaluate_list(rules, default: int, X: np.ndarray) -> np.ndarray:
+    """A decision list's label for each row of X (seed 000 Sec. 2: the first rule that fires,
+    else the default)."""
     out = np.full(X.shape[0], default)
     open_ = np.ones(X.shape[0], dtype=bool)
     for var, b in rules:

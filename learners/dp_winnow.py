@@ -54,6 +54,8 @@ def rational_eta(eta: float) -> Fraction:
 
 @dataclass
 class DPWinnowState:
+    """DP-Winnow's state as a plain record (seed 000 Algorithm 4.2: shadow scores, sampled w~,
+    cached mistake, AboveThreshold counters)."""
     d: int
     signed: bool
     u: np.ndarray                       # shadow scores: w proportional to exp(eta u)
@@ -100,6 +102,8 @@ class DPWinnowState:
 
 @dataclass(frozen=True)
 class RoundResult:
+    """One round of DP-Winnow: its prediction, whether it updated, the version of w~ behind it
+    and the charges made."""
     prediction: int
     updated: bool = False
     version: int = 0                   # number of updates behind the released w~

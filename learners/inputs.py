@@ -20,6 +20,8 @@ from mechanisms.errors import ParameterError
 
 @dataclass(frozen=True)
 class BinaryInput:
+    """A vector in {-1, +1}^d, dense or as the sorted indices of its +1 coordinates (design.md
+    section 3)."""
     d: int
     dense: np.ndarray | None = None     # int8 in {-1, +1}, length d
     active: np.ndarray | None = None    # sorted unique int64 indices of +1 coordinates

@@ -55,6 +55,8 @@ ANSWERED, HARD, EXHAUSTED, NO_EPOCH = "answered", "hard_query", "budget_exhauste
 
 @dataclass(frozen=True)
 class PredictorConfig:
+    """The private predictor's public shape (seed 001 Sec. 3.3): k blocks, the budget, the cap
+    v_max on hard queries and the accounting."""
     k: int
     epsilon: float
     delta: float
@@ -124,6 +126,7 @@ def size_predictor(*, epsilon: float, delta: float, v_max: int, examples: int,
 
 @dataclass
 class PredictorState:
+    """The predictor's counters, hard queries and ledger as a plain record."""
     epoch: int = -1
     instances: int = 0                   # BetweenThresholds instances started this epoch
     tops: int = 0                        # hard queries this epoch
@@ -151,6 +154,8 @@ class PredictorState:
 
 @dataclass(frozen=True)
 class Answer:
+    """One query's answer: its label (None unless answered), status, hypothesis version and
+    outcome."""
     label: int | None
     status: str
     version: int
@@ -170,6 +175,8 @@ def keyed_permutation(rng: KeyedRandomness, model_id: str, epoch: int, n: int) -
 
 
 class PrivatePredictor:
+    """Private prediction by subsample-and-aggregate, BetweenThresholds and shrinkage on hard
+    queries (seed 001 Algorithm 2)."""
     def __init__(self, *, config: PredictorConfig, generator, rng: KeyedRandomness, model_id: str,
                  state: PredictorState | None = None, on_charge=None):
         if config.k < 1:

@@ -32,14 +32,18 @@ from .inputs import BinaryInput, embed, project, sign
 
 
 def encode_array(a: np.ndarray) -> str:
+    """An int64 array as base64 text (table records cannot hold numpy arrays)."""
     return base64.b64encode(np.ascontiguousarray(a, dtype="<i8").tobytes()).decode()
 
 
 def decode_array(s: str) -> np.ndarray:
+    """The inverse of ``encode_array``."""
     return np.frombuffer(base64.b64decode(s), dtype="<i8").astype(np.int64)
 
 
 def softmax_weights(u: np.ndarray, eta: float) -> np.ndarray:
+    """Winnow's normalised weights w_j proportional to exp(eta u_j) (seed 000 Algorithm 4.1),
+    overflow-free."""
     z = eta * (u - u.max())
     w = np.exp(z)
     return w / w.sum()
@@ -47,6 +51,7 @@ def softmax_weights(u: np.ndarray, eta: float) -> np.ndarray:
 
 @dataclass
 class WinnowState:
+    """Winnow / ConfidentWinnow state as a plain record (seed 000 Algorithm 4.1)."""
     d: int
     eta: float
     signed: bool = False

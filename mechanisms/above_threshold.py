@@ -45,6 +45,7 @@ def above_threshold_scales(epsilon: float) -> tuple[Fraction, Fraction]:
 
 @dataclass
 class AboveThresholdState:
+    """One AboveThreshold instance's counters (its noise is a function of the key and instance)."""
     instance: int
     queries: int = 0
     fired: bool = False

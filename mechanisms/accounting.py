@@ -39,6 +39,7 @@ Rule = Literal["basic", "advanced", "best"]
 
 @dataclass(frozen=True)
 class PrivacyCost:
+    """An (epsilon, delta) pair."""
     epsilon: float
     delta: float = 0.0
 
@@ -88,6 +89,7 @@ def zcdp_epsilon(rho: float, delta: float) -> float:
 
 
 def basic_composition(costs) -> PrivacyCost:
+    """Basic composition (Dwork and Roth Thm 3.16): epsilons and deltas add."""
     costs = list(costs)
     return PrivacyCost(sum(c.epsilon for c in costs), min(1.0, sum(c.delta for c in costs)))
 
@@ -144,6 +146,7 @@ class LedgerState:
 
 @dataclass(frozen=True)
 class LedgerEntry:
+    """One charge as the ledger records it, with the running totals after it."""
     mechanism: str
     epsilon: float
     delta: float

@@ -38,6 +38,7 @@ def clopper_pearson(k: int, n: int, alpha: float) -> tuple[float, float]:
 
 @dataclass(frozen=True)
 class AuditResult:
+    """An epsilon lower bound from two neighbouring runs, with the counts it came from."""
     epsilon_lower_bound: float
     hits: tuple[int, int]
     runs: tuple[int, int]
@@ -131,6 +132,8 @@ def simulate_laplace_counts(stream: RandomStream, count: int, epsilon: float, ru
 # ------------------------------------------------------------------ the standard suite
 @dataclass(frozen=True)
 class Scenario:
+    """A mechanism on two neighbouring inputs, the output event to count and the epsilon
+    claimed for it."""
     name: str
     claimed_epsilon: float
     delta: float
@@ -197,6 +200,7 @@ def standard_scenarios() -> list[Scenario]:
 
 
 def run_scenario(scenario: Scenario, rng, runs: int, confidence: float = 0.95) -> AuditResult:
+    """Run a scenario on its two neighbours and audit the claimed epsilon."""
     s1 = rng.stream("audit", scenario.name, 0)
     s2 = rng.stream("audit", scenario.name, 1)
     a, b = scenario.run(s1, s2, runs)

@@ -171,6 +171,8 @@ def between_thresholds_privacy(scale: float, lower: float, upper: float) -> tupl
 
 @dataclass(frozen=True)
 class BetweenThresholdsCalibration:
+    """A noise scale with the psi and eps_top that certify it (module docstring: the
+    supermartingale bound)."""
     scale: Fraction
     lower: float
     upper: float
@@ -250,12 +252,15 @@ def calibrate_between_thresholds(*, epsilon: float, delta: float, lower: float,
 
 @dataclass
 class BetweenThresholdsState:
+    """One instance's counters (its noise is a function of the key and instance)."""
     instance: int
     queries: int = 0
     halted: bool = False
 
 
 class BetweenThresholds:
+    """BetweenThresholds (Bun, Steinke, Ullman 2016; seed 001 Lemmas 1 and 2): L, R or TOP per
+    query, halting on TOP."""
     def __init__(self, *, calibration: BetweenThresholdsCalibration, rng: KeyedRandomness,
                  model_id: str, state: BetweenThresholdsState, purpose: str = "between_thresholds"):
         self.calibration, self.state = calibration, state

@@ -19,6 +19,7 @@ from .samplers import discrete_laplace
 
 
 class NoiseTape:
+    """Value t of a keyed i.i.d. discrete-Laplace sequence, computed in blocks and cached."""
     __slots__ = ("_rng", "_model", "_purpose", "_instance", "scale", "_block", "_cached", "_values")
 
     def __init__(self, rng: KeyedRandomness, model_id: str, purpose: str, instance: int,

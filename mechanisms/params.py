@@ -100,6 +100,7 @@ def dp_winnow_guarantee(*, eps_hat: float, eta: float, m: int, K: int, delta: fl
 
 @dataclass(frozen=True)
 class DPWinnowParameters:
+    """DP-Winnow's parameters (seed 000 Theorem 11) and the (epsilon, delta) they guarantee."""
     eps_hat: float
     eta: float
     m: int
@@ -207,6 +208,9 @@ def predictor_guarantee(eps_bt: float, delta_bt: float, v: int, delta_prime: flo
 
 @dataclass(frozen=True)
 class PredictorBudget:
+    """The per-instance split of the predictor's budget over v_max BetweenThresholds
+    instances (seed 001 Theorem 3, or basic composition where smaller): see
+    ``predictor_instance_budget``."""
     v_max: int
     eps_bt: float
     delta_bt: float
