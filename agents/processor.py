@@ -152,33 +152,41 @@ class Processor:
         same order as one at a time; anything else flushes the run first."""
         run: list[tuple] = []
         for record in records:
-            item = self._example_of_batching_model(record, dirty)
+            parsed = self._parse(record)
+            item = (record, *parsed) if parsed and self._learns_in_batches(parsed, dirty) else None
             if item is not None and (not run or run[0][3] == item[3]):
                 run.append(item)
                 continue
             self._apply_run(run, outputs, dirty)
             run = [item] if item is not None else []
             if item is None:
-                self._apply(record, outputs, dirty)
+                self._apply(record, parsed, outputs, dirty)
         self._apply_run(run, outputs, dirty)
 
-    def _example_of_batching_model(self, record: RawRecord, dirty: dict) -> tuple | None:
-        """(record, event, source, model_id, source partition, source offset) for an
-        example of a loaded model whose handler has ``on_examples``, else None (the
-        record then takes the one-at-a-time path, which also dead-letters)."""
+    @staticmethod
+    def _parse(record: RawRecord) -> tuple | None:
+        """(event, source, model_id, source partition, source offset) of a log record, or
+        None if it cannot be parsed (``_apply`` then dead-letters it)."""
         try:
             body = json.loads(record.value)
             event, source = body["event"], body["source"]
-            if event["type"] != "example":
-                return None
             model_id = event["model_id"]
             part, offset = source.rsplit(":", 1)
+            return event, source, model_id, part, int(offset)
+        except Exception:           # noqa: BLE001 - an input that breaks parsing is a dead letter
+            return None
+
+    def _learns_in_batches(self, parsed: tuple, dirty: dict) -> bool:
+        """Whether the record is an example of a loaded model whose handler has
+        ``on_examples`` (else it takes the one-at-a-time path, which also dead-letters)."""
+        event, _, model_id, _, _ = parsed
+        try:
+            if event["type"] != "example":
+                return False
             handler = dirty[model_id][0] if model_id in dirty else self._handler(model_id)
         except Exception:           # noqa: BLE001 - the one-at-a-time path says why
-            return None
-        if handler is None or not hasattr(handler, "on_examples"):
-            return None
-        return record, event, source, model_id, part, int(offset)
+            return False
+        return handler is not None and hasattr(handler, "on_examples")
 
     def _apply_run(self, run: list[tuple], outputs: Outputs, dirty: dict) -> None:
         """Apply a run of examples of one model: skip the applied ones (the rules of
@@ -203,7 +211,7 @@ class Processor:
             prepared = handler.prepare_examples(items)
         except Exception:           # noqa: BLE001 - nothing changed: one at a time, with dead letters
             for item in run:
-                self._apply(item[0], outputs, dirty)
+                self._apply(item[0], item[1:], outputs, dirty)
             return
         try:
             handler.on_examples(items, prepared, outputs)
@@ -224,23 +232,18 @@ class Processor:
         state (a stale, shorter buffer chunk would change an epoch's sample)."""
         self.state.flush(self.owns)
 
-    def _apply(self, record: RawRecord, outputs: Outputs, dirty: dict) -> None:
+    def _apply(self, record: RawRecord, parsed: tuple | None, outputs: Outputs, dirty: dict) -> None:
         """Apply one log record. The sequencer writes only validated events here, but the
         topic is writable by others: a record this code cannot parse becomes a dead letter
         (source and a fixed reason), as does an event its model cannot apply (a bug must not
         stop every model) or one of a model created under another key."""
-        try:
-            body = json.loads(record.value)
-            event, source = body["event"], body["source"]
-            model_id = event["model_id"]
-            src_topic_part, src_offset = source.rsplit(":", 1)
-            int(src_offset)
-        except Exception:           # noqa: BLE001 - an input that breaks parsing is a dead letter
+        if parsed is None:
             outputs.add(REJECTED, None, Rejected(source=record.source,
                                                  reason="malformed model-events record").model_dump())
             return
+        event, source, model_id, src_topic_part, src_offset = parsed
         try:
-            self._apply_event(record, event, source, model_id, src_topic_part, int(src_offset),
+            self._apply_event(record, event, source, model_id, src_topic_part, src_offset,
                               outputs, dirty)
         except WrongKey:
             outputs.add(REJECTED, None, Rejected(
