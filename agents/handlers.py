@@ -15,23 +15,24 @@ from dataclasses import asdict
 
 import numpy as np
 
-from learners.continual_winnow import (ContinualWinnow, ContinualWinnowParameters,
+from dpstream.learners.continual_winnow import (ContinualWinnow, ContinualWinnowParameters,
                                        ContinualWinnowState, continual_winnow_parameters)
-from learners.decision_list import DecisionList, FeatureFamily
-from learners.dp_winnow import DPWinnow, DPWinnowState
-from learners.decision_list_classifier import round_epsilon
-from learners.generators import Halfspaces, Thresholds
-from learners.greedy_cover import dp_greedy_cover
-from learners.inputs import BinaryInput
-from learners.predictor import (EXHAUSTED, HARD, NO_EPOCH, PredictorConfig, PredictorState,
+from dpstream.learners.decision_list import DecisionList, FeatureFamily
+from dpstream.learners.dp_winnow import DPWinnow, DPWinnowState
+from dpstream.learners.decision_list_classifier import round_epsilon
+from dpstream.learners.generators import (DecisionLists, FiniteClass, Halfspaces, Intervals,
+                                          MonotoneConjunctions, Thresholds)
+from dpstream.learners.greedy_cover import dp_greedy_cover
+from dpstream.learners.inputs import BinaryInput
+from dpstream.learners.predictor import (EXHAUSTED, HARD, NO_EPOCH, PredictorConfig, PredictorState,
                                 PrivatePredictor, size_predictor)
-from learners.winnow import decode_array, encode_array
-from mechanisms.accounting import Ledger, LedgerEntry, LedgerState
-from mechanisms.continual import closed_nodes
-from mechanisms.errors import DPStreamError
-from mechanisms.params import dp_winnow_practical_parameters, dp_winnow_theory_parameters
-from mechanisms.randomness import KeyedRandomness
-from schemas import LedgerEntryEvent, ModelConfig, Prediction, Release
+from dpstream.learners.winnow import decode_array, encode_array
+from dpstream.mechanisms.accounting import Ledger, LedgerEntry, LedgerState, spent
+from dpstream.mechanisms.continual import closed_nodes
+from dpstream.mechanisms.errors import DPStreamError
+from dpstream.mechanisms.params import dp_winnow_practical_parameters, dp_winnow_theory_parameters
+from dpstream.mechanisms.randomness import KeyedRandomness
+from dpstream.schemas import LedgerEntryEvent, ModelConfig, Prediction, Release
 
 # Every state record stays well below Kafka's default 1 MiB message limit: chunk sizes
 # follow the dimension, and a model whose single record cannot fit is refused at
@@ -124,6 +125,27 @@ class Handler:
     def _load_head(self, head: dict) -> None:
         self.log_offset, self.head_sources, self.events = head["seq"], dict(head["sources"]), head["n"]
 
+    # ------------------------------------------------------------ the ledger
+    # ``epoch`` means one thing in every handler: the index of the disjoint stretch of
+    # examples one ledger covers (epochs compose in parallel). DP-Winnow has one epoch,
+    # 0, for its whole stream; continual Winnow and the predictor count theirs; a
+    # decision-list model's epoch is its training window.
+    def ledger_record(self) -> LedgerState | None:
+        """The current epoch's ledger record (None before its first charge)."""
+        raise NotImplementedError
+
+    def spent(self) -> float:
+        return spent(self.ledger_record()).epsilon
+
+    def _charge_epoch(self, mechanism: str, epsilon: float, delta: float) -> LedgerState:
+        """A fresh epoch ledger paid once, up front, for a mechanism that covers the whole
+        epoch (continual Winnow's tree, one DP-GreedyCover run); the entry is published."""
+        b = self.config.budget
+        ledger = Ledger.create(epsilon=b.epsilon, delta=b.delta, rule="basic")
+        ledger.on_entry.append(self._charged)
+        ledger.charge(mechanism, epsilon, delta)
+        return ledger.state
+
 
 def binary_input(event: dict, d: int) -> BinaryInput:
     if "active" in event:
@@ -168,8 +190,8 @@ class WinnowHandler(Handler):
             self._saved_k = hot["k"]
         self._write_head(offset, {"learner": hot})
 
-    def spent(self) -> float:
-        return self.model.ledger.totals().epsilon
+    def ledger_record(self) -> LedgerState:
+        return self.model.ledger.state
 
     def _status(self) -> str:
         s = self.model.state
@@ -224,12 +246,9 @@ class ContinualWinnowHandler(Handler):
         self._start_epoch()
 
     def _start_epoch(self) -> None:
-        b, p = self.config.budget, self.model.params
+        p = self.model.params
         self.epoch = self.model.state.epoch
-        ledger = Ledger.create(epsilon=b.epsilon, delta=b.delta, rule="basic")
-        ledger.on_entry.append(self._charged)
-        ledger.charge(TREE_MECHANISM, p.epsilon, p.delta)
-        self.ledger_state = ledger.state
+        self.ledger_state = self._charge_epoch(TREE_MECHANISM, p.epsilon, p.delta)
 
     def load(self, head: dict) -> None:
         self._load_head(head)
@@ -261,8 +280,8 @@ class ContinualWinnowHandler(Handler):
         s = self.model.state
         self._write_head(offset, {"learner": s.hot_record(), "ledger": dict(vars(self.ledger_state))})
 
-    def spent(self) -> float:
-        return Ledger(self.ledger_state).totals().epsilon
+    def ledger_record(self) -> LedgerState:
+        return self.ledger_state
 
     def version(self) -> int:
         s, p = self.model.state, self.model.params
@@ -335,18 +354,34 @@ def predictor_config(config: ModelConfig) -> PredictorConfig:
 
 
 def predictor_generator(config: ModelConfig):
-    p = config.params
-    if p.generator == "thresholds":
-        return Thresholds()
-    return Halfspaces(config.dimension, adaptive=p.adaptive, hard_weight=p.hard_query_weight)
+    """The registered hypothesis class (schemas.config.GENERATORS) as a generator of
+    learners/generators.py."""
+    p, d = config.params, config.dimension
+    if p.generator == "halfspace":
+        return Halfspaces(d, adaptive=p.adaptive, hard_weight=p.hard_query_weight)
+    if p.generator in ("conjunctions", "disjunctions"):
+        return MonotoneConjunctions(d, disjunction=p.generator == "disjunctions")
+    if p.generator == "decision_lists":
+        return DecisionLists(FeatureFamily(d, p.max_conjunction, p.negations))
+    if p.generator == "finite":
+        return FiniteClass(p.table)
+    return {"thresholds": Thresholds, "intervals": Intervals}[p.generator]()
+
+
+def hypothesis_width(config: ModelConfig) -> int:
+    """Numbers in one stored hypothesis (``width`` of the generator), without building it."""
+    p, d = config.params, config.dimension
+    if p.generator == "decision_lists":
+        return 2 * (feature_count(d, p.max_conjunction, p.negations) + 1) + 1
+    return {"halfspace": d + 1, "conjunctions": d, "disjunctions": d, "intervals": 2}.get(p.generator, 1)
 
 
 class PredictorHandler(Handler):
     @property
     def hyp_chunk(self) -> int:
-        """Hypotheses per record: 1000, fewer for halfspaces in many dimensions."""
-        width = 1 if self.config.params.generator == "thresholds" else self.config.dimension + 1
-        return max(1, rows_per_record(width, FLOAT_BYTES, 1000))
+        """Hypotheses per record: 1000, fewer for wide hypotheses (halfspaces in many
+        dimensions, long decision lists)."""
+        return max(1, rows_per_record(hypothesis_width(self.config), FLOAT_BYTES, 1000))
 
     def create(self, outputs: Outputs, offset: int) -> None:
         self._begin(outputs)
@@ -383,7 +418,7 @@ class PredictorHandler(Handler):
     def save(self, offset: int) -> None:
         s = self.model.state
         if s.epoch >= 0 and self._saved_version != (s.epoch, s.version):
-            H = np.asarray(self.model.H).tolist()
+            H = self.model.generator.dump(self.model.H)
             per = self.hyp_chunk
             for j in range(0, len(H), per):
                 self.state[self.key("hyp", s.epoch, s.version, j // per)] = H[j:j + per]
@@ -391,9 +426,8 @@ class PredictorHandler(Handler):
         self._write_head(offset, {"predictor": s.to_record(), "buffer_n": self.buffer_n,
                                "epoch_n": self.epoch_n})
 
-    def spent(self) -> float:
-        s = self.model.state
-        return 0.0 if s.ledger is None else Ledger(s.ledger).totals().epsilon
+    def ledger_record(self) -> LedgerState | None:
+        return self.model.state.ledger
 
     def _need(self) -> int:
         k, m = predictor_shape(self.config)
@@ -435,57 +469,52 @@ class DecisionListHandler(Handler):
         self._begin(outputs)
         p = self.config.params
         self.family = FeatureFamily(self.config.dimension, p.max_conjunction, p.negations)
-        self.buffer_n, self.version, self.window, self.released = 0, 0, 0, None
-        self.ledger_state = None
+        self.buffer_n, self.version, self.epoch, self.released = 0, 0, 0, None
+        self.ledger_state: LedgerState | None = None
 
     def load(self, head: dict) -> None:
         self._load_head(head)
         p = self.config.params
         self.family = FeatureFamily(self.config.dimension, p.max_conjunction, p.negations)
-        self.buffer_n, self.version, self.window = head["buffer_n"], head["version"], head["window"]
-        self.ledger_state = head["ledger"]
+        self.buffer_n, self.version = head["buffer_n"], head["version"]
+        self.epoch = head["epoch"] if "epoch" in head else head["window"]   # heads before 2026-11-30
+        self.ledger_state = None if head["ledger"] is None else LedgerState(**head["ledger"])
         self.released = None
         if self.version:
             rec = self.state[self.key("release", self.version)]
             self.released = DecisionList(self.family, tuple(map(tuple, rec["rules"])), rec["default"])
 
     def save(self, offset: int) -> None:
-        self._write_head(offset, {"buffer_n": self.buffer_n, "version": self.version,
-                               "window": self.window, "ledger": self.ledger_state})
+        self._write_head(offset, {"buffer_n": self.buffer_n, "version": self.version, "epoch": self.epoch,
+                                  "ledger": None if self.ledger_state is None else dict(vars(self.ledger_state))})
 
-    def spent(self) -> float:
-        if self.ledger_state is None:
-            return 0.0
-        return Ledger(LedgerState(**self.ledger_state)).totals().epsilon
+    def ledger_record(self) -> LedgerState | None:
+        return self.ledger_state
 
     def on_example(self, event, source, offset, outputs) -> None:
         self._begin(outputs)
-        self.epoch = self.window
         row = [int(v > 0) for v in event["x"]] + [int(event["y"] > 0)]
-        self.buffer_n = self._append_row(self.window, self.buffer_n, row)
+        self.buffer_n = self._append_row(self.epoch, self.buffer_n, row)
         if self.buffer_n >= self.config.params.window:
             self._train()
         self._predict("example", source, event, None, "learning", self.version)
 
     def _train(self) -> None:
         p, b = self.config.params, self.config.budget
-        rows = np.asarray(self._load_rows(self.window, self.buffer_n), dtype=np.int8)
+        rows = np.asarray(self._load_rows(self.epoch, self.buffer_n), dtype=np.int8)
         X, y = rows[:, :-1].astype(bool), rows[:, -1]
-        ledger = Ledger.create(epsilon=b.epsilon, delta=b.delta, rule="basic")
-        ledger.on_entry.append(self._charged)
-        ledger.charge(f"dp_greedy_cover[{p.accounting}]", b.epsilon, b.delta)
+        self.ledger_state = self._charge_epoch(f"dp_greedy_cover[{p.accounting}]", b.epsilon, b.delta)
         eps_r = round_epsilon(p.accounting, b.epsilon, b.delta, len(self.family))
-        stream = self.rng.stream(self.model_id, "dp_greedy_cover", self.window)
+        stream = self.rng.stream(self.model_id, "dp_greedy_cover", self.epoch)
         dl = dp_greedy_cover(self.family, X, y, epsilon_round=eps_r, stream=stream)
         self.version += 1
         rec = dl.to_record()
         self.state[self.key("release", self.version)] = rec
         self.released = dl
-        self.ledger_state = dict(vars(ledger.state))
         self._out.add("releases", self.model_id, Release(
             model_id=self.model_id, seq=self.event_seq, version=self.version, rules=dl.describe(),
             payload=rec).model_dump())
-        self.window += 1
+        self.epoch += 1
         self.buffer_n = 0
 
     def on_query(self, event, source, offset, outputs) -> None:
@@ -521,15 +550,26 @@ def state_problem(config: ModelConfig) -> str | None:
         if rows_per_record(d + 1, FLOAT_BYTES, 256) == 0:
             return (f"predictor rows of dimension {d} do not fit one {RECORD_BYTES:,}-byte record: "
                     f"at most {RECORD_BYTES // FLOAT_BYTES - 1:,} dimensions")
+        if p.generator == "decision_lists" and _rules_problem(d, p):
+            return _rules_problem(d, p)
+        if rows_per_record(hypothesis_width(config), FLOAT_BYTES, 1) == 0:
+            return (f"one {p.generator} hypothesis of dimension {d} does not fit one "
+                    f"{RECORD_BYTES:,}-byte record")
     elif config.kind == "decision_list":
         if rows_per_record(d + 1, BIT_BYTES, 256) == 0:
             return (f"decision-list rows of dimension {d} do not fit one record: at most "
                     f"{RECORD_BYTES // BIT_BYTES - 1:,} dimensions")
-        n_features = feature_count(d, p.max_conjunction, p.negations)
-        if n_features > MAX_FEATURES:
-            return (f"{n_features:,} candidate rules (d={d}, conjunctions up to "
-                    f"{p.max_conjunction}) exceed the {MAX_FEATURES:,} that DP-GreedyCover can "
-                    "hold in memory: lower max_conjunction or the dimension")
+        return _rules_problem(d, p)
+    return None
+
+
+def _rules_problem(d: int, p) -> str | None:
+    """Why the candidate rules of a decision-list family would not fit in memory."""
+    n_features = feature_count(d, p.max_conjunction, p.negations)
+    if n_features > MAX_FEATURES:
+        return (f"{n_features:,} candidate rules (d={d}, conjunctions up to "
+                f"{p.max_conjunction}) exceed the {MAX_FEATURES:,} that a decision-list "
+                "learner can hold in memory: lower max_conjunction or the dimension")
     return None
 
 
@@ -564,8 +604,9 @@ def check_feasible(config: ModelConfig) -> str | None:
                 max_active=p.max_active + 1, horizon=p.horizon, block=p.block, eta=p.eta,
                 margin=p.margin)
         elif config.kind == "predictor":
-            if config.params.generator == "thresholds" and config.dimension != 1:
-                return "the thresholds generator needs dimension 1"
+            p = config.params
+            if p.generator in ("thresholds", "intervals", "finite") and config.dimension != 1:
+                return f"the {p.generator} generator needs dimension 1"
             predictor_config(config).calibration()
     except DPStreamError as err:
         return f"infeasible model config: {err}"[:500]

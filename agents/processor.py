@@ -28,8 +28,8 @@ import json
 import logging
 from collections.abc import AsyncIterable, MutableMapping
 
-from mechanisms.randomness import KeyedRandomness
-from schemas import ModelConfig, Rejected
+from dpstream.mechanisms.randomness import KeyedRandomness
+from dpstream.schemas import ModelConfig, Rejected
 
 from .handlers import HANDLERS, Outputs
 from .records import Emit, Fetch, RawRecord, deliver
@@ -277,6 +277,9 @@ class Processor:
             handler = dirty[model_id][0] if model_id in dirty else self._handler(model_id)
             if handler is None:  # the sequencer only forwards events of registered models
                 return
+            # Already applied: a log record at or before the model's last applied one (the
+            # log was re-delivered), or an input at or before the last applied offset of
+            # its input partition (the sequencer re-appended it to the log after a crash).
             if record.offset <= handler.log_offset or \
                     handler.head_sources.get(src_topic_part, -1) >= src_offset:
                 return

@@ -42,8 +42,15 @@ class RawRecord:
 
 
 async def deliver(emit: Emit, items: Iterable[tuple[str, str | None, dict]]) -> None:
-    """Enqueue ``items`` in order, then wait until every one of them is durable."""
-    pending = [await emit(topic, key, value) for topic, key, value in items]
+    """Enqueue ``items`` in order, then wait until every one of them is durable. A runtime
+    may give ``emit`` a ``many(items)`` that enqueues a whole list at once (the same
+    contract, with awaitables covering all of them: streams/app.py batches per partition)."""
+    many = getattr(emit, "many", None)
+    if many is not None:
+        items = list(items)
+        pending = await many(items) if items else []
+    else:
+        pending = [await emit(topic, key, value) for topic, key, value in items]
     waits = [p for p in pending if p is not None]
     if waits:
         await asyncio.gather(*waits)

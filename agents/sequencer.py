@@ -19,7 +19,7 @@ from collections.abc import AsyncIterable, MutableMapping
 
 from pydantic import ValidationError
 
-from schemas import LabeledExample, ModelConfig, Query, Rejected
+from dpstream.schemas import LabeledExample, ModelConfig, Query, Rejected
 
 from .handlers import check_feasible
 from .records import Emit, Fetch, RawRecord, deliver
@@ -70,9 +70,27 @@ def parse(record: RawRecord, configs: MutableMapping) -> tuple[dict | None, str 
         return None, "malformed event"
 
 
+_FAST = {"examples": LabeledExample, "queries": Query}
+
+
 def _parse(record: RawRecord, configs: MutableMapping) -> tuple[dict | None, str | None]:
     if len(record.value) > MAX_PAYLOAD:
         return None, f"oversized payload: above the {MAX_PAYLOAD}-byte limit"
+    event = None
+    if record.topic in _FAST:      # the common case in one step: pydantic-core parses the JSON
+        try:
+            event = _FAST[record.topic].model_validate_json(record.value)
+        except ValidationError:
+            pass                   # the general path below names the reason
+    if event is None:
+        event, reason = _validated(record)
+        if event is None:
+            return None, reason
+    return _checked(event, configs)
+
+
+def _validated(record: RawRecord):
+    """(event, None) or (None, reason), through ``json`` and the schema of the event's type."""
     try:
         raw = json.loads(record.value)
     except (UnicodeDecodeError, ValueError):        # JSONDecodeError, or an integer too long
@@ -89,10 +107,14 @@ def _parse(record: RawRecord, configs: MutableMapping) -> tuple[dict | None, str
         return None, "event type does not match its topic"
     raw.setdefault("type", kind)
     try:
-        event = model_cls.model_validate(raw)
+        return model_cls.model_validate(raw), None
     except ValidationError as err:
         return None, _reason(err)[:500]
-    if kind == "model":
+
+
+def _checked(event, configs: MutableMapping) -> tuple[dict | None, str | None]:
+    """The checks that need the registered config (or, for a registration, feasibility)."""
+    if event.type == "model":
         known = configs.get(f"config/{event.model_id}")
         dumped = event.model_dump(mode="json")
         if known is not None and known != dumped:       # an identical re-registration is a no-op
@@ -106,8 +128,12 @@ def _parse(record: RawRecord, configs: MutableMapping) -> tuple[dict | None, str
     problem = event.dimension_error(config.dimension, config.binary)
     if problem:
         return None, problem
-    if config.kind == "decision_list" and event.active is not None:
-        return None, "decision lists take dense x in {-1, +1}^d"
+    if config.kind in ("decision_list", "predictor") and event.active is not None:
+        return None, f"{config.kind} models take dense x"
+    if config.kind == "predictor":
+        problem = config.params.input_error(event.x)
+        if problem:
+            return None, problem
     if config.kind == "continual_winnow":
         n_active = len(set(event.active)) if event.active is not None else \
             sum(v > 0 for v in event.x)

@@ -11,8 +11,8 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from mechanisms.audit import run_scenario, standard_scenarios  # noqa: E402
-from mechanisms.randomness import KeyedRandomness  # noqa: E402
+from dpstream.mechanisms.audit import run_scenario, standard_scenarios  # noqa: E402
+from dpstream.mechanisms.randomness import KeyedRandomness  # noqa: E402
 
 
 def main() -> None:

@@ -19,8 +19,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from learners.predictor import PredictorConfig, smallest_k  # noqa: E402
-from mechanisms.errors import ThresholdsTooClose  # noqa: E402
+from dpstream.learners.predictor import PredictorConfig, smallest_k  # noqa: E402
+from dpstream.mechanisms.errors import ThresholdsTooClose  # noqa: E402
 
 
 def main() -> None:

@@ -9,7 +9,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from mechanisms.randomness import KeyedRandomness  # noqa: E402
+from dpstream.mechanisms.randomness import KeyedRandomness  # noqa: E402
 
 DATA_KEY = KeyedRandomness(b"dpstream-bench-data-not-secret00")
 

@@ -22,12 +22,12 @@ import argparse
 import numpy as np
 from common import DATA_KEY, disjunction_rows, shuttle_rows, timed
 
-from learners.continual_winnow import ContinualWinnow, continual_winnow_parameters
-from learners.dp_winnow import DPWinnow
-from learners.inputs import BinaryInput
-from learners.winnow import Winnow
-from mechanisms.params import dp_winnow_practical_parameters
-from mechanisms.randomness import KeyedRandomness
+from dpstream.learners.continual_winnow import ContinualWinnow, continual_winnow_parameters
+from dpstream.learners.dp_winnow import DPWinnow
+from dpstream.learners.inputs import BinaryInput
+from dpstream.learners.winnow import Winnow
+from dpstream.mechanisms.params import dp_winnow_practical_parameters
+from dpstream.mechanisms.randomness import KeyedRandomness
 
 RNG = KeyedRandomness(b"bench-continual-winnow-key-00000")
 CHUNK = 10_000

@@ -16,12 +16,12 @@ import argparse
 import numpy as np
 from common import disjunction_rows, timed
 
-from learners.dp_winnow import DPWinnow
-from learners.inputs import BinaryInput
-from learners.winnow import Winnow
-from mechanisms.params import (dp_winnow_practical_parameters, dp_winnow_theory_parameters,
+from dpstream.learners.dp_winnow import DPWinnow
+from dpstream.learners.inputs import BinaryInput
+from dpstream.learners.winnow import Winnow
+from dpstream.mechanisms.params import (dp_winnow_practical_parameters, dp_winnow_theory_parameters,
                                winnow_update_bound)
-from mechanisms.randomness import KeyedRandomness
+from dpstream.mechanisms.randomness import KeyedRandomness
 
 RELEVANT, ACTIVE = 10, 20
 

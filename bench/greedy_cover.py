@@ -14,10 +14,10 @@ import argparse
 import numpy as np
 from common import DATA_KEY, timed
 
-from learners.decision_list import TRUE, DecisionList, FeatureFamily
-from learners.decision_list_classifier import round_epsilon
-from learners.greedy_cover import dp_greedy_cover, rivest_greedy
-from mechanisms.randomness import KeyedRandomness
+from dpstream.learners.decision_list import TRUE, DecisionList, FeatureFamily
+from dpstream.learners.decision_list_classifier import round_epsilon
+from dpstream.learners.greedy_cover import dp_greedy_cover, rivest_greedy
+from dpstream.mechanisms.randomness import KeyedRandomness
 
 
 def planted(family: FeatureFamily) -> DecisionList:

@@ -49,13 +49,14 @@ def payloads(n: int, seed: int = 0):
             for r, y in zip(rows, labels)]
 
 
-async def produce(topic, values, key=b"bench", rate=None):
+async def produce(topic, values, key=b"bench", rate=None, keys=None):
+    """Send ``values`` (keyed ``key``, or ``keys[i]``), optionally at ``rate`` per second."""
     p = AIOKafkaProducer(bootstrap_servers=BROKER, linger_ms=5, max_batch_size=262144)
     await p.start()
     try:
         t0 = time.perf_counter()
         for i, v in enumerate(values):
-            await p.send(topic, key=key, value=v)
+            await p.send(topic, key=keys[i] if keys else key, value=v)
             if rate:
                 delay = t0 + (i + 1) / rate - time.perf_counter()
                 if delay > 0:

@@ -19,10 +19,10 @@ import math
 import numpy as np
 from common import DATA_KEY, timed
 
-from learners.generators import Halfspaces
-from learners.predictor import PredictorConfig, PrivatePredictor
-from mechanisms.accounting import Ledger, advanced_composition
-from mechanisms.randomness import KeyedRandomness
+from dpstream.learners.generators import Halfspaces, reference_fit
+from dpstream.learners.predictor import PredictorConfig, PrivatePredictor
+from dpstream.mechanisms.accounting import Ledger, advanced_composition
+from dpstream.mechanisms.randomness import KeyedRandomness
 
 
 def gaussian(seed: str, n: int, d: int) -> np.ndarray:
@@ -69,10 +69,26 @@ def run(mode: str, args, X, y, target) -> None:
     print(f"  fit {args.k:,} LPs: {t_fit:.1f}s; queries/s {args.T / (t_loop - regen_time):,.0f} "
           f"(excluding {regen_time:.1f}s of regeneration after hard queries)")
     bound = f"d+1 = {args.d + 1}" if adaptive else f"VC*log2(T) = {(args.d + 1) * math.log2(args.T):.0f}"
+    print(f"  regeneration after a hard query: {regen_time / max(model.state.tops, 1):.2f} s on average "
+          f"({'all' if adaptive else 'the disagreeing'} blocks refit)")
     print(f"  hard queries {model.state.tops} (bound {bound}); answered {answered:,}; "
           f"accuracy {correct / max(answered, 1):.4f}; exhausted {model.state.exhausted}")
     print(f"  eps spent {spent.epsilon:.3f} vs naive per-query composition {naive.epsilon:,.0f}: "
           f"{naive.epsilon / spent.epsilon:,.0f}x more queries per unit eps")
+
+
+def solver_times(args, X, y, blocks: int = 300) -> None:
+    """Seconds per block LP, the generator's (highspy) against the same program through
+    scipy's linprog, on the same blocks and hard query, side by side."""
+    hx, hy = gaussian("hard", 1, args.d), [1]
+    for adaptive in (False, True):
+        gen = Halfspaces(args.d, adaptive=adaptive)
+        parts = [(X[i * args.m:(i + 1) * args.m], y[i * args.m:(i + 1) * args.m]) for i in range(blocks)]
+        _, t_fast = timed(lambda: [gen.fit(Xb, yb, hx, hy) for Xb, yb in parts])
+        _, t_ref = timed(lambda: [reference_fit(gen, Xb, yb, hx, hy) for Xb, yb in parts])
+        print(f"LP per block ({'adaptive' if adaptive else 'oblivious'}, m={args.m}, d={args.d}): "
+              f"highspy {1e3 * t_fast / blocks:.2f} ms, scipy linprog {1e3 * t_ref / blocks:.2f} ms "
+              f"(ratio {t_fast / t_ref:.2f})")
 
 
 def main() -> None:
@@ -86,6 +102,7 @@ def main() -> None:
     target = np.ones(args.d) / math.sqrt(args.d)
     X = gaussian("sample", args.k * args.m, args.d)
     y = np.where(X @ target >= 0.2, 1, -1)
+    solver_times(args, X, y)
     for mode in args.modes:
         run(mode, args, X, y, target)
 

@@ -19,11 +19,11 @@ import time
 import numpy as np
 from common import DATA_KEY
 
-from learners.generators import Halfspaces
-from learners.predictor import ANSWERED, HARD, PredictorConfig, PrivatePredictor
-from mechanisms.accounting import Ledger
-from mechanisms.errors import ThresholdsTooClose
-from mechanisms.randomness import KeyedRandomness
+from dpstream.learners.generators import Halfspaces
+from dpstream.learners.predictor import ANSWERED, HARD, PredictorConfig, PrivatePredictor
+from dpstream.mechanisms.accounting import Ledger
+from dpstream.mechanisms.errors import ThresholdsTooClose
+from dpstream.mechanisms.randomness import KeyedRandomness
 
 RNG = KeyedRandomness(b"bench-predictor-real-key-0000000")
 

@@ -17,9 +17,9 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from mechanisms.noise_tape import NoiseTape  # noqa: E402
-from mechanisms.randomness import KeyedRandomness  # noqa: E402
-from mechanisms.samplers import discrete_laplace, fraction_at_least  # noqa: E402
+from dpstream.mechanisms.noise_tape import NoiseTape  # noqa: E402
+from dpstream.mechanisms.randomness import KeyedRandomness  # noqa: E402
+from dpstream.mechanisms.samplers import discrete_laplace, fraction_at_least  # noqa: E402
 
 
 def rate(fn, count: int) -> float:

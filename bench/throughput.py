@@ -1,6 +1,6 @@
 """Worker throughput against what Kafka and faust allow, side by side on one broker.
 
-    python bench/throughput.py [--n 30000] [--rss-n 200000] [--skip-rss]
+    python bench/throughput.py [--n 30000] [--rss-n 200000] [--skip-rss] [--skip-scale-out]
 
 One run measures, on the local broker (scripts/kafka.sh start), n records each:
 1. raw aiokafka consume -> produce (no processing: the floor any Kafka pipeline pays);
@@ -13,7 +13,8 @@ One run measures, on the local broker (scripts/kafka.sh start), n records each:
 4. end-to-end latency (input record timestamp -> prediction record timestamp) of the
    continual-Winnow worker at half the rate it reached in 3, p50 / p99 (the first 20%
    of the inputs are warm-up and not counted);
-5. the worker's resident memory after the first 10% and at the end of rss-n events.
+5. scale-out: DP-Winnow over 4 models on distinct partitions, one worker against two;
+6. the worker's resident memory after the first 10% and at the end of rss-n events.
 Ratios to the raw loop are the numbers to quote: this 2-core machine is shared and
 noisy, absolute rates move between runs.
 """
@@ -111,12 +112,47 @@ def memory(model: dict, n: int) -> tuple[float, float]:
         worker.stop()
 
 
+def scale_out(n: int, models: int = 4) -> tuple[float, float]:
+    """DP-Winnow rate over ``models`` models that sit on distinct partitions (of 4), with one
+    worker and with two workers in one consumer group (fresh topics each), n examples
+    spread round-robin over the models."""
+    from dpstream.streams.observe import model_partition
+    ids, i = [], 0
+    while len(ids) < models:                    # one model per partition
+        name = f"bench-{i}"
+        if model_partition(name, 4) not in {model_partition(m, 4) for m in ids}:
+            ids.append(name)
+        i += 1
+    data = [json.dumps({**json.loads(v), "model_id": ids[j % models]}).encode()
+            for j, v in enumerate(P.payloads(n, seed=3))]
+    keys = [ids[j % models].encode() for j in range(n)]
+    rates = []
+    for count in (1, 2):
+        prefix = f"so{uuid.uuid4().hex[:6]}-"
+        tmp = Path(tempfile.mkdtemp(prefix="dpstream-so-"))
+        workers = [P.Worker(P.BROKER, prefix, tmp, f"w{k}").start() for k in range(count)]
+        try:
+            time.sleep(15)                      # let the group settle after the second join
+            asyncio.run(P.produce(prefix + "models",
+                                  [json.dumps({**P.MODEL, "model_id": m}).encode() for m in ids],
+                                  keys=[m.encode() for m in ids]))
+            asyncio.run(P.drain(prefix + "model-events", models, timeout=120))
+            asyncio.run(P.produce(prefix + "examples", data, keys=keys))
+            _, secs = asyncio.run(P.drain(prefix + "predictions", n))
+            rates.append(n / secs)
+        finally:
+            for w in workers:
+                w.stop()
+    return rates[0], rates[1]
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--n", type=int, default=30_000)
     ap.add_argument("--latency-n", type=int, default=3_000)
     ap.add_argument("--rss-n", type=int, default=200_000)
     ap.add_argument("--skip-rss", action="store_true")
+    ap.add_argument("--skip-scale-out", action="store_true")
     args = ap.parse_args()
     data = P.payloads(args.n)
 
@@ -140,6 +176,10 @@ def main() -> None:
     p50, p99 = latency(CONTINUAL, P.payloads(args.latency_n, seed=1), rate=continual / 2)
     print(f"latency at half capacity ({continual / 2:,.0f} examples/s, continual Winnow): "
           f"p50 {p50:.0f} ms, p99 {p99:.0f} ms")
+    if not args.skip_scale_out:
+        one, two = scale_out(args.n)
+        print(f"scale-out, DP-Winnow over 4 models on 4 partitions: 1 worker {one:,.0f}/s, "
+              f"2 workers {two:,.0f}/s (ratio {two / one:.2f}; 2 cores shared with the broker)")
     if not args.skip_rss:
         early, late = memory(CONTINUAL, args.rss_n)
         print(f"worker RSS over {args.rss_n:,} events: {early:.1f} MB after 10%, {late:.1f} MB at "

@@ -32,7 +32,7 @@ in one epoch; per-example guarantee = one epoch's (epsilon, delta), forever; pro
 mechanisms/continual.py). Rows with more active features than allowed are rejected by
 the caller (the sensitivity would not hold).
 
->>> from mechanisms.randomness import KeyedRandomness
+>>> from dpstream.mechanisms.randomness import KeyedRandomness
 >>> params = continual_winnow_parameters(epsilon=4.0, delta=1e-6, d=20, max_active=4,
 ...                                      horizon=1000, block=50)
 >>> model = ContinualWinnow(params=params, rng=KeyedRandomness(bytes(32)), model_id="doc")
@@ -46,10 +46,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from mechanisms.continual import (TreeNoise, calibrate_tree_sigma2, close_block, tree_epsilon,
+from dpstream.mechanisms.continual import (TreeNoise, calibrate_tree_sigma2, close_block, tree_epsilon,
                                   tree_levels, tree_rho)
-from mechanisms.errors import ParameterError
-from mechanisms.randomness import KeyedRandomness
+from dpstream.mechanisms.errors import ParameterError
+from dpstream.mechanisms.randomness import KeyedRandomness
 
 
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from mechanisms.errors import ParameterError
+from dpstream.mechanisms.errors import ParameterError
 
 TRUE = -1   # feature index of the constant-true rule in a DecisionList
 

@@ -29,11 +29,11 @@ import os
 
 import numpy as np
 
-from mechanisms.accounting import Ledger
-from mechanisms.errors import ParameterError
-from mechanisms.params import (greedy_cover_advanced_round_epsilon, greedy_cover_basic_round_epsilon,
+from dpstream.mechanisms.accounting import Ledger
+from dpstream.mechanisms.errors import ParameterError
+from dpstream.mechanisms.params import (greedy_cover_advanced_round_epsilon, greedy_cover_basic_round_epsilon,
                                greedy_cover_round_epsilon)
-from mechanisms.randomness import KeyedRandomness
+from dpstream.mechanisms.randomness import KeyedRandomness
 
 from .decision_list import FeatureFamily, check_labels, check_rows
 from .greedy_cover import dp_greedy_cover

@@ -22,7 +22,7 @@ import itertools
 
 import numpy as np
 
-from mechanisms.errors import ParameterError
+from dpstream.mechanisms.errors import ParameterError
 
 
 def _blocks(bits: list[int]) -> list[int]:

@@ -30,12 +30,12 @@ from fractions import Fraction
 
 import numpy as np
 
-from mechanisms.above_threshold import AboveThreshold, AboveThresholdState
-from mechanisms.accounting import Ledger, LedgerState
-from mechanisms.categorical import sample_groups
-from mechanisms.errors import BudgetExhausted, ParameterError
-from mechanisms.params import DPWinnowParameters, dp_winnow_draw_rho
-from mechanisms.randomness import KeyedRandomness
+from dpstream.mechanisms.above_threshold import AboveThreshold, AboveThresholdState
+from dpstream.mechanisms.accounting import Ledger, LedgerState
+from dpstream.mechanisms.categorical import sample_groups
+from dpstream.mechanisms.errors import BudgetExhausted, ParameterError
+from dpstream.mechanisms.params import DPWinnowParameters, dp_winnow_draw_rho
+from dpstream.mechanisms.randomness import KeyedRandomness
 
 from .inputs import BinaryInput, embed, project, sign
 from .winnow import decode_array, encode_array
@@ -113,7 +113,7 @@ class RoundResult:
 class DPWinnow:
     """Seed 000 Algorithm 4.2.
 
-    >>> from mechanisms.params import dp_winnow_practical_parameters
+    >>> from dpstream.mechanisms.params import dp_winnow_practical_parameters
     >>> params = dp_winnow_practical_parameters(eps_hat=0.5, eta=0.2, m=50, K=5, L=3.0, delta=1e-6)
     >>> rng = KeyedRandomness(b"doc-key-012345678900000000000000")
     >>> model = DPWinnow(params=params, d=8, rng=rng, model_id="doc", budget=(params.epsilon, 1e-6))

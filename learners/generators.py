@@ -6,10 +6,20 @@ halfspace generator, a deep point on the intersection of the hard queries'
 hyperplanes (G_halfspace). Hypotheses of all k blocks are stacked so that voting is
 one vectorised call: ``votes(H, x)`` returns each block's label in {-1, +1}.
 
+The interface, open to any base learner that can honour labelled constraints:
+``fit(X, y, hard_X, hard_y)`` returns one hypothesis, ``stack(hyps)`` stacks fitted
+hypotheses or their stored records, ``votes(H, x)`` labels x by every block,
+``dump(H)`` gives JSON-able records (one per hypothesis, ``stack`` reads them back) and
+``width`` bounds the numbers in one record (the stream runtime chunks stored
+hypotheses by it); ``oblivious`` says whether untouched blocks may keep their
+hypothesis after a hard query (learners/predictor.py). Binary classes read x > 0 as
+a true bit, so x in {0, 1}^d and x in {-1, +1}^d (the stream's encoding) both work.
+
 Exactness: the finite-class, threshold and interval generators are exact ERM under
 the hard constraints. Conjunctions, disjunctions and decision lists use greedy ERM
-(hard queries as must-satisfy examples); halfspaces solve an LP with HiGHS
-(scipy.optimize.linprog). The adaptive halfspace generator departs from the seed's
+(hard queries as must-satisfy examples); halfspaces solve an LP with HiGHS through
+its own Python bindings (``highspy``: scipy's ``linprog`` wrapper cost 3-4x the solve
+on these small LPs, see ``bench/predictor.py``). The adaptive halfspace generator departs from the seed's
 cdepth maximiser, which is not efficiently computable: it minimises the block's total
 hinge slack on the affine subspace {<a, x_h> = w for every hard query x_h}, which
 keeps the seed's structure (each non-redundant hard query cuts the affine dimension
@@ -19,9 +29,11 @@ guarantee.
 from __future__ import annotations
 
 import numpy as np
-from scipy.optimize import linprog
+import threading
 
-from mechanisms.errors import ParameterError
+import highspy
+
+from dpstream.mechanisms.errors import ParameterError
 
 from .decision_list import TRUE, DecisionList, FeatureFamily
 
@@ -35,20 +47,26 @@ class FiniteClass:
         if self.matrix.ndim != 2 or not np.isin(self.matrix, (-1, 1)).all():
             raise ParameterError("matrix", self.matrix.shape, "a 2-d array of +-1")
 
+    width = 1
+
     def fit(self, X, y, hard_X, hard_y):
         P = self.matrix
-        ok = np.all(P[:, np.asarray(hard_X, dtype=int)] == np.asarray(hard_y), axis=1) \
-            if len(hard_X) else np.ones(P.shape[0], dtype=bool)
+        hard = np.asarray(hard_X, dtype=int).ravel()      # a point may come as [i]
+        ok = np.all(P[:, hard] == np.asarray(hard_y), axis=1) \
+            if hard.size else np.ones(P.shape[0], dtype=bool)
         if not ok.any():
             ok[:] = True        # unrealizable hard set (BetweenThresholds erred): plain ERM
-        err = (P[:, np.asarray(X, dtype=int)] != np.asarray(y)).sum(axis=1)
+        err = (P[:, np.asarray(X, dtype=int).ravel()] != np.asarray(y)).sum(axis=1)
         return int(np.argmin(np.where(ok, err, np.iinfo(np.int64).max)))
 
     def stack(self, hyps):
-        return np.asarray(hyps, dtype=np.int64)
+        return np.asarray(hyps, dtype=np.int64).ravel()
+
+    def dump(self, H) -> list:
+        return np.asarray(H).tolist()
 
     def votes(self, H, x) -> np.ndarray:
-        return self.matrix[H, int(x)]
+        return self.matrix[H, int(np.ravel(x)[0])]
 
     def distinct_labelings(self, points) -> int:
         return len({row.tobytes() for row in self.matrix[:, np.asarray(points, dtype=int)]})
@@ -57,6 +75,7 @@ class FiniteClass:
 class Thresholds:
     """h_t(x) = +1 iff x >= t on the real line; exact constrained ERM."""
     oblivious = True
+    width = 1
 
     def fit(self, X, y, hard_X, hard_y):
         X, y = np.asarray(X, float).ravel(), np.asarray(y)       # a point may come as [x]
@@ -72,7 +91,10 @@ class Thresholds:
         return float(cands[np.argmin(err)])
 
     def stack(self, hyps):
-        return np.asarray(hyps, dtype=float)
+        return np.asarray(hyps, dtype=float).ravel()
+
+    def dump(self, H) -> list:
+        return np.asarray(H).tolist()
 
     def votes(self, H, x) -> np.ndarray:
         return np.where(float(np.ravel(x)[0]) >= H, 1, -1)
@@ -81,6 +103,7 @@ class Thresholds:
 class Intervals:
     """h_{a,b}(x) = +1 iff a <= x <= b (a > b: the empty interval); exact constrained ERM."""
     oblivious = True
+    width = 2
 
     def fit(self, X, y, hard_X, hard_y):
         X, y = np.asarray(X, float).ravel(), np.asarray(y)
@@ -101,6 +124,9 @@ class Intervals:
     def stack(self, hyps):
         return np.asarray(hyps, dtype=float).reshape(-1, 2)
 
+    def dump(self, H) -> list:
+        return np.asarray(H).tolist()
+
     def votes(self, H, x) -> np.ndarray:
         x = float(np.ravel(x)[0])
         return np.where((H[:, 0] <= x) & (x <= H[:, 1]), 1, -1)
@@ -119,9 +145,10 @@ class MonotoneConjunctions:
 
     def __init__(self, d: int, disjunction: bool = False):
         self.d, self.disjunction = d, disjunction
+        self.width = d
 
     def _prep(self, X, y):
-        X = np.asarray(X, dtype=bool).reshape(-1, self.d)
+        X = (np.asarray(X) > 0).reshape(-1, self.d)
         y = np.asarray(y)
         return (~X, -y) if self.disjunction else (X, y)
 
@@ -142,8 +169,11 @@ class MonotoneConjunctions:
     def stack(self, hyps):
         return np.asarray(hyps, dtype=bool).reshape(-1, self.d)
 
+    def dump(self, H) -> list:
+        return np.asarray(H, dtype=np.int8).tolist()
+
     def votes(self, H, x) -> np.ndarray:
-        x = np.asarray(x, dtype=bool)
+        x = np.asarray(x) > 0
         if self.disjunction:
             x = ~x
         sat = np.all(~H | x[None, :], axis=1)
@@ -159,11 +189,12 @@ class DecisionLists:
 
     def __init__(self, family: FeatureFamily):
         self.family = family
+        self.width = 2 * (len(family) + 1) + 1     # (feature, bit) per rule, and the default
 
     def fit(self, X, y, hard_X, hard_y):
-        F = self.family.evaluate(np.asarray(X, dtype=bool).reshape(-1, self.family.d))
+        F = self.family.evaluate((np.asarray(X) > 0).reshape(-1, self.family.d))
         yb = (np.asarray(y) == 1)
-        HF = self.family.evaluate(np.asarray(hard_X, dtype=bool).reshape(-1, self.family.d))
+        HF = self.family.evaluate((np.asarray(hard_X) > 0).reshape(-1, self.family.d))
         hb = (np.asarray(hard_y) == 1)
         F = np.concatenate([F, np.ones((F.shape[0], 1), bool)], axis=1)
         HF = np.concatenate([HF, np.ones((HF.shape[0], 1), bool)], axis=1)
@@ -185,7 +216,7 @@ class DecisionLists:
                 pick = (F.shape[1] - 1, 1)
             f, b = pick
             is_true = f == F.shape[1] - 1
-            rules.append((TRUE if is_true else f, b))
+            rules.append((TRUE if is_true else int(f), int(b)))
             if is_true:
                 break
             avail[f] = False
@@ -194,10 +225,14 @@ class DecisionLists:
         return DecisionList(self.family, tuple(rules), rules[-1][1])
 
     def stack(self, hyps):
-        return list(hyps)
+        return [h if isinstance(h, DecisionList) else
+                DecisionList(self.family, tuple(map(tuple, h["rules"])), h["default"]) for h in hyps]
+
+    def dump(self, H) -> list:
+        return [{"rules": [list(r) for r in dl.rules], "default": dl.default} for dl in H]
 
     def votes(self, H, x) -> np.ndarray:
-        F = self.family.evaluate(np.asarray(x, dtype=bool).reshape(1, -1))
+        F = self.family.evaluate((np.asarray(x) > 0).reshape(1, -1))
         return np.array([1 if dl.predict_features(F)[0] == 1 else -1 for dl in H])
 
 
@@ -221,6 +256,7 @@ class Halfspaces:
         self.d, self.adaptive = d, adaptive
         self.oblivious = not adaptive
         self.HARD_PENALTY = hard_weight
+        self.width = d + 1
 
     def fit(self, X, y, hard_X, hard_y):
         X = np.asarray(X, float).reshape(-1, self.d)
@@ -228,36 +264,91 @@ class Halfspaces:
         hX = np.asarray(hard_X, float).reshape(-1, self.d)
         hy = np.asarray(hard_y, float)
         d = self.d
-        soft_rows = [(X, y, 1.0)] if self.adaptive else [(X, y, 1.0), (hX, hy, self.HARD_PENALTY)]
-        n_slack = sum(r[0].shape[0] for r in soft_rows)
-        c = np.concatenate([np.zeros(d + 1), np.concatenate([np.full(r[0].shape[0], r[2])
-                                                              for r in soft_rows])])
-        # y (<a,x> - w) + xi >= 1   <=>   -y x.a + y w - xi <= -1
-        A_ub = np.zeros((n_slack, d + 1 + n_slack))
-        row = 0
-        for Xr, yr, _ in soft_rows:
-            k = Xr.shape[0]
-            A_ub[row:row + k, :d] = -yr[:, None] * Xr
-            A_ub[row:row + k, d] = yr
-            A_ub[row:row + k, d + 1 + row + np.arange(k)] = -np.eye(k)
-            row += k
-        b_ub = -np.ones(n_slack)
-        A_eq = b_eq = None
-        if self.adaptive and hX.shape[0]:
-            A_eq = np.zeros((hX.shape[0], d + 1 + n_slack))
-            A_eq[:, :d], A_eq[:, d] = hX, -1.0
-            b_eq = np.zeros(hX.shape[0])
-        bounds = [(-self.BOX, self.BOX)] * (d + 1) + [(0, None)] * n_slack
-        res = linprog(c, A_ub=A_ub, b_ub=b_ub, A_eq=A_eq, b_eq=b_eq, bounds=bounds, method="highs")
-        if res.status != 0:
-            raise RuntimeError(f"halfspace LP failed: {res.message}")
-        return res.x[: d + 1]
+        if self.adaptive:
+            soft_X, soft_y, cost = X, y, np.ones(len(y))
+        else:
+            soft_X, soft_y = np.vstack([X, hX]), np.concatenate([y, hy])
+            cost = np.concatenate([np.ones(len(y)), np.full(len(hy), self.HARD_PENALTY)])
+        n = len(soft_y)
+        # columns: a (d), w, one slack per soft row.  Soft row i:
+        #   y_i (<a,x_i> - w) + xi_i >= 1   <=>   -y_i x_i.a + y_i w - xi_i <= -1
+        rows = [np.hstack([-soft_y[:, None] * soft_X, soft_y[:, None], -np.ones((n, 1))])]
+        cols = [np.hstack([np.tile(np.arange(d + 1), (n, 1)), (d + 1 + np.arange(n))[:, None]])]
+        lower, upper = [np.full(n, -highspy.kHighsInf)], [np.full(n, -1.0)]
+        if self.adaptive and len(hy):             # <a, x_h> - w = 0 for every hard query
+            rows.append(np.hstack([hX, -np.ones((len(hy), 1))]))
+            cols.append(np.tile(np.arange(d + 1), (len(hy), 1)))
+            lower.append(np.zeros(len(hy)))
+            upper.append(np.zeros(len(hy)))
+        width = [r.shape[1] for r in rows]
+        start = np.concatenate([[0], np.cumsum(np.concatenate(
+            [np.full(r.shape[0], w) for r, w in zip(rows, width)]))])
+        A = highspy.HighsSparseMatrix()
+        A.format_ = highspy.MatrixFormat.kRowwise
+        A.start_ = start.astype(np.int32)
+        A.index_ = np.concatenate([c.ravel() for c in cols]).astype(np.int32)
+        A.value_ = np.concatenate([r.ravel() for r in rows])
+        A.num_row_, A.num_col_ = start.size - 1, d + 1 + n
+        lp = highspy.HighsLp()
+        lp.num_col_, lp.num_row_ = A.num_col_, A.num_row_
+        lp.col_cost_ = np.concatenate([np.zeros(d + 1), cost])
+        lp.col_lower_ = np.concatenate([np.full(d + 1, -self.BOX), np.zeros(n)])
+        lp.col_upper_ = np.concatenate([np.full(d + 1, self.BOX), np.full(n, highspy.kHighsInf)])
+        lp.row_lower_, lp.row_upper_ = np.concatenate(lower), np.concatenate(upper)
+        lp.a_matrix_ = A
+        h = _solver()
+        h.clearSolver()
+        if h.passModel(lp) != highspy.HighsStatus.kOk or h.run() != highspy.HighsStatus.kOk \
+                or h.getModelStatus() != highspy.HighsModelStatus.kOptimal:
+            raise RuntimeError(f"halfspace LP failed: {h.modelStatusToString(h.getModelStatus())}")
+        return np.array(h.getSolution().col_value[: d + 1])
 
     def stack(self, hyps):
         return np.asarray(hyps, dtype=float).reshape(-1, self.d + 1)
+
+    def dump(self, H) -> list:
+        return np.asarray(H).tolist()
 
     def votes(self, H, x) -> np.ndarray:
         x = np.asarray(x, float)
         val = H[:, :-1] @ x - H[:, -1]
         tol = 1e-7 * (np.abs(H[:, :-1]) @ np.abs(x) + np.abs(H[:, -1]) + 1e-12)
         return np.where(val >= -tol, 1, -1)       # on the hyperplane counts as +1
+
+
+_local = threading.local()
+
+
+def _solver():
+    """One quiet, single-threaded HiGHS instance per thread (an instance is not
+    thread-safe; building one per LP would cost more than most solves here). It is
+    highspy's plain binding (``highspy._Highs``, exported in its ``__all__``):
+    ``highspy.Highs`` also installs Python callbacks, which print the HiGHS banner
+    before ``output_flag`` can be turned off."""
+    h = getattr(_local, "highs", None)
+    if h is None:
+        h = _local.highs = highspy._Highs()
+        h.setOptionValue("output_flag", False)
+        h.setOptionValue("threads", 1)
+    return h
+
+
+def reference_fit(gen: Halfspaces, X, y, hard_X, hard_y) -> tuple[np.ndarray, float]:
+    """The same LP as ``Halfspaces.fit`` written for scipy's ``linprog`` (dense, one call
+    per block, as this module did before highspy): (a, w) and the optimal objective.
+    For the tests (equal optimum) and bench/predictor.py (solver time side by side)."""
+    from scipy.optimize import linprog
+    d = gen.d
+    X, y = np.asarray(X, float).reshape(-1, d), np.asarray(y, float)
+    hX, hy = np.asarray(hard_X, float).reshape(-1, d), np.asarray(hard_y, float)
+    rows, ys = (X, y) if gen.adaptive else (np.vstack([X, hX]), np.concatenate([y, hy]))
+    cost = np.ones(len(y)) if gen.adaptive else np.r_[np.ones(len(y)), np.full(len(hy), gen.HARD_PENALTY)]
+    n = len(ys)
+    A_ub = np.hstack([-ys[:, None] * rows, ys[:, None], -np.eye(n)])
+    eq = dict(A_eq=np.hstack([hX, -np.ones((len(hy), 1)), np.zeros((len(hy), n))]),
+              b_eq=np.zeros(len(hy))) if gen.adaptive and len(hy) else {}
+    res = linprog(np.r_[np.zeros(d + 1), cost], A_ub=A_ub, b_ub=-np.ones(n), **eq,
+                  bounds=[(-gen.BOX, gen.BOX)] * (d + 1) + [(0, None)] * n, method="highs")
+    if res.status != 0:
+        raise RuntimeError(f"halfspace LP failed: {res.message}")
+    return res.x[: d + 1], float(res.fun)

@@ -18,8 +18,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from mechanisms.exponential import exponential_mechanism
-from mechanisms.randomness import RandomStream
+from dpstream.mechanisms.exponential import exponential_mechanism
+from dpstream.mechanisms.randomness import RandomStream
 
 from .decision_list import TRUE, DecisionList, FeatureFamily, check_labels, check_rows
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from mechanisms.errors import ParameterError
+from dpstream.mechanisms.errors import ParameterError
 
 
 @dataclass(frozen=True)

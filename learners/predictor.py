@@ -35,15 +35,15 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from mechanisms.accounting import Ledger, LedgerState
-from mechanisms.between_thresholds import (L, R, TOP, BetweenThresholds,
+from dpstream.mechanisms.accounting import Ledger, LedgerState
+from dpstream.mechanisms.between_thresholds import (L, R, TOP, BetweenThresholds,
                                            BetweenThresholdsCalibration, BetweenThresholdsState,
                                            calibrate_between_thresholds)
-from mechanisms.bt_epoch import EpochCalibration, calibrate_epoch
-from mechanisms.errors import (BudgetExhausted, InfeasibleParameters, ParameterError,
+from dpstream.mechanisms.bt_epoch import EpochCalibration, calibrate_epoch
+from dpstream.mechanisms.errors import (BudgetExhausted, InfeasibleParameters, ParameterError,
                                ThresholdsTooClose)
-from mechanisms.params import PredictorBudget, predictor_instance_budget
-from mechanisms.randomness import KeyedRandomness
+from dpstream.mechanisms.params import PredictorBudget, predictor_instance_budget
+from dpstream.mechanisms.randomness import KeyedRandomness
 
 EPOCH_MECHANISM = "between_thresholds_epoch"
 BT_PURPOSE = "predictor/between_thresholds"
@@ -188,6 +188,12 @@ class PrivatePredictor:
         self.H = None
         self._bt: BetweenThresholds | None = None
         self.on_charge = on_charge          # called with each LedgerEntry as it is charged
+        self.ledger = None if self.state.ledger is None else self._ledger(self.state.ledger)
+
+    def _ledger(self, state: LedgerState) -> Ledger:
+        """The epoch's ledger (one per epoch: epochs see disjoint samples), publishing each
+        entry through ``on_charge``; ``state.ledger`` is its record."""
+        return Ledger(state, on_entry=[self.on_charge] if self.on_charge else [])
 
     # ------------------------------------------------------------ epochs
     def start_epoch(self, X, y) -> None:
@@ -204,11 +210,12 @@ class PrivatePredictor:
         s.exhausted = False
         s.hard_x, s.hard_y = [], []
         if self.config.accounting == "epoch":
-            s.ledger = Ledger.create(epsilon=self.config.epsilon, delta=self.config.delta,
-                                     rule="basic").state
+            fresh = Ledger.create(epsilon=self.config.epsilon, delta=self.config.delta, rule="basic")
         else:
-            s.ledger = Ledger.create(epsilon=self.config.epsilon, delta=self.config.delta,
-                                     rule="best", delta_prime=self.config.budget().delta_prime).state
+            fresh = Ledger.create(epsilon=self.config.epsilon, delta=self.config.delta,
+                                  rule="best", delta_prime=self.config.budget().delta_prime)
+        self.ledger = self._ledger(fresh.state)
+        s.ledger = fresh.state
         self.blocks = self.partition(X, y, s.epoch)
         self._regenerate(range(k))
         self._start_instance()
@@ -243,13 +250,13 @@ class PrivatePredictor:
         """A fresh BetweenThresholds instance, paid for first: per instance ("instance"
         accounting), or once for the whole epoch ("epoch", which then caps the epoch at
         v_max hard queries)."""
-        s = self.state
-        ledger = Ledger(s.ledger, on_entry=[self.on_charge] if self.on_charge else [])
+        s, ledger = self.state, self.ledger
         try:
             if self.config.accounting == "epoch":
                 if s.tops >= self.config.v_max:
+                    t = ledger.totals()
                     raise BudgetExhausted(mechanism=EPOCH_MECHANISM, requested=(0.0, 0.0),
-                                          spent=(ledger.totals().epsilon, ledger.totals().delta),
+                                          spent=(t.epsilon, t.delta),
                                           budget=(self.config.epsilon, self.config.delta))
                 if s.instances == 0:
                     ledger.charge(EPOCH_MECHANISM, self.calibration.epsilon, self.calibration.delta)

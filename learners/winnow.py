@@ -12,7 +12,7 @@ y z to u, so the state is exact integers and replays bit for bit. The projected
 weights p (see :mod:`learners.inputs`) make predictions O(active) on sparse inputs;
 updates cost O(d) and happen at most the update bound many times.
 
->>> from learners.inputs import BinaryInput
+>>> from dpstream.learners.inputs import BinaryInput
 >>> learner = Winnow(d=4, eta=0.5)
 >>> learner.learn_one(BinaryInput.from_active([0], 4), +1)   # predicts -1, updates
 -1
@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from mechanisms.errors import ParameterError
+from dpstream.mechanisms.errors import ParameterError
 
 from .inputs import BinaryInput, embed, project, sign
 

@@ -161,9 +161,21 @@ class LedgerEntry:
         return asdict(self)
 
 
+def spent(record: "LedgerState | dict | None") -> PrivacyCost:
+    """What a ledger record has spent under its declared rule ((0, 0) before any charge).
+    The one place "spent" is computed: handlers, predictions, the status view and replay
+    all ask it."""
+    if record is None:
+        return PrivacyCost(0.0, 0.0)
+    s = record if isinstance(record, LedgerState) else LedgerState(**record)
+    return _totals(s.rule, s.charges, s.sum_eps, s.sum_delta, s.sum_eps_sq, s.sum_eps_tanh,
+                   s.delta_prime, s.rho_complete, s.sum_rho, s.budget_delta)
+
+
 @dataclass
 class Ledger:
-    """Per-model privacy ledger with a hard cap.
+    """Per-model privacy ledger with a hard cap: the one way a charge is made (a learner
+    holds one for its epoch; ``on_entry`` callbacks publish each entry).
 
     >>> led = Ledger.create(epsilon=1.0, delta=1e-6, rule="basic")
     >>> led.charge("laplace", 0.4).spent_epsilon
@@ -171,7 +183,7 @@ class Ledger:
     >>> led.charge("laplace", 0.7)
     Traceback (most recent call last):
     ...
-    mechanisms.errors.BudgetExhausted: privacy budget exhausted: laplace asked for eps=0.7, ...
+    dpstream.mechanisms.errors.BudgetExhausted: privacy budget exhausted: laplace asked for eps=0.7, ...
     """
     state: LedgerState
     on_entry: list = field(default_factory=list, repr=False)
@@ -193,9 +205,7 @@ class Ledger:
 
     def totals(self, s: LedgerState | None = None) -> PrivacyCost:
         """Spent (eps, delta) under the declared rule ('best': the smaller valid eps)."""
-        s = self.state if s is None else s
-        return _totals(s.rule, s.charges, s.sum_eps, s.sum_delta, s.sum_eps_sq, s.sum_eps_tanh,
-                       s.delta_prime, s.rho_complete, s.sum_rho, s.budget_delta)
+        return spent(self.state if s is None else s)
 
     def remaining(self) -> PrivacyCost:
         t = self.totals()

@@ -103,25 +103,26 @@ def simulate_above_threshold(stream: RandomStream, queries, threshold: float, ep
 
 
 def simulate_between_thresholds(stream: RandomStream, count: int, scale: Fraction | float,
-                                lower: float, upper: float, rounds: int, runs: int) -> np.ndarray:
-    """``runs`` BetweenThresholds instances asked the same count for up to ``rounds``
-    rounds; returns an (runs, 3) array of (#L, #R, halted)."""
+                                lower: float, upper: float, rounds: int, runs: int,
+                                v_max: int = 1) -> np.ndarray:
+    """``runs`` BetweenThresholds runs asked the same count for up to ``rounds`` rounds,
+    each stopping at its ``v_max``-th TOP; returns an (runs, 3) array of (#L, #R, #TOP).
+    ``v_max = 1`` is one instance (halts at TOP); larger is a predictor epoch under
+    per-epoch accounting (mechanisms/bt_epoch.py: the instances after each TOP are
+    further rounds of one process, with fresh noise per round)."""
     scale = fraction_at_least(scale)
-    n_l = np.zeros(runs, dtype=np.int64)
-    n_r = np.zeros(runs, dtype=np.int64)
-    halted = np.zeros(runs, dtype=bool)
+    out = np.zeros((runs, 3), dtype=np.int64)
     live = np.arange(runs)
     for _ in range(rounds):
         if not live.size:
             break
         v = count + discrete_laplace(stream, scale, live.size)
         is_l, is_r = v < lower, v > upper
-        n_l[live[is_l]] += 1
-        n_r[live[is_r]] += 1
-        top = ~(is_l | is_r)
-        halted[live[top]] = True
-        live = live[~top]
-    return np.stack([n_l, n_r, halted.astype(np.int64)], axis=1)
+        out[live[is_l], 0] += 1
+        out[live[is_r], 1] += 1
+        out[live[~(is_l | is_r)], 2] += 1
+        live = live[out[live, 2] < v_max]
+    return out
 
 
 def simulate_laplace_counts(stream: RandomStream, count: int, epsilon: float, runs: int) -> np.ndarray:
@@ -151,9 +152,9 @@ def _at(variant, q1, q2, threshold):
                               simulate_above_threshold(s2, q2, threshold, 1.0, n, variant))
 
 
-def _bt(scale):
-    return lambda s1, s2, n: (simulate_between_thresholds(s1, -1, scale, 0, 205.3, 200, n),
-                              simulate_between_thresholds(s2, 0, scale, 0, 205.3, 200, n))
+def _bt(scale, v_max=1, rounds=200):
+    return lambda s1, s2, n: (simulate_between_thresholds(s1, -1, scale, 0, 205.3, rounds, n, v_max),
+                              simulate_between_thresholds(s2, 0, scale, 0, 205.3, rounds, n, v_max))
 
 
 def _half_difference(fires):
@@ -163,6 +164,14 @@ def _half_difference(fires):
 def _calibrated_bt_scale() -> Fraction:
     from .between_thresholds import calibrate_between_thresholds
     return calibrate_between_thresholds(epsilon=1.0, delta=1e-6, lower=0, upper=205.3).scale
+
+
+_EPOCH_V = 8
+
+
+def _calibrated_epoch_scale() -> Fraction:
+    from .bt_epoch import calibrate_epoch
+    return calibrate_epoch(epsilon=1.0, delta=1e-6, lower=0, upper=205.3, v_max=_EPOCH_V).scale
 
 
 def _em(s1, s2, n):
@@ -196,6 +205,10 @@ def standard_scenarios() -> list[Scenario]:
                  _at("reuses_threshold_after_fire", zeros, _HALF, 0), _half_difference),
         Scenario("BROKEN BetweenThresholds: quoted scale 6", 1.0, 1e-6, True, _bt(6),
                  lambda o: o[:, 0] >= 9),
+        Scenario("predictor epoch, per-epoch calibrated (1, 1e-6), 8 hard queries", 1.0, 1e-6,
+                 False, _bt(_calibrated_epoch_scale(), _EPOCH_V, 400), lambda o: o[:, 0] >= 27),
+        Scenario("BROKEN predictor epoch: quoted scale 6, 8 hard queries", 1.0, 1e-6, True,
+                 _bt(6, _EPOCH_V, 400), lambda o: o[:, 0] >= 27),
     ]
 
 

@@ -63,31 +63,41 @@ def outcome_log_probs(counts: np.ndarray, scale: float, lower: float, upper: flo
 
 
 def _outcome_log_probs(c, scale, lower, upper):
-    lo = np.ceil(lower - c)            # v < A  <=>  Z <= ceil(A - c) - 1
-    hi = np.floor(upper - c)           # v > B  <=>  Z >= floor(B - c) + 1
+    """v = c + Z, Z ~ DLap(scale). With lo = ceil(A - c) and hi = floor(B - c):
+    L iff Z <= lo - 1, R iff Z >= hi + 1, TOP iff lo <= Z <= hi. For n >= 1,
+    P(Z >= n) = P(Z <= -n) = p^n / (1 + p) with p = e^(-1/scale) (``tail``). TOP's mass
+    is a difference of two such tails when [lo, hi] lies on one side of 0 (above: lo >= 1;
+    below, by symmetry: hi <= -1), and 1 - P(L) - P(R) only when it contains 0, where
+    P(TOP) is large and the subtraction loses nothing."""
+    lo = np.ceil(lower - c)
+    hi = np.floor(upper - c)
     log_l = log_dlap_cdf(lo - 1, scale)
     log_r = log_dlap_sf(hi + 1, scale)
-    # P(TOP) = 1 - P(L) - P(R), computed as the mass of [lo, hi] without cancellation.
-    p = math.exp(-1.0 / scale)
-    l1p = math.log1p(p)
+    l1p = math.log1p(math.exp(-1.0 / scale))
+
+    def tail(n):                       # P(Z >= n) for n >= 1
+        return np.exp(-n / scale - l1p)
+
     with np.errstate(divide="ignore"):
-        right = np.log(np.maximum(np.exp(lo * -1.0 / scale - l1p)
-                                  - np.exp((hi + 1) * -1.0 / scale - l1p), 0.0))   # lo >= 1
-        left = np.log(np.maximum(np.exp(-hi * -1.0 / scale - l1p)
-                                 - np.exp((-lo + 1) * -1.0 / scale - l1p), 0.0))  # hi <= -1
-        mid = np.log(np.maximum(-np.expm1(np.logaddexp(log_dlap_cdf(lo - 1, scale),
-                                                       log_dlap_sf(hi + 1, scale))), 0.0))
-    log_t = np.where(lo >= 1, right, np.where(hi <= -1, left, mid))
+        above = np.log(np.maximum(tail(lo) - tail(hi + 1), 0.0))
+        below = np.log(np.maximum(tail(-hi) - tail(1 - lo), 0.0))
+        across = np.log(np.maximum(-np.expm1(np.logaddexp(log_l, log_r)), 0.0))
+    log_t = np.where(lo >= 1, above, np.where(hi <= -1, below, across))
     return log_l, log_r, log_t
 
 
 NEAR_IN_SCALES = 2.0     # lanes searched first: counts within 2b (+2) of a threshold
 
 
-def threshold_windows(scale: float, lower: float, upper: float) -> list[np.ndarray]:
+WINDOW_IN_SCALES = 40.0
+
+
+def threshold_windows(scale: float, lower: float, upper: float,
+                      span_in_scales: float = WINDOW_IN_SCALES) -> list[np.ndarray]:
     """Counts within 40b of a threshold: one window, or two for a wide gap. Deeper inside
-    the gap both P(L) and P(R) are below e^-40 and the constraints are slack."""
-    span = int(math.ceil(40 * scale)) + 2
+    the gap both P(L) and P(R) are below e^-40 and the constraints are slack. (A narrower
+    span only serves first guesses, never a certified value.)"""
+    span = int(math.ceil(span_in_scales * scale)) + 2
     lo_win = np.arange(math.floor(lower) - span, math.ceil(lower) + span + 1)
     hi_win = np.arange(math.floor(upper) - span, math.ceil(upper) + span + 1)
     if hi_win[0] <= lo_win[-1] + 1:
@@ -95,11 +105,11 @@ def threshold_windows(scale: float, lower: float, upper: float) -> list[np.ndarr
     return [lo_win, hi_win]
 
 
-def neighbour_lanes(scale: float, lower: float, upper: float):
+def neighbour_lanes(scale: float, lower: float, upper: float, span_in_scales: float = WINDOW_IN_SCALES):
     """One lane per (count c, shift s in {+1, -1}) on the threshold windows, as arrays
     (log P_L, log P_R, log P_TOP, l_L, l_R, l_TOP, c) with l_o = ln(P_c(o) / P_{c+s}(o))."""
     parts = []
-    for counts in threshold_windows(scale, lower, upper):
+    for counts in threshold_windows(scale, lower, upper, span_in_scales):
         ll, lr, lt = outcome_log_probs(counts, scale, lower, upper)
         for shift in (+1, -1):
             a = slice(0, -1) if shift == +1 else slice(1, None)
@@ -144,20 +154,43 @@ def _common_u(log_pl, log_pr, l_l, l_r) -> tuple[float, int | None]:
     """The largest u with P_L e^{u l_L} + P_R e^{u l_R} <= 1 on every lane (rounded down,
     so it is feasible), and the lane that binds. Each lane's left side is convex in u
     and below 1 at u = 0, so its feasible u form an interval [0, u_i*] and the common
-    ones [0, min_i u_i*]: one scalar bisection on the worst violation finds it."""
-    def worst(u: float) -> float:
-        return float(_violation(u, log_pl, log_pr, l_l, l_r).max())
+    ones [0, min_i u_i*]. A coarse bisection on the worst violation brackets min_i u_i*
+    and names a violated lane; that lane's own root is found to full precision, and if
+    another lane is violated there, its root (smaller) is found next, until every lane
+    is feasible: a few passes over all lanes instead of fifty."""
+    lanes = (log_pl, log_pr, l_l, l_r)
 
-    hi = 1.0
-    while worst(hi) <= 0:                    # grow the bracket
-        hi *= 2
-        if hi > 1e12:
-            return math.inf, None
-    lo = 0.0
-    while hi - lo > 1e-15 * hi:
+    def worst(u: float) -> float:
+        return float(_violation(u, *lanes).max())
+
+    lo, hi = 0.0, 1.0
+    if worst(hi) <= 0:
+        while worst(hi) <= 0:                # grow the bracket
+            lo, hi = hi, hi * 4
+            if hi > 1e12:
+                return math.inf, None
+    else:
+        while hi > 1e-12 and worst(hi / 4) > 0:   # or shrink it (u ~ 1/(1.5 b))
+            hi /= 4
+        lo = hi / 4
+    lo = _bisect(worst, lo, hi, 1e-2)        # lo feasible on every lane, hi not
+    u, v = hi, _violation(hi, *lanes)
+    while True:                              # u infeasible on lane j: its root is below
+        j = int(np.argmax(v))
+        lane = tuple(x[j:j + 1] for x in lanes)
+        u = _bisect(lambda t: float(_violation(t, *lane)[0]), lo, u, 1e-15)
+        v = _violation(u, *lanes)
+        if v.max() <= 0:
+            return u, j
+
+
+def _bisect(violation, lo: float, hi: float, rel: float) -> float:
+    """Largest u found feasible (violation <= 0) between a feasible lo and an infeasible
+    hi, to a relative width ``rel``."""
+    while hi - lo > rel * hi:
         mid = (lo + hi) / 2
-        lo, hi = (mid, hi) if worst(mid) <= 0 else (lo, mid)
-    return lo, int(np.argmax(_violation(hi, log_pl, log_pr, l_l, l_r)))
+        lo, hi = (mid, hi) if violation(mid) <= 0 else (lo, mid)
+    return lo
 
 
 def between_thresholds_privacy(scale: float, lower: float, upper: float) -> tuple[float, float]:
@@ -167,6 +200,16 @@ def between_thresholds_privacy(scale: float, lower: float, upper: float) -> tupl
     if not upper > lower:
         raise ParameterError("upper", upper, f"> lower = {lower}")
     return _privacy_profile(float(scale), float(lower), float(upper))
+
+
+def _guessed_profile(scale: float, lower: float, upper: float) -> tuple[float, float]:
+    """(psi, eps_top) on the lanes near the thresholds only: where the exact values sit,
+    at a fraction of the cost, but not certified (it may miss a binding lane). It only
+    chooses where ``smallest_fitting_scale`` starts its exact walk."""
+    log_pl, log_pr, _, l_l, l_r, l_t, _ = neighbour_lanes(scale, lower, upper, NEAR_IN_SCALES + 1)
+    finite_top = np.isfinite(l_t)
+    u, _ = _common_u(log_pl, log_pr, l_l, l_r)
+    return 1.0 / u, float(l_t[finite_top].max()) if finite_top.any() else 0.0
 
 
 @dataclass(frozen=True)
@@ -194,26 +237,37 @@ class BetweenThresholdsCalibration:
         return float(self.scale) * math.log(T / beta)
 
 
-def smallest_fitting_scale(eps_of, epsilon: float, *, start: float, b_max: float) -> Fraction | None:
+def smallest_fitting_scale(eps_of, epsilon: float, *, start: float, b_max: float,
+                           guess_of=None) -> Fraction | None:
     """The smallest noise scale b on the 1/64 grid with eps_of(b) <= epsilon (None when
     none up to the gap's limit b_max fits), for a certified epsilon eps_of(b) that falls
     as b grows and is close to proportional to 1/b once the gap is wide (b psi, b eps_top
-    and b c_top settle). So a few secant steps b <- b eps_of(b) / epsilon from ``start``
+    and b c_top settle). So a few secant steps b <- b eps(b) / epsilon from ``start``
     land within a fraction of a percent of the answer, and a walk on the grid from its
-    rounding ends it: about six exact evaluations instead of a 40-step bisection. Only
-    the grid walk decides; the secant steps just choose where it starts."""
+    rounding ends it: about six evaluations instead of a 40-step bisection. Only the
+    grid walk, on the certified ``eps_of``, decides; the secant steps just choose where
+    it starts, so they may use a cheaper estimate ``guess_of`` (default ``eps_of``).
+    ``guess_of`` must never exceed ``eps_of`` (a lower bound): then a guess above
+    epsilon shows a scale does not fit without the exact evaluation (rounding in the
+    last bits can only make the answer one step larger, never unfitting). A scale is
+    only returned after ``eps_of`` itself says it fits."""
+    guess_of = guess_of or eps_of
+
+    def fits(b: float) -> bool:
+        return guess_of(b) <= epsilon and eps_of(b) <= epsilon
+
     b = min(b_max, start)
     for _ in range(4):
-        b = min(b_max, b * eps_of(b) / epsilon)
-    if b >= b_max and eps_of(b_max) > epsilon:
+        b = min(b_max, b * guess_of(b) / epsilon)
+    if b >= b_max and not fits(b_max):
         return None
     step = Fraction(1, 64)
     scale = fraction_at_least(b, 64)
-    if eps_of(float(scale)) <= epsilon:
-        while scale > step and eps_of(float(scale - step)) <= epsilon:
+    if fits(float(scale)):
+        while scale > step and fits(float(scale - step)):
             scale -= step
         return scale
-    while eps_of(float(scale)) > epsilon:
+    while not fits(float(scale)):
         scale += step
         if scale > b_max + 1:
             return None
@@ -231,15 +285,16 @@ def calibrate_between_thresholds(*, epsilon: float, delta: float, lower: float,
     if not upper > lower:
         raise ParameterError("upper", upper, f"> lower = {lower}")
 
-    def eps_of(b: float) -> float:
-        psi, eps_top = between_thresholds_privacy(b, lower, upper)
+    def eps_of(b: float, profile=between_thresholds_privacy) -> float:
+        psi, eps_top = profile(b, lower, upper)
         return eps_top + psi * math.log(1.0 / delta)
 
     gap = upper - lower
     b_max = gap / MIN_GAP_IN_SCALES          # any usable scale leaves a gap of 3b
     # b psi ~ 1.5 and eps_top <= 1/b for wide gaps (design.md section 4)
     scale = smallest_fitting_scale(eps_of, epsilon, b_max=b_max,
-                                   start=(1.5 * math.log(1.0 / delta) + 1.0) / epsilon)
+                                   start=(1.5 * math.log(1.0 / delta) + 1.0) / epsilon,
+                                   guess_of=lambda b: eps_of(b, _guessed_profile))
     if scale is None:
         raise ThresholdsTooClose(
             f"thresholds ({lower}, {upper}) have gap {gap:.4g} counts but (eps={epsilon}, "

@@ -52,10 +52,20 @@ class ContinualWinnowParams(Strict):
         return self
 
 
+#: Hypothesis classes a predictor can be registered with (learners/generators.py): real x for
+#: halfspaces (R^d), thresholds and intervals (d = 1); x in {-1, +1}^d for the monotone
+#: conjunctions and disjunctions and the decision lists; a domain index x = [i] for a finite
+#: class given as its prediction table.
+GENERATORS = ("halfspace", "thresholds", "intervals", "conjunctions", "disjunctions",
+              "decision_lists", "finite")
+BINARY_GENERATORS = ("conjunctions", "disjunctions", "decision_lists")
+FINITE_TABLE_ENTRIES = 100_000   # a finite class travels inside its registration record
+
+
 class PredictorParams(Strict):
     kind: Literal["predictor"] = "predictor"
-    generator: Literal["halfspace", "thresholds"] = "halfspace"
-    adaptive: bool = False
+    generator: Literal[GENERATORS] = "halfspace"
+    adaptive: bool = False                    # halfspaces only: the seed's adaptive generator
     k: int | None = Field(default=None, ge=1, le=1_000_000)   # blocks
     m: int | None = Field(default=None, ge=1, le=100_000)     # examples per block; an epoch needs k * m
     examples: int | None = Field(default=None, ge=1, le=100_000_000)  # or: examples per epoch, and
@@ -65,12 +75,35 @@ class PredictorParams(Strict):
     accounting: Literal["epoch", "instance"] = "epoch"   # learners/predictor.py
     hard_query_weight: float = Field(default=10_000.0, gt=0, le=1e6)   # halfspaces: a hard query's
     # weight against one example's; 1 keeps coin-flip labels from overriding noisy data
+    max_conjunction: int = Field(default=1, ge=1, le=3)     # decision_lists: rule size
+    negations: bool = True                                  # decision_lists: negated literals
+    table: list[list[Literal[-1, 1]]] | None = None         # finite: table[h][i], labels of
+    # hypothesis h on domain point i (the class is public, so it may sit in the config)
 
     @model_validator(mode="after")
     def _shape(self):
         if (self.k is None) != (self.m is None) or (self.k is None) == (self.examples is None):
             raise ValueError("give either k and m, or examples (k and m then follow from the budget)")
+        if (self.generator == "finite") != (self.table is not None):
+            raise ValueError("the finite generator needs 'table' (and only it takes one)")
+        if self.table is not None:
+            sizes = {len(row) for row in self.table}
+            if not self.table or len(sizes) != 1 or 0 in sizes:
+                raise ValueError("table must be a non-empty list of equally long, non-empty rows")
+            if len(self.table) * sizes.pop() > FINITE_TABLE_ENTRIES:
+                raise ValueError(f"table has more than {FINITE_TABLE_ENTRIES} entries")
+        if self.adaptive and self.generator != "halfspace":
+            raise ValueError("adaptive applies to the halfspace generator only")
         return self
+
+    def input_error(self, x: list[float]) -> str | None:
+        """Why a dense x is outside this class's domain (None when it is inside); the
+        dimension and the {-1, +1} check of the binary classes are made by the caller."""
+        if self.generator == "finite":
+            n = len(self.table[0])
+            if not (x[0].is_integer() and 0 <= x[0] < n):
+                return f"out of domain: this model needs x = [i] with i an integer in [0, {n})"
+        return None
 
 
 class DecisionListParams(Strict):
@@ -98,5 +131,6 @@ class ModelConfig(Strict):
 
     @property
     def binary(self) -> bool:
-        """Inputs in {-1, +1}^d (Winnow, decision lists) or real (the predictor)."""
-        return self.params.kind != "predictor"
+        """Inputs in {-1, +1}^d (Winnow, decision lists, predictors of a binary class) or real
+        (the other predictors)."""
+        return self.params.kind != "predictor" or self.params.generator in BINARY_GENERATORS

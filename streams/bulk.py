@@ -40,7 +40,7 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 
-from agents.records import RawRecord
+from dpstream.agents.records import RawRecord
 
 log = logging.getLogger("dpstream.bulk")
 

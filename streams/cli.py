@@ -21,8 +21,8 @@ import os
 import sys
 from pathlib import Path
 
-from mechanisms.errors import MissingKeyError
-from mechanisms.randomness import KeyedRandomness
+from dpstream.mechanisms.errors import MissingKeyError
+from dpstream.mechanisms.randomness import KeyedRandomness
 
 from . import topics
 
@@ -339,7 +339,7 @@ def cmd_models(args) -> int:
     # which holds raw features); the first valid registration of an id is the one in force.
     from pydantic import ValidationError
 
-    from schemas import ModelConfig
+    from dpstream.schemas import ModelConfig
     models = {}
     for r in asyncio.run(read_topic(args.broker, args.prefix + topics.MODELS, timeout=args.timeout)):
         try:
@@ -370,9 +370,9 @@ def _register(args) -> int:
     send it only when it would be accepted."""
     from pydantic import ValidationError
 
-    from agents.handlers import check_feasible
-    from agents.sequencer import _reason
-    from schemas import ModelConfig
+    from dpstream.agents.handlers import check_feasible
+    from dpstream.agents.sequencer import _reason
+    from dpstream.schemas import ModelConfig
     if not args.target:
         print("dpstream models register: name a model config file (JSON)", file=sys.stderr)
         return 2
@@ -401,7 +401,7 @@ def _register(args) -> int:
 
 
 def cmd_schemas(args) -> int:
-    from schemas import json_schemas
+    from dpstream.schemas import json_schemas
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     for name, schema in json_schemas().items():

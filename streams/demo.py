@@ -23,8 +23,8 @@ import math
 
 import numpy as np
 
-from mechanisms.errors import MissingKeyError
-from mechanisms.randomness import KeyedRandomness
+from dpstream.mechanisms.errors import MissingKeyError
+from dpstream.mechanisms.randomness import KeyedRandomness
 
 from .embedded import EmbeddedRuntime
 
@@ -99,8 +99,8 @@ def events(n_fraud: int, n_queries: int):
 def baselines(cfg: dict, labelled: list, query_truths: list) -> dict:
     """What a user would pick instead, on the same stream, in-process (never published):
     the majority class (from the labels seen so far, online) and a non-private learner."""
-    from learners.inputs import BinaryInput
-    from learners.winnow import Winnow
+    from dpstream.learners.inputs import BinaryInput
+    from dpstream.learners.winnow import Winnow
 
     pos = neg = mistakes_majority = 0
     for _, y in labelled:

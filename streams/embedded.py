@@ -13,10 +13,10 @@ from collections import defaultdict
 from collections.abc import Iterable, MutableMapping
 from pathlib import Path
 
-from agents.processor import Processor
-from agents.records import RawRecord
-from agents.sequencer import MODEL_EVENTS, sequence_one
-from mechanisms.randomness import KeyedRandomness
+from dpstream.agents.processor import Processor
+from dpstream.agents.records import RawRecord
+from dpstream.agents.sequencer import MODEL_EVENTS, sequence_one
+from dpstream.mechanisms.randomness import KeyedRandomness
 
 
 class SqliteState(MutableMapping):

@@ -14,7 +14,7 @@ import logging
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
-from agents.records import RawRecord
+from dpstream.agents.records import RawRecord
 
 log = logging.getLogger("dpstream.logread")
 

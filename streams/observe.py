@@ -17,7 +17,7 @@ import time
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
-from mechanisms.accounting import Ledger, LedgerState
+from dpstream.mechanisms.accounting import spent
 
 
 def status_of(config: dict, head: dict) -> dict:
@@ -44,11 +44,10 @@ def status_of(config: dict, head: dict) -> dict:
                    buffered_examples=head.get("buffer_n", 0))
     else:
         ledger = head.get("ledger")
-        out.update(epoch=head["window"], releases=head["version"],
+        out.update(epoch=head.get("epoch", head.get("window")), releases=head["version"],
                    buffered_examples=head["buffer_n"], exhausted=False)
-    spent = Ledger(LedgerState(**ledger)).totals() if ledger else None
-    out["spent_epsilon"] = spent.epsilon if spent else 0.0
-    out["spent_delta"] = spent.delta if spent else 0.0
+    total = spent(ledger)
+    out["spent_epsilon"], out["spent_delta"] = total.epsilon, total.delta
     out["left_epsilon"] = max(0.0, budget["epsilon"] - out["spent_epsilon"])
     return out
 

@@ -13,9 +13,9 @@ import json
 from collections import defaultdict
 from dataclasses import dataclass, field
 
-from agents.processor import Processor
-from agents.records import RawRecord
-from mechanisms.randomness import KeyedRandomness
+from dpstream.agents.processor import Processor
+from dpstream.agents.records import RawRecord
+from dpstream.mechanisms.randomness import KeyedRandomness
 
 from .topics import LEDGER, MODEL_EVENTS, PREDICTIONS, RELEASES
 
@@ -139,8 +139,8 @@ def verify_public(published: dict[str, list[dict]]) -> list[str]:
     equal the composition of its entries under the declared rule and stay within the
     budget, charge counters run 1, 2, 3, ... per (model, epoch), and prediction seqs and
     hypothesis versions never go backwards. Returns the problems found (empty: all good)."""
-    from mechanisms.accounting import Ledger
-    from mechanisms.errors import BudgetExhausted
+    from dpstream.mechanisms.accounting import Ledger
+    from dpstream.mechanisms.errors import BudgetExhausted
 
     problems: list[str] = []
     ledgers: dict[tuple, dict] = {}

@@ -28,7 +28,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from schemas import ModelConfig  # noqa: E402
+from dpstream.schemas import ModelConfig  # noqa: E402
 
 
 def _version() -> str:
@@ -41,7 +41,7 @@ def _version() -> str:
 
 def parameter_rows(config: ModelConfig) -> list[tuple[str, str, str]]:
     """(parameter, value, where it comes from)."""
-    from agents.handlers import predictor_config, winnow_parameters  # noqa: F401
+    from dpstream.agents.handlers import predictor_config, winnow_parameters  # noqa: F401
     p, b = config.params, config.budget
     rows = [("budget (eps, delta)", f"({b.epsilon:g}, {b.delta:g})", "model registration")]
     if p.kind == "winnow":
@@ -54,7 +54,7 @@ def parameter_rows(config: ModelConfig) -> list[tuple[str, str, str]]:
                                                           "8 ln(2T^2/beta)/eps^" if w.source == "theorem-11" else src),
                  ("guaranteed eps", f"{w.epsilon:.4g}", "Thm 11 composition (mechanisms.params.dp_winnow_guarantee)")]
     elif p.kind == "continual_winnow":
-        from learners.continual_winnow import continual_winnow_parameters
+        from dpstream.learners.continual_winnow import continual_winnow_parameters
         c = continual_winnow_parameters(epsilon=b.epsilon, delta=b.delta, d=config.dimension,
                                         max_active=p.max_active + 1, horizon=p.horizon,
                                         block=p.block, eta=p.eta, margin=p.margin)
@@ -72,7 +72,7 @@ def parameter_rows(config: ModelConfig) -> list[tuple[str, str, str]]:
     elif p.kind == "predictor":
         pc = predictor_config(config)
         cal = pc.calibration()
-        from agents.handlers import predictor_shape
+        from dpstream.agents.handlers import predictor_shape
         k, m = predictor_shape(config)
         rows += [("k blocks x m", f"{k} x {m}", "registration" if p.k else
                   "sized from the budget (learners.predictor.size_predictor)"),
@@ -89,8 +89,8 @@ def parameter_rows(config: ModelConfig) -> list[tuple[str, str, str]]:
         rows += [("thresholds A, B", f"{cal.lower:g}, {cal.upper:g}", "3k/8, 5k/8 (seed 001 Claim 2)"),
                  ("noise scale b", f"{float(cal.scale):.4g}", f"{p.accounting} calibration")]
     else:
-        from learners.decision_list_classifier import round_epsilon
-        from learners.decision_list import FeatureFamily
+        from dpstream.learners.decision_list_classifier import round_epsilon
+        from dpstream.learners.decision_list import FeatureFamily
         fam = FeatureFamily(config.dimension, p.max_conjunction, p.negations)
         rows += [("window", str(p.window), "registration"),
                  ("per-round eps", f"{round_epsilon(p.accounting, b.epsilon, b.delta, len(fam)):.4g}",

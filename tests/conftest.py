@@ -1,6 +1,6 @@
 import pytest
 
-from mechanisms.randomness import KeyedRandomness
+from dpstream.mechanisms.randomness import KeyedRandomness
 
 TEST_KEY = b"dpstream-test-key-not-for-production"
 

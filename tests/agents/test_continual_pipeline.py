@@ -5,9 +5,9 @@ import json
 
 import numpy as np
 
-from mechanisms.randomness import KeyedRandomness
-from streams.embedded import EmbeddedRuntime, SqliteState
-from streams.replay import replay, verify_public
+from dpstream.mechanisms.randomness import KeyedRandomness
+from dpstream.streams.embedded import EmbeddedRuntime, SqliteState
+from dpstream.streams.replay import replay, verify_public
 
 RNG = KeyedRandomness(b"continual-pipeline-tests-key-000")
 CONFIG = {"model_id": "cw", "dimension": 30, "budget": {"epsilon": 2.0, "delta": 1e-6},
@@ -92,8 +92,8 @@ def test_rows_beyond_the_active_cap_are_dead_lettered_without_their_count():
 def _apply_log(log, batch):
     """Apply an embedded run's model-events log with a fresh Processor, ``batch`` records
     at a time; returns (outputs in emit order, final state)."""
-    from agents.processor import Processor
-    from agents.records import RawRecord
+    from dpstream.agents.processor import Processor
+    from dpstream.agents.records import RawRecord
     out, state = [], {}
 
     async def emit(topic, key, value):

@@ -14,11 +14,11 @@ import json
 
 import pytest
 
-from agents.processor import Processor
-from agents.records import RawRecord
-from agents.sequencer import MODEL_EVENTS, sequence_one
-from mechanisms.randomness import KeyedRandomness
-from streams.embedded import EmbeddedRuntime
+from dpstream.agents.processor import Processor
+from dpstream.agents.records import RawRecord
+from dpstream.agents.sequencer import MODEL_EVENTS, sequence_one
+from dpstream.mechanisms.randomness import KeyedRandomness
+from dpstream.streams.embedded import EmbeddedRuntime
 
 from ..streams.kafka_helpers import per_model
 

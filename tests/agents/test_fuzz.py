@@ -8,8 +8,8 @@ import json
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from agents.records import RawRecord
-from agents.sequencer import MODEL_EVENTS, REJECTED, sequence_one
+from dpstream.agents.records import RawRecord
+from dpstream.agents.sequencer import MODEL_EVENTS, REJECTED, sequence_one
 
 CONFIG = {"type": "model", "model_id": "w1", "dimension": 8, "budget": {"epsilon": 2.0, "delta": 1e-6},
           "params": {"kind": "continual_winnow", "max_active": 4, "block": 100,

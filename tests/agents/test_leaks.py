@@ -8,15 +8,15 @@ import re
 
 import numpy as np
 
-from agents.records import RawRecord
-from agents.sequencer import sequence_one
-from learners.dp_winnow import DPWinnow
-from learners.inputs import BinaryInput
-from mechanisms.audit import epsilon_lower_bound
-from mechanisms.params import dp_winnow_practical_parameters
-from mechanisms.randomness import KeyedRandomness
-from streams.embedded import EmbeddedRuntime
-from streams.report import build_report
+from dpstream.agents.records import RawRecord
+from dpstream.agents.sequencer import sequence_one
+from dpstream.learners.dp_winnow import DPWinnow
+from dpstream.learners.inputs import BinaryInput
+from dpstream.mechanisms.audit import epsilon_lower_bound
+from dpstream.mechanisms.params import dp_winnow_practical_parameters
+from dpstream.mechanisms.randomness import KeyedRandomness
+from dpstream.streams.embedded import EmbeddedRuntime
+from dpstream.streams.report import build_report
 
 RNG = KeyedRandomness(b"leak-tests-key-not-secret-000000")
 WINNOW = {"model_id": "w", "dimension": 8, "budget": {"epsilon": 50.0, "delta": 1e-6},
@@ -157,7 +157,7 @@ def test_public_report_is_identical_when_every_example_label_is_flipped(tmp_path
 
 
 def test_internal_report_says_so_first_and_shows_exact_mistakes(tmp_path):
-    from streams.replay import replay
+    from dpstream.streams.replay import replay
     rt = _run(_mixed_stream())
     mistakes = {}
     asyncio.run(replay(RNG, rt.log, rt.outputs, mistakes=mistakes))
@@ -170,7 +170,7 @@ def test_internal_report_says_so_first_and_shows_exact_mistakes(tmp_path):
 
 
 def test_exported_files_are_readable_by_their_owner_only(tmp_path):
-    from streams.cli import write_export
+    from dpstream.streams.cli import write_export
     rt = _run(_mixed_stream()[:50])
     write_export(tmp_path / "out", rt.log, rt.outputs)
     assert (tmp_path / "out").stat().st_mode & 0o777 == 0o700

@@ -5,19 +5,19 @@ import asyncio
 import json
 import time
 
-from agents.processor import Processor
-from agents.records import RawRecord
-from mechanisms.randomness import KeyedRandomness
-from streams.embedded import EmbeddedRuntime
+from dpstream.agents.processor import Processor
+from dpstream.agents.records import RawRecord
+from dpstream.mechanisms.randomness import KeyedRandomness
+from dpstream.streams.embedded import EmbeddedRuntime
 
 RNG = KeyedRandomness(b"offload-tests-key-00000000000000")
 PREDICTOR = {"model_id": "p", "dimension": 3, "budget": {"epsilon": 4.0, "delta": 1e-6},
-             "params": {"kind": "predictor", "generator": "halfspace", "k": 800, "m": 4, "v_max": 2}}
+             "params": {"kind": "predictor", "generator": "halfspace", "k": 3000, "m": 2, "v_max": 2}}
 
 
 def log_records():
     s = RNG.stream("offload", "data", 0)
-    X = s.uniform(3 * 3200).reshape(3200, 3)
+    X = s.uniform(3 * 6000).reshape(6000, 3)
     items = [("models", PREDICTOR)] + [
         ("examples", {"model_id": "p", "x": x.tolist(), "y": 1 if x[0] > 0.5 else -1}) for x in X]
     items += [("queries", {"model_id": "p", "x": [0.9, 0.1, 0.1]})]
@@ -49,7 +49,7 @@ def test_an_offloaded_batch_gives_the_same_outputs_and_the_loop_keeps_ticking():
         tick = asyncio.create_task(ticker())
         p = Processor(RNG, {}, emit, offload=True)
         t0 = time.perf_counter()
-        await p.handle_batch(log)                  # one batch: 800 LP fits at the epoch start
+        await p.handle_batch(log)                  # one batch: 3,000 LP fits at the epoch start
         busy = time.perf_counter() - t0
         stop.set()
         await tick

@@ -4,8 +4,8 @@ import json
 import numpy as np
 import pytest
 
-from mechanisms.randomness import KeyedRandomness
-from streams.embedded import EmbeddedRuntime, SqliteState
+from dpstream.mechanisms.randomness import KeyedRandomness
+from dpstream.streams.embedded import EmbeddedRuntime, SqliteState
 
 KEY = b"pipeline-tests-key-00000000000000"
 RNG = KeyedRandomness(KEY)
@@ -162,7 +162,7 @@ async def test_infeasible_registration_is_rejected():
 
 
 async def test_status_summary_shows_counters_and_budget_but_no_features():
-    from streams.observe import collect_status
+    from dpstream.streams.observe import collect_status
     rt = await run([("models", winnow_config())] + winnow_events(n=100))
     status = collect_status(rt.state)["w1"]
     assert status["kind"] == "winnow" and status["rounds"] == 100 and status["events"] == 121
@@ -177,7 +177,7 @@ async def test_a_registration_on_the_examples_topic_is_refused():
 
 
 async def test_a_broken_model_events_record_is_dead_lettered_and_later_events_still_apply():
-    from agents.records import RawRecord
+    from dpstream.agents.records import RawRecord
     rt = await run([("models", winnow_config())] + winnow_events(n=10))
     n = len(rt.outputs["predictions"])
     rt.log_offset += 1

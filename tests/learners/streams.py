@@ -1,8 +1,8 @@
 """Realizable test streams built from keyed randomness (reproducible everywhere)."""
 import numpy as np
 
-from learners.inputs import BinaryInput
-from mechanisms.randomness import KeyedRandomness
+from dpstream.learners.inputs import BinaryInput
+from dpstream.mechanisms.randomness import KeyedRandomness
 
 RNG = KeyedRandomness(b"dpstream-test-streams-0001000000")
 

@@ -3,10 +3,10 @@ the released model is the only thing decisions read, batches equal single steps.
 import numpy as np
 import pytest
 
-from learners.continual_winnow import ContinualWinnow, continual_winnow_parameters
-from mechanisms.continual import tree_epsilon
-from mechanisms.errors import ParameterError
-from mechanisms.randomness import KeyedRandomness
+from dpstream.learners.continual_winnow import ContinualWinnow, continual_winnow_parameters
+from dpstream.mechanisms.continual import tree_epsilon
+from dpstream.mechanisms.errors import ParameterError
+from dpstream.mechanisms.randomness import KeyedRandomness
 
 from .streams import disjunction_stream
 

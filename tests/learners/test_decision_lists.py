@@ -3,13 +3,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from learners.decision_list import TRUE, DecisionList, FeatureFamily
-from learners.dl_halfspace import (brute_force_margin, decision_list_weights, exact_margin,
+from dpstream.learners.decision_list import TRUE, DecisionList, FeatureFamily
+from dpstream.learners.dl_halfspace import (brute_force_margin, decision_list_weights, exact_margin,
                                    nonnegative_embedding)
-from learners.decision_list_classifier import DPDecisionListClassifier
-from learners.greedy_cover import dp_greedy_cover, rivest_greedy
-from mechanisms.errors import ParameterError
-from mechanisms.randomness import KeyedRandomness
+from dpstream.learners.decision_list_classifier import DPDecisionListClassifier
+from dpstream.learners.greedy_cover import dp_greedy_cover, rivest_greedy
+from dpstream.mechanisms.errors import ParameterError
+from dpstream.mechanisms.randomness import KeyedRandomness
 
 RNG = KeyedRandomness(b"decision-list-tests-key000000000")
 

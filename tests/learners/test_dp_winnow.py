@@ -3,10 +3,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from learners.dp_winnow import DPWinnow, DPWinnowState
-from mechanisms.errors import ParameterError
-from mechanisms.params import dp_winnow_practical_parameters, dp_winnow_theory_parameters
-from mechanisms.randomness import KeyedRandomness
+from dpstream.learners.dp_winnow import DPWinnow, DPWinnowState
+from dpstream.mechanisms.errors import ParameterError
+from dpstream.mechanisms.params import dp_winnow_practical_parameters, dp_winnow_theory_parameters
+from dpstream.mechanisms.randomness import KeyedRandomness
 
 from .streams import disjunction_stream
 
@@ -115,7 +115,7 @@ def test_released_weights_have_at_most_m_nonzeros():
 
 def test_bad_inputs_raise():
     model = DPWinnow(params=practical(), d=10, rng=RNG, model_id="bad")
-    from learners.inputs import BinaryInput
+    from dpstream.learners.inputs import BinaryInput
     with pytest.raises(ParameterError):
         model.learn_one(BinaryInput.from_active([1], 11), 1)
     with pytest.raises(ParameterError):

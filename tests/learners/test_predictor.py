@@ -3,13 +3,13 @@ import math
 import numpy as np
 import pytest
 
-from learners.decision_list import FeatureFamily
-from learners.generators import (DecisionLists, FiniteClass, Halfspaces, Intervals,
+from dpstream.learners.decision_list import FeatureFamily
+from dpstream.learners.generators import (DecisionLists, FiniteClass, Halfspaces, Intervals,
                                  MonotoneConjunctions, Thresholds)
-from learners.predictor import (ANSWERED, EXHAUSTED, HARD, PredictorConfig, PredictorState,
+from dpstream.learners.predictor import (ANSWERED, EXHAUSTED, HARD, PredictorConfig, PredictorState,
                                 PrivatePredictor)
-from mechanisms.errors import ThresholdsTooClose
-from mechanisms.randomness import KeyedRandomness
+from dpstream.mechanisms.errors import ThresholdsTooClose
+from dpstream.mechanisms.randomness import KeyedRandomness
 
 RNG = KeyedRandomness(b"predictor-tests-key-000000000000")
 
@@ -119,7 +119,7 @@ def test_exhaustion_stops_answers_and_a_new_epoch_on_fresh_data_resumes():
 
 
 def Ledger_total(p):
-    from mechanisms.accounting import Ledger
+    from dpstream.mechanisms.accounting import Ledger
     return Ledger(p.state.ledger).totals().epsilon
 
 
@@ -176,9 +176,31 @@ def test_oblivious_halfspace_generator_satisfies_hard_labels():
     assert gen.votes(gen.stack([h]), [0.9, 0.1])[0] == -1
 
 
+@pytest.mark.parametrize("adaptive", [False, True])
+def test_halfspace_lp_reaches_the_optimum_scipy_finds_for_the_same_program(adaptive):
+    """The generator's LP (highspy) against the same program written for scipy's linprog:
+    equal optimal slack on noisy blocks, and the adaptive hard queries on the hyperplane."""
+    from dpstream.learners.generators import reference_fit
+    d, m, weight = 4, 25, 3.0
+    for seed in range(5):
+        s = data_stream("lp-vs-scipy", seed)
+        X = s.uniform(m * d).reshape(m, d) * 2 - 1
+        y = np.where(X[:, 0] + 0.5 * X[:, 1] + 0.3 * (s.uniform(m) - 0.5) > 0, 1.0, -1.0)
+        hX = s.uniform(2 * d).reshape(2, d) * 2 - 1
+        hy = np.array([1.0, -1.0])
+        gen = Halfspaces(d, adaptive=adaptive, hard_weight=weight)
+        h = gen.fit(X, y, hX, hy)
+        rows, ys = (X, y) if adaptive else (np.vstack([X, hX]), np.concatenate([y, hy]))
+        cost = np.ones(m) if adaptive else np.r_[np.ones(m), np.full(2, weight)]
+        slack = np.maximum(0.0, 1 - ys * (rows @ h[:-1] - h[-1]))
+        assert cost @ slack == pytest.approx(reference_fit(gen, X, y, hX, hy)[1], rel=1e-7, abs=1e-7)
+        if adaptive:
+            assert np.abs(hX @ h[:-1] - h[-1]).max() < 1e-6
+
+
 def test_sizing_from_the_budget_gives_blocks_the_calibration_accepts_or_says_what_is_missing():
-    from learners.predictor import size_predictor, smallest_k
-    from mechanisms.errors import InfeasibleParameters
+    from dpstream.learners.predictor import size_predictor, smallest_k
+    from dpstream.mechanisms.errors import InfeasibleParameters
     k, m = size_predictor(epsilon=4.0, delta=1e-6, v_max=64, examples=34_097)
     assert k * m <= 34_097 and m >= 10
     PredictorConfig(k=k, epsilon=4.0, delta=1e-6, v_max=64).calibration()        # accepted

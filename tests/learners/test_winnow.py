@@ -3,10 +3,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from learners.inputs import BinaryInput
-from learners.winnow import ConfidentWinnow, Winnow, WinnowState
-from mechanisms.errors import ParameterError
-from mechanisms.params import winnow_update_bound
+from dpstream.learners.inputs import BinaryInput
+from dpstream.learners.winnow import ConfidentWinnow, Winnow, WinnowState
+from dpstream.mechanisms.errors import ParameterError
+from dpstream.mechanisms.params import winnow_update_bound
 
 from .streams import disjunction_margin, disjunction_stream, margin_stream, random_margin_target
 

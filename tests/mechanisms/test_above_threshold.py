@@ -4,9 +4,9 @@ import math
 import numpy as np
 import pytest
 
-from mechanisms.above_threshold import AboveThreshold, AboveThresholdState, above_threshold_alpha
-from mechanisms.errors import MechanismHalted, ParameterError
-from mechanisms.exact import above_threshold_fire_distribution
+from dpstream.mechanisms.above_threshold import AboveThreshold, AboveThresholdState, above_threshold_alpha
+from dpstream.mechanisms.errors import MechanismHalted, ParameterError
+from dpstream.mechanisms.exact import above_threshold_fire_distribution
 
 from .stats import chi_square_pvalue
 

@@ -4,10 +4,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mechanisms.accounting import (Ledger, PrivacyCost, advanced_composition,
+from dpstream.mechanisms.accounting import (Ledger, PrivacyCost, advanced_composition,
                                    advanced_composition_sums, basic_composition,
                                    solve_per_instance_epsilon)
-from mechanisms.errors import BudgetExhausted, ParameterError
+from dpstream.mechanisms.errors import BudgetExhausted, ParameterError
 
 charges = st.lists(st.tuples(st.floats(0.0, 0.5), st.sampled_from([0.0, 1e-9, 1e-7]),
                              st.integers(1, 50)), max_size=60)
@@ -52,7 +52,7 @@ def test_heterogeneous_form_equals_theorem_3_for_equal_charges(eps, k):
 
 
 def test_best_rule_is_never_worse_than_basic_or_advanced_for_many_small_charges():
-    from mechanisms.accounting import zcdp_epsilon
+    from dpstream.mechanisms.accounting import zcdp_epsilon
     led = Ledger.create(epsilon=100.0, delta=1e-5, rule="best")
     for _ in range(1000):
         led.charge("bt", 0.01)
@@ -85,7 +85,7 @@ def test_bad_budgets_raise(kwargs):
 
 
 def test_zcdp_path_composes_pure_charges_and_turns_off_with_an_approximate_one():
-    from mechanisms.accounting import zcdp_epsilon
+    from dpstream.mechanisms.accounting import zcdp_epsilon
     led = Ledger.create(epsilon=100.0, delta=1e-6, rule="best")
     for _ in range(400):
         led.charge("pure", 0.1)                         # rho = 0.005 each
@@ -111,7 +111,7 @@ def test_zcdp_conversion_is_dp_accountings_own_for_a_zcdp_event(rho):
     import dp_accounting
     from dp_accounting import rdp
 
-    from mechanisms.accounting import ZCDP_ORDERS, zcdp_epsilon
+    from dpstream.mechanisms.accounting import ZCDP_ORDERS, zcdp_epsilon
     acc = rdp.RdpAccountant(orders=list(ZCDP_ORDERS))
     acc.compose(dp_accounting.ZCDpEvent(rho=rho))
     for delta in (1e-6, 1e-9):

@@ -2,7 +2,7 @@
 and each deliberately broken variant is flagged (the auditor's power check)."""
 import pytest
 
-from mechanisms.audit import clopper_pearson, epsilon_lower_bound, run_scenario, standard_scenarios
+from dpstream.mechanisms.audit import clopper_pearson, epsilon_lower_bound, run_scenario, standard_scenarios
 
 SCENARIOS = standard_scenarios()
 

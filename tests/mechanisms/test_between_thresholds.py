@@ -3,11 +3,11 @@ import math
 import numpy as np
 import pytest
 
-from mechanisms.between_thresholds import (L, R, TOP, BetweenThresholds, BetweenThresholdsState,
+from dpstream.mechanisms.between_thresholds import (L, R, TOP, BetweenThresholds, BetweenThresholdsState,
                                            between_thresholds_privacy,
                                            calibrate_between_thresholds, outcome_log_probs)
-from mechanisms.errors import MechanismHalted, ThresholdsTooClose
-from mechanisms.exact import between_thresholds_worst_constant_delta
+from dpstream.mechanisms.errors import MechanismHalted, ThresholdsTooClose
+from dpstream.mechanisms.exact import between_thresholds_worst_constant_delta
 
 from .stats import chi_square_pvalue
 

@@ -6,10 +6,10 @@ import math
 import numpy as np
 import pytest
 
-from mechanisms.between_thresholds import calibrate_between_thresholds
-from mechanisms.bt_epoch import calibrate_epoch, epoch_epsilon, top_charge
-from mechanisms.exact import between_thresholds_epoch_constant_delta
-from mechanisms.params import predictor_instance_budget
+from dpstream.mechanisms.between_thresholds import calibrate_between_thresholds
+from dpstream.mechanisms.bt_epoch import calibrate_epoch, epoch_epsilon, top_charge
+from dpstream.mechanisms.exact import between_thresholds_epoch_constant_delta
+from dpstream.mechanisms.params import predictor_instance_budget
 
 K = 400                                   # blocks: thresholds at 3k/8 and 5k/8
 
@@ -44,7 +44,7 @@ def test_the_claim_is_within_a_factor_two_of_what_constant_adversaries_reach():
 def test_top_charge_meets_the_supermartingale_condition_on_every_count():
     lower, upper, b = 150.0, 250.0, 10.0
     _, psi, c_top = epoch_epsilon(b, lower, upper, 8, 1e-6)
-    from mechanisms.between_thresholds import outcome_log_probs
+    from dpstream.mechanisms.between_thresholds import outcome_log_probs
     counts = np.arange(0, 401)
     ll, lr, lt = outcome_log_probs(counts, b, lower, upper)
     for s in (1, -1):

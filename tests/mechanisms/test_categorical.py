@@ -3,8 +3,8 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
-from mechanisms.categorical import _boundaries, _resolve_tie, sample_groups
-from mechanisms.errors import ParameterError
+from dpstream.mechanisms.categorical import _boundaries, _resolve_tie, sample_groups
+from dpstream.mechanisms.errors import ParameterError
 
 from .stats import chi_square_pvalue
 

@@ -6,10 +6,10 @@ import math
 import numpy as np
 import pytest
 
-from mechanisms.audit import epsilon_lower_bound
-from mechanisms.continual import (TreeNoise, calibrate_tree_sigma2, close_block, closed_nodes,
+from dpstream.mechanisms.audit import epsilon_lower_bound
+from dpstream.mechanisms.continual import (TreeNoise, calibrate_tree_sigma2, close_block, closed_nodes,
                                   tree_epsilon, tree_levels)
-from mechanisms.samplers import discrete_gaussian, discrete_gaussian_pmf
+from dpstream.mechanisms.samplers import discrete_gaussian, discrete_gaussian_pmf
 
 
 def test_tree_update_keeps_the_decomposition_and_the_true_prefix_sums():

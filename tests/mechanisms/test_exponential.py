@@ -5,9 +5,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mechanisms.errors import ParameterError
-from mechanisms.exact import exponential_mechanism_probabilities
-from mechanisms.exponential import exponential_mechanism
+from dpstream.mechanisms.errors import ParameterError
+from dpstream.mechanisms.exact import exponential_mechanism_probabilities
+from dpstream.mechanisms.exponential import exponential_mechanism
 
 from .stats import chi_square_pvalue
 

@@ -3,8 +3,8 @@ import math
 import numpy as np
 import pytest
 
-from mechanisms.errors import InfeasibleParameters, ParameterError
-from mechanisms.params import (dp_winnow_guarantee, dp_winnow_practical_parameters,
+from dpstream.mechanisms.errors import InfeasibleParameters, ParameterError
+from dpstream.mechanisms.params import (dp_winnow_guarantee, dp_winnow_practical_parameters,
                                dp_winnow_theorem_settings,
                                dp_winnow_sample_size, dp_winnow_theory_parameters,
                                greedy_cover_round_epsilon, predictor_guarantee,
@@ -85,7 +85,7 @@ def test_weight_draws_are_two_eta_squared_zcdp_exactly_on_every_small_neighbour(
     most alpha * 2 eta^2 at every order alpha (zCDP)."""
     import itertools
 
-    from mechanisms.params import dp_winnow_draw_rho
+    from dpstream.mechanisms.params import dp_winnow_draw_rho
     eta = 0.3
     u = np.array([0, 3, -1, 5], dtype=float)
     p = np.exp(eta * u) / np.exp(eta * u).sum()
@@ -109,8 +109,8 @@ def test_theory_mode_spends_its_whole_budget_and_says_when_it_cannot_update():
 
 
 def test_the_guarantee_is_the_better_of_advanced_composition_and_zcdp():
-    from mechanisms.accounting import advanced_composition, zcdp_epsilon
-    from mechanisms.params import dp_winnow_draw_rho
+    from dpstream.mechanisms.accounting import advanced_composition, zcdp_epsilon
+    from dpstream.mechanisms.params import dp_winnow_draw_rho
     g = dp_winnow_guarantee(eps_hat=1.0, eta=0.05, m=5000, K=2000, delta=1e-6)
     adv = advanced_composition(1.0, 0, 2000, 5e-7).epsilon + \
         advanced_composition(0.2, 0, 5000 * 2000, 5e-7).epsilon

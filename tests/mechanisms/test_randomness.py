@@ -2,8 +2,8 @@ import numpy as np
 import pytest
 from scipy.stats import chi2
 
-from mechanisms.errors import MissingKeyError, ParameterError
-from mechanisms.randomness import KeyedRandomness
+from dpstream.mechanisms.errors import MissingKeyError, ParameterError
+from dpstream.mechanisms.randomness import KeyedRandomness
 
 
 def test_same_key_model_purpose_counter_gives_identical_draws(rng):

@@ -6,7 +6,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy.stats import binomtest
 
-from mechanisms.samplers import (bernoulli_exp, discrete_laplace, discrete_laplace_cdf,
+from dpstream.mechanisms.samplers import (bernoulli_exp, discrete_laplace, discrete_laplace_cdf,
                                  discrete_laplace_pmf, fraction_at_least, fraction_at_most,
                                  geometric_exp)
 

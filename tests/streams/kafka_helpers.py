@@ -29,7 +29,7 @@ class Worker:
         env = dict(os.environ, DPSTREAM_SECRET_KEY=KEY_HEX, PYTHONPATH=str(ROOT))
         self._log_fh = open(self.log, "ab")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "streams.cli", "worker", "--broker", self.bootstrap,
+            [sys.executable, "-m", "dpstream.streams.cli", "worker", "--broker", self.bootstrap,
              "--prefix", self.prefix, "--app-id", f"{self.prefix}app", "--loglevel", "info",
              "--data-dir", str(self.dir / "data")]
             + (["--web-port", str(self.web_port)] if self.web_port else []) + list(self.args),

@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from streams.cli import main
+from dpstream.streams.cli import main
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -117,7 +117,7 @@ def test_produce_refuses_a_topic_that_is_not_an_input(capsys):
 def test_repeated_log_lines_are_held_back_and_counted():
     import logging
 
-    from streams.observe import RepeatFilter
+    from dpstream.streams.observe import RepeatFilter
     f = RepeatFilter(window=60)
     records = [logging.LogRecord("aiokafka", logging.ERROR, "x", 1, "Unable to connect", None, None)
                for _ in range(1000)]
@@ -127,7 +127,7 @@ def test_repeated_log_lines_are_held_back_and_counted():
 
 
 def test_status_lists_only_the_models_this_worker_owns():
-    from streams.observe import collect_status, model_partition
+    from dpstream.streams.observe import collect_status, model_partition
     cfg = {"params": {"kind": "continual_winnow"}, "budget": {"epsilon": 1.0, "delta": 1e-6},
            "dimension": 4}
     head = {"n": 3, "learner": {"epoch": 0, "b": 1}, "ledger": {"budget_epsilon": 1.0, "budget_delta": 1e-6}}

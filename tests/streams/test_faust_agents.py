@@ -5,8 +5,8 @@ import json
 
 import pytest
 
-from mechanisms.randomness import KeyedRandomness
-from streams.app import make_app
+from dpstream.mechanisms.randomness import KeyedRandomness
+from dpstream.streams.app import make_app
 
 MODEL = {"type": "model", "model_id": "w1", "dimension": 10,
          "budget": {"epsilon": 100.0, "delta": 1e-6},

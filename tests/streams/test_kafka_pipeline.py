@@ -9,10 +9,10 @@ from urllib.request import urlopen
 
 import pytest
 
-from mechanisms.randomness import KeyedRandomness
-from streams.cli import _export_kafka
-from streams.embedded import EmbeddedRuntime
-from streams.replay import replay, verify_public
+from dpstream.mechanisms.randomness import KeyedRandomness
+from dpstream.streams.cli import _export_kafka
+from dpstream.streams.embedded import EmbeddedRuntime
+from dpstream.streams.replay import replay, verify_public
 
 from .kafka_helpers import KEY_HEX, Worker, per_model, produce, read_all
 from .workload import examples, models, queries

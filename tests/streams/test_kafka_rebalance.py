@@ -7,8 +7,8 @@ import asyncio
 import numpy as np
 import pytest
 
-from mechanisms.randomness import KeyedRandomness
-from streams.embedded import EmbeddedRuntime
+from dpstream.mechanisms.randomness import KeyedRandomness
+from dpstream.streams.embedded import EmbeddedRuntime
 
 from .kafka_helpers import KEY_HEX, Worker, per_model, produce, read_all
 

@@ -7,10 +7,10 @@ import subprocess
 
 import pytest
 
-from mechanisms.randomness import KeyedRandomness
-from streams.embedded import EmbeddedRuntime
-from streams.replay import replay
-from streams.report import build_report
+from dpstream.mechanisms.randomness import KeyedRandomness
+from dpstream.streams.embedded import EmbeddedRuntime
+from dpstream.streams.replay import replay
+from dpstream.streams.report import build_report
 
 KEY = b"report-tests-key-0000000000000000"
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from mechanisms.randomness import KeyedRandomness
+from dpstream.mechanisms.randomness import KeyedRandomness
 
 DATA = KeyedRandomness(b"kafka-tests-data-not-secret00000")
 
