@@ -16,7 +16,7 @@ from dataclasses import asdict
 import numpy as np
 
 from dpstream.learners.continual_winnow import (ContinualWinnow, ContinualWinnowParameters,
-                                       ContinualWinnowState, continual_winnow_parameters)
+                                                ContinualWinnowState, continual_winnow_parameters)
 from dpstream.learners.decision_list import DecisionList, FeatureFamily
 from dpstream.learners.dp_winnow import DPWinnow, DPWinnowState
 from dpstream.learners.decision_list_classifier import round_epsilon
@@ -25,7 +25,7 @@ from dpstream.learners.generators import (DecisionLists, FiniteClass, Halfspaces
 from dpstream.learners.greedy_cover import dp_greedy_cover
 from dpstream.learners.inputs import BinaryInput
 from dpstream.learners.predictor import (EXHAUSTED, HARD, NO_EPOCH, PredictorConfig, PredictorState,
-                                PrivatePredictor, size_predictor)
+                                         PrivatePredictor, size_predictor)
 from dpstream.learners.winnow import decode_array, encode_array
 from dpstream.mechanisms.accounting import Ledger, LedgerEntry, LedgerState, spent
 from dpstream.mechanisms.continual import closed_nodes
@@ -485,8 +485,9 @@ class DecisionListHandler(Handler):
             self.released = DecisionList(self.family, tuple(map(tuple, rec["rules"])), rec["default"])
 
     def save(self, offset: int) -> None:
-        self._write_head(offset, {"buffer_n": self.buffer_n, "version": self.version, "epoch": self.epoch,
-                                  "ledger": None if self.ledger_state is None else dict(vars(self.ledger_state))})
+        ledger = None if self.ledger_state is None else dict(vars(self.ledger_state))
+        self._write_head(offset, {"buffer_n": self.buffer_n, "version": self.version,
+                                  "epoch": self.epoch, "ledger": ledger})
 
     def ledger_record(self) -> LedgerState | None:
         return self.ledger_state

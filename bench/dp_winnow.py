@@ -20,7 +20,7 @@ from dpstream.learners.dp_winnow import DPWinnow
 from dpstream.learners.inputs import BinaryInput
 from dpstream.learners.winnow import Winnow
 from dpstream.mechanisms.params import (dp_winnow_practical_parameters, dp_winnow_theory_parameters,
-                               winnow_update_bound)
+                                        winnow_update_bound)
 from dpstream.mechanisms.randomness import KeyedRandomness
 
 RELEVANT, ACTIVE = 10, 20

@@ -47,7 +47,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from dpstream.mechanisms.continual import (TreeNoise, calibrate_tree_sigma2, close_block, tree_epsilon,
-                                  tree_levels, tree_rho)
+                                           tree_levels, tree_rho)
 from dpstream.mechanisms.errors import ParameterError
 from dpstream.mechanisms.randomness import KeyedRandomness
 

@@ -32,7 +32,7 @@ import numpy as np
 from dpstream.mechanisms.accounting import Ledger
 from dpstream.mechanisms.errors import ParameterError
 from dpstream.mechanisms.params import (greedy_cover_advanced_round_epsilon, greedy_cover_basic_round_epsilon,
-                               greedy_cover_round_epsilon)
+                                        greedy_cover_round_epsilon)
 from dpstream.mechanisms.randomness import KeyedRandomness
 
 from .decision_list import FeatureFamily, check_labels, check_rows

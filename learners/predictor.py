@@ -37,11 +37,11 @@ import numpy as np
 
 from dpstream.mechanisms.accounting import Ledger, LedgerState
 from dpstream.mechanisms.between_thresholds import (L, R, TOP, BetweenThresholds,
-                                           BetweenThresholdsCalibration, BetweenThresholdsState,
-                                           calibrate_between_thresholds)
+                                                    BetweenThresholdsCalibration, BetweenThresholdsState,
+                                                    calibrate_between_thresholds)
 from dpstream.mechanisms.bt_epoch import EpochCalibration, calibrate_epoch
 from dpstream.mechanisms.errors import (BudgetExhausted, InfeasibleParameters, ParameterError,
-                               ThresholdsTooClose)
+                                        ThresholdsTooClose)
 from dpstream.mechanisms.params import PredictorBudget, predictor_instance_budget
 from dpstream.mechanisms.randomness import KeyedRandomness
 

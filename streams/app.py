@@ -220,19 +220,31 @@ def make_app(*, broker: str, rng: KeyedRandomness, partitions: int = 4, app_id: 
 
     sequencer_view = _TableView(sequencer_state)
 
-    async def apply_fetch(batch: dict[str, list[RawRecord]]) -> None:
+    async def apply_fetch(batch: dict[str, list[RawRecord]]) -> bool:
         """One fetch of the bulk path (streams/bulk.py): inputs through the sequencer
-        (registrations first), then the log through the processor, BATCH at a time."""
+        (registrations first), then the log through the processor, BATCH at a time.
+        Each chunk keeps only partitions this worker still owns: a rebalance during a
+        long fetch must not leave it working through (and re-reading the gaps of) a
+        partition whose new owner is already processing it. Returns False when it
+        skipped any record: then no record of the fetch may be acked (the partitions'
+        next owner, maybe this worker again, re-reads them from the committed offsets)."""
         inputs = [r for name in INPUTS for r in batch.get(name, ())]
+        events = batch.get(MODEL_EVENTS, [])
         for name, recs in batch.items():
             metrics.events_in.labels(name).inc(len(recs))
-        for a in range(0, len(inputs), BATCH):
-            with metrics.timer("sequencer"):
-                await sequence_batch(inputs[a:a + BATCH], sequencer_view, emit, fetch)
-        events = batch.get(MODEL_EVENTS, [])
-        for a in range(0, len(events), BATCH):
-            with metrics.timer("processor"):
-                await processor.handle_batch(events[a:a + BATCH])
+        complete = True
+        for stage, records in (("sequencer", inputs), ("processor", events)):
+            for a in range(0, len(records), BATCH):
+                chunk = [r for r in records[a:a + BATCH] if owns(r.partition)]
+                complete = complete and len(chunk) == len(records[a:a + BATCH])
+                if not chunk:
+                    continue
+                with metrics.timer(stage):
+                    if stage == "sequencer":
+                        await sequence_batch(chunk, sequencer_view, emit, fetch)
+                    else:
+                        await processor.handle_batch(chunk)
+        return complete
 
     if bulk:
         install_bulk(app, {prefix + t: t for t in (*INPUTS, MODEL_EVENTS)}, apply_fetch)

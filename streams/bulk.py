@@ -44,7 +44,7 @@ from dpstream.agents.records import RawRecord
 
 log = logging.getLogger("dpstream.bulk")
 
-ApplyFetch = Callable[[dict[str, list[RawRecord]]], Awaitable[None]]
+ApplyFetch = Callable[[dict[str, list[RawRecord]]], Awaitable[bool]]
 QUEUED_FETCHES = 4          # fetches waiting to be applied (each <= fetch_max_bytes, 50 MiB)
 MERGE_RECORDS = 8_000       # queued fetches are merged into one batch up to this many records
 RETRY_PAUSE = 1.0           # seconds between attempts at a batch that failed
@@ -54,7 +54,9 @@ def install(app, topics: dict[str, str], apply: ApplyFetch) -> None:
     """Route records of ``topics`` (Kafka name -> dpstream name) to ``apply`` in bulk.
 
     ``apply`` receives, per fetch, the records of each dpstream topic in offset order
-    per partition, and must make their outputs and state durable before it returns.
+    per partition, and must make their outputs and state durable before it returns;
+    it returns False if it left any record out (a partition revoked meanwhile), and
+    then none of the fetch is acked.
     Call before the worker starts (the fetcher calls the drain loop once, at start)."""
     queue: asyncio.Queue = asyncio.Queue(maxsize=QUEUED_FETCHES)
 
@@ -114,7 +116,7 @@ def install(app, topics: dict[str, str], apply: ApplyFetch) -> None:
                 messages.extend(more_messages)
             while app.consumer_generation_id == generation:
                 try:
-                    await apply(batch)
+                    complete = await apply(batch)
                 except asyncio.CancelledError:
                     raise
                 except Exception as err:            # noqa: BLE001 - retried, never fatal
@@ -122,7 +124,7 @@ def install(app, topics: dict[str, str], apply: ApplyFetch) -> None:
                                 RETRY_PAUSE)
                     await asyncio.sleep(RETRY_PAUSE)
                     continue
-                if app.consumer_generation_id != generation:
+                if not complete or app.consumer_generation_id != generation:
                     break                       # revoked meanwhile: the new owner commits
                 for m in messages:
                     consumer.ack(m)

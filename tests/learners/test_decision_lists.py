@@ -5,7 +5,7 @@ from hypothesis import strategies as st
 
 from dpstream.learners.decision_list import TRUE, DecisionList, FeatureFamily
 from dpstream.learners.dl_halfspace import (brute_force_margin, decision_list_weights, exact_margin,
-                                   nonnegative_embedding)
+                                            nonnegative_embedding)
 from dpstream.learners.decision_list_classifier import DPDecisionListClassifier
 from dpstream.learners.greedy_cover import dp_greedy_cover, rivest_greedy
 from dpstream.mechanisms.errors import ParameterError

@@ -5,9 +5,9 @@ import pytest
 
 from dpstream.learners.decision_list import FeatureFamily
 from dpstream.learners.generators import (DecisionLists, FiniteClass, Halfspaces, Intervals,
-                                 MonotoneConjunctions, Thresholds)
+                                          MonotoneConjunctions, Thresholds)
 from dpstream.learners.predictor import (ANSWERED, EXHAUSTED, HARD, PredictorConfig, PredictorState,
-                                PrivatePredictor)
+                                         PrivatePredictor)
 from dpstream.mechanisms.errors import ThresholdsTooClose
 from dpstream.mechanisms.randomness import KeyedRandomness
 

@@ -5,8 +5,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dpstream.mechanisms.accounting import (Ledger, PrivacyCost, advanced_composition,
-                                   advanced_composition_sums, basic_composition,
-                                   solve_per_instance_epsilon)
+                                            advanced_composition_sums, basic_composition,
+                                            solve_per_instance_epsilon)
 from dpstream.mechanisms.errors import BudgetExhausted, ParameterError
 
 charges = st.lists(st.tuples(st.floats(0.0, 0.5), st.sampled_from([0.0, 1e-9, 1e-7]),

@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 
 from dpstream.mechanisms.between_thresholds import (L, R, TOP, BetweenThresholds, BetweenThresholdsState,
-                                           between_thresholds_privacy,
-                                           calibrate_between_thresholds, outcome_log_probs)
+                                                    between_thresholds_privacy,
+                                                    calibrate_between_thresholds, outcome_log_probs)
 from dpstream.mechanisms.errors import MechanismHalted, ThresholdsTooClose
 from dpstream.mechanisms.exact import between_thresholds_worst_constant_delta
 

@@ -8,7 +8,7 @@ import pytest
 
 from dpstream.mechanisms.audit import epsilon_lower_bound
 from dpstream.mechanisms.continual import (TreeNoise, calibrate_tree_sigma2, close_block, closed_nodes,
-                                  tree_epsilon, tree_levels)
+                                           tree_epsilon, tree_levels)
 from dpstream.mechanisms.samplers import discrete_gaussian, discrete_gaussian_pmf
 
 

@@ -5,11 +5,11 @@ import pytest
 
 from dpstream.mechanisms.errors import InfeasibleParameters, ParameterError
 from dpstream.mechanisms.params import (dp_winnow_guarantee, dp_winnow_practical_parameters,
-                               dp_winnow_theorem_settings,
-                               dp_winnow_sample_size, dp_winnow_theory_parameters,
-                               greedy_cover_round_epsilon, predictor_guarantee,
-                               predictor_instance_budget, predictor_paper_halfspace,
-                               winnow_update_bound)
+                                        dp_winnow_theorem_settings,
+                                        dp_winnow_sample_size, dp_winnow_theory_parameters,
+                                        greedy_cover_round_epsilon, predictor_guarantee,
+                                        predictor_instance_budget, predictor_paper_halfspace,
+                                        winnow_update_bound)
 
 
 @pytest.mark.parametrize("rho,d", [(0.5, 1000), (0.2, 100_000), (0.9, 10)])

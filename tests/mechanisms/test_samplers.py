@@ -7,8 +7,8 @@ from hypothesis import strategies as st
 from scipy.stats import binomtest
 
 from dpstream.mechanisms.samplers import (bernoulli_exp, discrete_laplace, discrete_laplace_cdf,
-                                 discrete_laplace_pmf, fraction_at_least, fraction_at_most,
-                                 geometric_exp)
+                                          discrete_laplace_pmf, fraction_at_least, fraction_at_most,
+                                          geometric_exp)
 
 from .stats import chi_square_pvalue
 
