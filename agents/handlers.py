@@ -368,20 +368,12 @@ def predictor_generator(config: ModelConfig):
     return {"thresholds": Thresholds, "intervals": Intervals}[p.generator]()
 
 
-def hypothesis_width(config: ModelConfig) -> int:
-    """Numbers in one stored hypothesis (``width`` of the generator), without building it."""
-    p, d = config.params, config.dimension
-    if p.generator == "decision_lists":
-        return 2 * (feature_count(d, p.max_conjunction, p.negations) + 1) + 1
-    return {"halfspace": d + 1, "conjunctions": d, "disjunctions": d, "intervals": 2}.get(p.generator, 1)
-
-
 class PredictorHandler(Handler):
     @property
     def hyp_chunk(self) -> int:
         """Hypotheses per record: 1000, fewer for wide hypotheses (halfspaces in many
         dimensions, long decision lists)."""
-        return max(1, rows_per_record(hypothesis_width(self.config), FLOAT_BYTES, 1000))
+        return max(1, rows_per_record(self.model.generator.width, FLOAT_BYTES, 1000))
 
     def create(self, outputs: Outputs, offset: int) -> None:
         self._begin(outputs)
@@ -553,7 +545,7 @@ def state_problem(config: ModelConfig) -> str | None:
                     f"at most {RECORD_BYTES // FLOAT_BYTES - 1:,} dimensions")
         if p.generator == "decision_lists" and _rules_problem(d, p):
             return _rules_problem(d, p)
-        if rows_per_record(hypothesis_width(config), FLOAT_BYTES, 1) == 0:
+        if rows_per_record(predictor_generator(config).width, FLOAT_BYTES, 1) == 0:
             return (f"one {p.generator} hypothesis of dimension {d} does not fit one "
                     f"{RECORD_BYTES:,}-byte record")
     elif config.kind == "decision_list":
