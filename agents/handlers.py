@@ -32,7 +32,7 @@ from dpstream.mechanisms.continual import closed_nodes
 from dpstream.mechanisms.errors import DPStreamError
 from dpstream.mechanisms.params import dp_winnow_practical_parameters, dp_winnow_theory_parameters
 from dpstream.mechanisms.randomness import KeyedRandomness
-from dpstream.schemas import LedgerEntryEvent, ModelConfig, Prediction, Release
+from dpstream.schemas import LedgerEntryEvent, ModelConfig, Release
 
 # Every state record stays well below Kafka's default 1 MiB message limit: chunk sizes
 # follow the dimension, and a model whose single record cannot fit is refused at
@@ -85,12 +85,15 @@ class Handler:
             key_fingerprint=self.rng.fingerprint(), rho=entry.rho).model_dump())
 
     def _predict(self, kind, source, event, label, status, version, updated=False) -> None:
-        spent = self.spent()
-        self._out.add("predictions", self.model_id, Prediction(
-            model_id=self.model_id, source=source, seq=self.event_seq, kind=kind,
-            query_id=event.get("query_id"), label=label, status=status, version=version,
-            epsilon_spent=spent, epsilon_left=max(0.0, self.config.budget.epsilon - spent),
-            updated=updated).model_dump())
+        """One ``Prediction`` record, built as the dict ``Prediction(...).model_dump()``
+        gives (one per event on the hot path: no model object per record; the tests
+        validate every emitted record against the schema)."""
+        spent = float(self.spent())
+        self._out.add("predictions", self.model_id, {
+            "model_id": self.model_id, "source": source, "seq": self.event_seq, "kind": kind,
+            "query_id": event.get("query_id"), "label": None if label is None else int(label),
+            "status": status, "version": int(version), "epsilon_spent": spent,
+            "epsilon_left": max(0.0, self.config.budget.epsilon - spent), "updated": bool(updated)})
 
     def _begin(self, outputs: Outputs) -> None:
         """Start handling one event: its outputs carry the model's own event counter as

@@ -21,36 +21,56 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 Emit = Callable[[str, "str | None", dict], Awaitable["Awaitable | None"]]
 # fetch(topic, partition, start, end): the records of [start, end) still in the log
 Fetch = Callable[[str, int, int, int], Awaitable[list["RawRecord"]]]
 
 
-@dataclass(frozen=True)
-class RawRecord:
+@dataclass(slots=True)      # read-only by convention; not frozen: a frozen dataclass costs
+class RawRecord:            # five times as much to build, once per record on the hot path
     topic: str
     partition: int
     offset: int
     key: bytes | None
     value: bytes
+    # The decoded value, when whoever made the record already holds it (the bulk path's
+    # sequencer hands the log records it appended straight to the processor, which then
+    # skips decoding ``value``); never part of equality.
+    body: dict | None = field(default=None, compare=False, repr=False)
 
     @property
     def source(self) -> str:
         return f"{self.topic}:{self.partition}:{self.offset}"
 
 
-async def deliver(emit: Emit, items: Iterable[tuple[str, str | None, dict]]) -> None:
-    """Enqueue ``items`` in order, then wait until every one of them is durable. A runtime
-    may give ``emit`` a ``many(items)`` that enqueues a whole list at once (the same
-    contract, with awaitables covering all of them: streams/app.py batches per partition)."""
+async def deliver(emit: Emit, items: Iterable[tuple[str, str | None, dict]]
+                  ) -> list[tuple[int, int] | None]:
+    """Enqueue ``items`` in order, then wait until every one of them is durable; return
+    where each landed, ``(partition, offset)``, where the runtime says (else None).
+
+    A runtime may give ``emit`` a ``many(items)`` that enqueues a whole list at once and
+    returns ``(awaitable, indices)`` pairs: the awaitable completes once the items at
+    ``indices`` (positions in ``items``, in log order) are durable and resolves to the
+    placement of the first of them (``.partition``, ``.offset``), the others following at
+    consecutive offsets, as a Kafka record batch does (streams/app.py, one batch per
+    topic partition)."""
     many = getattr(emit, "many", None)
+    items = list(items)
+    where: list[tuple[int, int] | None] = [None] * len(items)
     if many is not None:
-        items = list(items)
-        pending = await many(items) if items else []
-    else:
-        pending = [await emit(topic, key, value) for topic, key, value in items]
-    waits = [p for p in pending if p is not None]
+        if not items:
+            return where
+        groups = await many(items)
+        placed = await asyncio.gather(*(wait for wait, _ in groups))
+        for (_, indices), first in zip(groups, placed):
+            if first is not None:
+                for k, i in enumerate(indices):
+                    where[i] = (first.partition, first.offset + k)
+        return where
+    waits = [w for w in [await emit(topic, key, value) for topic, key, value in items]
+             if w is not None]
     if waits:
         await asyncio.gather(*waits)
+    return where

@@ -171,10 +171,14 @@ async def sequence_one(record: RawRecord, state: MutableMapping, emit: Emit,
 
 
 async def sequence_batch(records: list[RawRecord], state: MutableMapping, emit: Emit,
-                         fetch: Fetch | None = None) -> None:
+                         fetch: Fetch | None = None) -> list[RawRecord]:
     """Handle input records in order; with ``fetch``, first re-read any records of their
     partitions the runtime skipped (records.py, Completeness). The outputs of the whole
-    batch are made durable before any input offset is recorded."""
+    batch are made durable before any input offset is recorded.
+
+    Returns the log records it appended whose place in the log the runtime reported
+    (``deliver``), in order, with their decoded body: a runtime may hand them straight to
+    the processor instead of reading them back (streams/app.py's bulk path)."""
     set_partition = getattr(state, "set_partition", lambda partition: None)
     outputs: list[tuple[str, str | None, dict]] = []
     last: dict[tuple[str, int], int] = {}
@@ -191,14 +195,22 @@ async def sequence_batch(records: list[RawRecord], state: MutableMapping, emit: 
                 set_partition(r.partition)
                 outputs.append(_sequence(r, state))
                 last[where] = r.offset
-    await deliver(emit, outputs)
+    where = await deliver(emit, outputs)
     for (topic, partition), offset in last.items():    # only once the outputs are durable
         set_partition(partition)
         state[_src_key(topic, partition)] = offset
+    return [RawRecord(MODEL_EVENTS, *placed, key.encode(), b"", body=value)
+            for (topic, key, value), placed in zip(outputs, where)
+            if topic == MODEL_EVENTS and placed is not None]
 
 
 def _src_key(topic: str, partition: int) -> str:
     return f"src/{topic}:{partition}"
+
+
+def last_handled(state: MutableMapping, topic: str, partition: int) -> int:
+    """The last input offset of ``topic``/``partition`` whose output is durable (-1: none)."""
+    return state.get(_src_key(topic, partition), -1)
 
 
 def _sequence(record: RawRecord, state: MutableMapping) -> tuple[str, str | None, dict]:

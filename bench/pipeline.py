@@ -38,8 +38,10 @@ _spec.loader.exec_module(_helpers)
 Worker = _helpers.Worker
 
 BROKER = "127.0.0.1:9092"
-MODEL = {"model_id": "bench", "dimension": 1000, "budget": {"epsilon": 1e6, "delta": 1e-6},
-         "params": {"kind": "winnow", "eps_hat": 1.0, "eta": 0.05, "m": 2000, "K": 500, "L": 3.0}}
+# DP-Winnow as a user would run it at epsilon 4: the budget pays for two updates (ledger
+# totals 3.85), after which the model serves its frozen hypothesis (post-processing).
+MODEL = {"model_id": "bench", "dimension": 1000, "budget": {"epsilon": 4.0, "delta": 1e-6},
+         "params": {"kind": "winnow", "eps_hat": 0.5, "eta": 0.01, "m": 100, "K": 3, "L": 3.0}}
 
 
 def payloads(n: int, seed: int = 0):

@@ -1,18 +1,20 @@
 """Worker throughput against what Kafka and faust allow, side by side on one broker.
 
-    python bench/throughput.py [--n 30000] [--rss-n 200000] [--skip-rss] [--skip-scale-out]
+    python bench/throughput.py [--n 30000] [--rss-n 1000000] [--latency-at 300 ...]
+                               [--skip-rss] [--skip-scale-out]
 
 One run measures, on the local broker (scripts/kafka.sh start), n records each:
 1. raw aiokafka consume -> produce (no processing: the floor any Kafka pipeline pays);
 2. a faust pass-through agent, per event with faust's defaults, and tuned for bulk work
    (bench/faust_passthrough.py says what "tuned" is);
 3. the dpstream worker (streams/app.py: sequencer -> model-events -> processor ->
-   predictions) on DP-Winnow (d = 1,000, 20 active) and on continual Winnow at
+   predictions) on DP-Winnow (d = 1,000, 20 active, epsilon 4) and on continual Winnow at
    epsilon 2 (d = 1,000), produce -> the predictions topic, reading whole fetches
    (streams/bulk.py, the default) and through faust's per-record path (--per-record);
 4. end-to-end latency (input record timestamp -> prediction record timestamp) of the
-   continual-Winnow worker at half the rate it reached in 3, p50 / p99 (the first 20%
-   of the inputs are warm-up and not counted);
+   continual-Winnow worker at half the rate it reached in 3, and at the steady rates of
+   --latency-at (default 300/s), p50 / p99 (the first 20% of the inputs are warm-up and
+   not counted);
 5. scale-out: DP-Winnow over 4 models on distinct partitions, one worker against two;
 6. the worker's resident memory after the first 10% and at the end of rss-n events.
 Ratios to the raw loop are the numbers to quote: this 2-core machine is shared and
@@ -150,7 +152,9 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--n", type=int, default=30_000)
     ap.add_argument("--latency-n", type=int, default=3_000)
-    ap.add_argument("--rss-n", type=int, default=200_000)
+    ap.add_argument("--latency-at", type=float, nargs="*", default=[300.0],
+                    help="more steady rates (examples/s) to measure latency at")
+    ap.add_argument("--rss-n", type=int, default=1_000_000)
     ap.add_argument("--skip-rss", action="store_true")
     ap.add_argument("--skip-scale-out", action="store_true")
     args = ap.parse_args()
@@ -162,8 +166,8 @@ def main() -> None:
     rows = [("raw aiokafka consume -> produce", args.n / asyncio.run(P.raw_loop(prefix + "in", prefix + "out", args.n)))]
     rows.append(("faust pass-through, per event, defaults", faust_passthrough("default", data)))
     rows.append(("faust pass-through, tuned for bulk", faust_passthrough("tuned", data)))
-    rows.append(("dpstream worker --per-record, DP-Winnow d=1000", worker_rate(P.MODEL, data, ("--per-record",))))
-    rows.append(("dpstream worker, DP-Winnow d=1000", worker_rate(P.MODEL, data)))
+    rows.append(("dpstream worker --per-record, DP-Winnow d=1000 eps 4", worker_rate(P.MODEL, data, ("--per-record",))))
+    rows.append(("dpstream worker, DP-Winnow d=1000 eps 4", worker_rate(P.MODEL, data)))
     rows.append(("dpstream worker --per-record, continual Winnow eps 2",
                  worker_rate(CONTINUAL, data, ("--per-record",))))
     continual = worker_rate(CONTINUAL, data)
@@ -176,6 +180,9 @@ def main() -> None:
     p50, p99 = latency(CONTINUAL, P.payloads(args.latency_n, seed=1), rate=continual / 2)
     print(f"latency at half capacity ({continual / 2:,.0f} examples/s, continual Winnow): "
           f"p50 {p50:.0f} ms, p99 {p99:.0f} ms")
+    for rate in args.latency_at:
+        p50, p99 = latency(CONTINUAL, P.payloads(max(1_000, int(10 * rate)), seed=2), rate=rate)
+        print(f"latency at {rate:,.0f} examples/s (continual Winnow): p50 {p50:.0f} ms, p99 {p99:.0f} ms")
     if not args.skip_scale_out:
         one, two = scale_out(args.n)
         print(f"scale-out, DP-Winnow over 4 models on 4 partitions: 1 worker {one:,.0f}/s, "

@@ -35,10 +35,11 @@ class BinaryInput:
 
     @classmethod
     def from_active(cls, active, d: int) -> "BinaryInput":
-        a = np.unique(np.asarray(active, dtype=np.int64))
-        if a.size and (a[0] < 0 or a[-1] >= d):
+        # sorted(set(.)) over a short Python list costs about half of np.unique
+        s = sorted(set(active))
+        if s and (s[0] < 0 or s[-1] >= d):
             raise ParameterError("active", "<indices>", f"indices in [0, {d})")
-        return cls(d, active=a)
+        return cls(d, active=np.array(s, dtype=np.int64))
 
     def inner(self, v: np.ndarray, v_total: float) -> float:
         """<v, x> for a length-d vector v whose entries sum to v_total."""

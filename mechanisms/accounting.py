@@ -225,6 +225,9 @@ class Ledger:
         ``rho`` is given (a pure-DP charge defaults to eps^2/2), or raise
         :class:`BudgetExhausted` and leave the ledger unchanged but marked exhausted."""
         PrivacyCost(epsilon, delta)
+        # plain floats: the sums are state (JSON records; a numpy scalar is not JSON)
+        epsilon, delta = float(epsilon), float(delta)
+        rho = None if rho is None else float(rho)
         if count < 1:
             raise ParameterError("count", count, ">= 1")
         if rho is None and delta == 0:

@@ -44,9 +44,9 @@ class Features(Strict):
     def _one_of(self):
         if (self.x is None) == (self.active is None):
             raise ValueError("exactly one of 'x' (dense) or 'active' (sparse) is required")
-        if self.x is not None and not all(math.isfinite(v) for v in self.x):
+        if self.x is not None and not all(map(math.isfinite, self.x)):
             raise ValueError("x contains NaN or infinite values")
-        if self.active is not None and any(i < 0 for i in self.active):
+        if self.active and min(self.active) < 0:
             raise ValueError("active indices must be >= 0")
         return self
 

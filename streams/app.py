@@ -9,6 +9,13 @@ one partition count, so a model's inputs, log and state live in the same partiti
 number and move together between workers (faust co-partitioning). The table
 changelog records go to the partition of the event being processed.
 
+On the bulk path (the default, streams/bulk.py) the log records a fetch's inputs
+become are handed straight to the processor once the broker acknowledged them (their
+offsets come from the acknowledgement), so an event costs one trip through Kafka, not
+two; the same records, read back from ``model-events`` later, sit below the processor's
+position and are dropped unparsed. The log stays the source of truth: a crash between
+appending and applying leaves a backlog the processor reads first (streams/logread.py).
+
 Tables: ``sequencer-state`` (model configs, last input offset per input partition) and
 ``model-state``, one record per key ``model/<id>/...`` (see agents/handlers.py):
 ``head`` holds the round counters, AboveThreshold / BetweenThresholds state, hard-query
@@ -34,15 +41,16 @@ cluster (raise it in production).
 """
 from __future__ import annotations
 
-import json
+import logging
 from pathlib import Path
 
 import faust
+import orjson
 from aiokafka.partitioner import DefaultPartitioner
 
 from dpstream.agents.processor import Processor
 from dpstream.agents.records import RawRecord
-from dpstream.agents.sequencer import sequence_batch
+from dpstream.agents.sequencer import last_handled, sequence_batch
 from dpstream.mechanisms.randomness import KeyedRandomness
 
 from .bulk import install as install_bulk
@@ -51,7 +59,16 @@ from .observe import Metrics, collect_status, model_partition
 from .topics import INPUTS, MODEL_EVENTS, OUTPUTS
 
 
+def encode(value: dict) -> bytes:
+    """An output value as JSON (orjson: numpy scalars as numbers, non-string keys as
+    strings, as ``json.dumps`` would write them)."""
+    return orjson.dumps(value, option=orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_NON_STR_KEYS)
+
+
 BATCH, BATCH_WITHIN = 500, 0.005    # events per batch at most; seconds to wait for more
+TAIL_CHECK = 5.0                    # seconds without a fetch before the worker checks the log ends
+TAIL_READ = 8_000                   # records per partition it reads from the log per check
+logger = logging.getLogger("dpstream.app")
 CHANGELOG_COMPACTION = {"segment.ms": "60000", "segment.bytes": str(16 * 1024 * 1024),
                         "min.cleanable.dirty.ratio": "0.1"}
 
@@ -123,24 +140,24 @@ def make_app(*, broker: str, rng: KeyedRandomness, partitions: int = 4, app_id: 
         if emit_override is not None:
             return await emit_override(topic, key, value)
         return await app.producer.send(names[topic], key.encode() if key else None,
-                                       json.dumps(value).encode(), None, None, None)
+                                       encode(value), None, None, None)
 
     partition_of: dict[tuple[str, bytes | None], int] = {}
     partitioner = DefaultPartitioner()
 
     async def emit_many(items: list[tuple[str, str | None, dict]]) -> list:
-        """Enqueue many outputs as one aiokafka batch per topic partition and return the
-        batches' delivery futures (records.deliver's fast path: one future per partition
-        instead of one per record). Partitions are those ``send`` would choose: aiokafka's
-        DefaultPartitioner over the topic's partitions (murmur2 of the key), memoised per
-        key. Order within a partition is call order; faust flushes this producer (its
-        accumulator holds these batches too) before committing input offsets."""
-        if emit_override is not None:
-            return [await emit(topic, key, value) for topic, key, value in items]
+        """Enqueue many outputs as one aiokafka batch per topic partition; return
+        ``(delivery future, indices)`` per batch (records.deliver's fast path: one future
+        per partition instead of one per record; a batch's future resolves to the
+        placement of its first record, the rest follow at consecutive offsets).
+        Partitions are those ``send`` would choose: aiokafka's DefaultPartitioner over the
+        topic's partitions (murmur2 of the key), memoised per key. Order within a
+        partition is call order; faust flushes this producer (its accumulator holds these
+        batches too) before committing input offsets."""
         producer = app.producer._ensure_producer()      # faust's aiokafka producer
-        groups: dict[tuple[str, int], list[tuple[bytes | None, bytes]]] = {}
-        for topic, key, value in items:
-            metrics.observe_emit(topic, value)
+        groups: dict[tuple[str, int], list[int]] = {}
+        encoded = []
+        for i, (topic, key, value) in enumerate(items):
             name, kb = names[topic], key.encode() if key else None
             where = partition_of.get((name, kb)) if kb is not None else None
             if where is None:
@@ -150,20 +167,24 @@ def make_app(*, broker: str, rng: KeyedRandomness, partitions: int = 4, app_id: 
                     if len(partition_of) >= 100_000:
                         partition_of.clear()
                     partition_of[(name, kb)] = where
-            groups.setdefault((name, where), []).append((kb, json.dumps(value).encode()))
-        futures = []
-        for (name, where), records in groups.items():
-            batch = producer.create_batch()
-            for kb, vb in records:
+            groups.setdefault((name, where), []).append(i)
+            encoded.append((kb, encode(value)))
+        metrics.observe_emits(items)
+        out = []
+        for (name, where), indices in groups.items():
+            batch, members = producer.create_batch(), []
+            for i in indices:
+                kb, vb = encoded[i]
                 if batch.append(key=kb, value=vb, timestamp=None) is None:      # batch full
-                    futures.append(await producer.send_batch(batch, name, partition=where))
-                    batch = producer.create_batch()
+                    out.append((await producer.send_batch(batch, name, partition=where), members))
+                    batch, members = producer.create_batch(), []
                     if batch.append(key=kb, value=vb, timestamp=None) is None:
                         raise ValueError("an output record is larger than the producer batch size")
-            futures.append(await producer.send_batch(batch, name, partition=where))
-        return futures
+                members.append(i)
+            out.append((await producer.send_batch(batch, name, partition=where), members))
+        return out
 
-    if bulk:
+    if bulk and emit_override is None:
         emit.many = emit_many
 
     async def fetch(topic: str, partition: int, start: int, end: int):
@@ -188,7 +209,8 @@ def make_app(*, broker: str, rng: KeyedRandomness, partitions: int = 4, app_id: 
         _on_partitions_revoked / _on_partitions_assigned)."""
         return partition not in revoked
 
-    processor = Processor(rng, _TableView(model_state), emit, fetch, offload=True, owns=owns)
+    model_view = _TableView(model_state)
+    processor = Processor(rng, model_view, emit, fetch, offload=True, owns=owns)
     app.dpstream = {"emit": emit, "processor": processor, "metrics": metrics}
 
     def records(events) -> list[RawRecord]:
@@ -222,7 +244,11 @@ def make_app(*, broker: str, rng: KeyedRandomness, partitions: int = 4, app_id: 
 
     async def apply_fetch(batch: dict[str, list[RawRecord]]) -> bool:
         """One fetch of the bulk path (streams/bulk.py): inputs through the sequencer
-        (registrations first), then the log through the processor, BATCH at a time.
+        (registrations first), BATCH at a time, each chunk's appended log records straight
+        on through the processor (their offsets are the producer's acknowledgements; the
+        same records read back later from ``model-events`` are then below the processor's
+        position and dropped unparsed), then the fetch's own ``model-events`` records
+        (those other writers appended, or a backlog left by a crash).
         Each chunk keeps only partitions this worker still owns: a rebalance during a
         long fetch must not leave it working through (and re-reading the gaps of) a
         partition whose new owner is already processing it. Returns False when it
@@ -240,14 +266,63 @@ def make_app(*, broker: str, rng: KeyedRandomness, partitions: int = 4, app_id: 
                 if not chunk:
                     continue
                 with metrics.timer(stage):
-                    if stage == "sequencer":
-                        await sequence_batch(chunk, sequencer_view, emit, fetch)
-                    else:
+                    if stage == "processor":
                         await processor.handle_batch(chunk)
+                        continue
+                    appended = await sequence_batch(chunk, sequencer_view, emit, fetch)
+                    appended = [r for r in appended if owns(r.partition)]
+                    if appended:
+                        await processor.handle_batch(appended)
         return complete
 
     if bulk:
-        install_bulk(app, {prefix + t: t for t in (*INPUTS, MODEL_EVENTS)}, apply_fetch)
+        dp_topics = {prefix + t: t for t in (*INPUTS, MODEL_EVENTS)}
+        bulk_path = install_bulk(app, dp_topics, apply_fetch)
+
+        @app.timer(TAIL_CHECK)
+        async def tail_check() -> None:
+            """The safety net for a consumer that stops delivering. Under heavy load we
+            saw faust's consumer (aiokafka in faust's consumer thread) hand over nothing
+            more for minutes while records waited in partitions it owned, and the worker
+            sat idle. So, after TAIL_CHECK seconds without a fetch, compare each owned
+            partition's end offset with what the agents handled (the sequencer's last
+            input offset, the processor's next log position) and apply what is missing
+            straight from the log (read_range). Idempotent by the agents' own rules;
+            nothing is acked for it, so the consumer's offsets stay faust's."""
+            if bulk_path.idle() < TAIL_CHECK or app.tables.recovery.in_recovery:
+                return
+            try:                                  # a failed check must not stop the worker
+                actives = [tp for tp in app.assignor.assigned_actives() if tp.topic in dp_topics
+                           and owns(tp.partition)]
+                batch = await _missing(actives) if actives else {}
+            except Exception as err:              # noqa: BLE001 - the next check retries
+                logger.warning("tail check failed (%s)", type(err).__name__)
+                return
+            if batch:
+                logger.warning("no fetch for %.0f s while %d record(s) waited in owned "
+                               "partitions; applying them from the log", bulk_path.idle(),
+                               sum(len(r) for r in batch.values()))
+                await bulk_path.inject(batch)
+
+        async def _missing(actives) -> dict[str, list[RawRecord]]:
+            from aiokafka import AIOKafkaConsumer
+            reader = AIOKafkaConsumer(bootstrap_servers=broker, group_id=None,
+                                      enable_auto_commit=False, request_timeout_ms=10_000)
+            await reader.start()
+            try:
+                ends = await reader.end_offsets(actives)
+            finally:
+                await reader.stop()
+            batch: dict[str, list[RawRecord]] = {}
+            for tp in actives:
+                name = dp_topics[tp.topic]
+                start = (model_view.get(f"log/{tp.partition}", 0) if name == MODEL_EVENTS else
+                         last_handled(sequencer_view, name, tp.partition) + 1)
+                if ends[tp] > start:            # bounded per check: a backlog takes several
+                    records = await fetch(name, tp.partition, start, min(ends[tp], start + TAIL_READ))
+                    if records:
+                        batch.setdefault(name, []).extend(records)
+            return batch
 
     @app.page("/status/")
     async def status_view(web, request):

@@ -32,12 +32,15 @@ dependency is pinned below 0.16 for this reason): ``Fetcher._fetcher`` awaits
 ``consumer._drain_messages(fetcher)``; ``Consumer._wait_next_records(timeout)`` returns
 the records by TP and the active partitions; ``_to_message``, ``ack``, ``_read_offset``,
 ``_add_gap``, ``_n_acked`` / ``_commit_every`` / ``commit`` and ``suspend_flow`` are used
-as the original drain loop uses them; ``app.consumer_generation_id`` marks rebalances.
+as the original drain loop uses them (a commit runs as a background task, as faust's
+periodic commit does); ``app.consumer_generation_id`` marks rebalances.
 """
 from __future__ import annotations
 
 import asyncio
 import logging
+import os
+import time
 from collections.abc import Awaitable, Callable
 
 from dpstream.agents.records import RawRecord
@@ -50,7 +53,30 @@ MERGE_RECORDS = 8_000       # queued fetches are merged into one batch up to thi
 RETRY_PAUSE = 1.0           # seconds between attempts at a batch that failed
 
 
-def install(app, topics: dict[str, str], apply: ApplyFetch) -> None:
+class BulkPath:
+    """What the rest of the app may do with the bulk path once installed."""
+
+    def __init__(self, queue: asyncio.Queue, app):
+        self._queue, self._app = queue, app
+        self.last_fetch = time.monotonic()      # when the drain loop last queued records
+
+        self.busy = False                       # the applier is working on a batch
+
+    def idle(self) -> float:
+        """Seconds since faust's consumer last handed over any dpstream record, or 0 while
+        anything is queued or being applied."""
+        if self.busy or not self._queue.empty():
+            return 0.0
+        return time.monotonic() - self.last_fetch
+
+    async def inject(self, batch: dict[str, list[RawRecord]]) -> None:
+        """Apply records read from the log by other means, in the applier's order with
+        the fetches; nothing is acked for them (faust's consumer still owns the offsets:
+        when it delivers these records later, the agents skip them as handled)."""
+        await self._queue.put((self._app.consumer_generation_id, batch, []))
+
+
+def install(app, topics: dict[str, str], apply: ApplyFetch) -> BulkPath:
     """Route records of ``topics`` (Kafka name -> dpstream name) to ``apply`` in bulk.
 
     ``apply`` receives, per fetch, the records of each dpstream topic in offset order
@@ -59,8 +85,15 @@ def install(app, topics: dict[str, str], apply: ApplyFetch) -> None:
     then none of the fetch is acked.
     Call before the worker starts (the fetcher calls the drain loop once, at start)."""
     queue: asyncio.Queue = asyncio.Queue(maxsize=QUEUED_FETCHES)
+    path = BulkPath(queue, app)
+
+    # Fault injection for the tests (tests/streams/test_kafka_pipeline.py): after this many
+    # records the drain loop hands nothing more over, as a stalled consumer would.
+    stall_after = int(os.environ.get("DPSTREAM_FAULT_STALL_AFTER", "-1"))
+    handed = 0
 
     async def drain(fetcher) -> None:
+        nonlocal handed
         consumer = app.consumer
         callback = consumer.callback
         read_offset = consumer._read_offset
@@ -96,13 +129,20 @@ def install(app, topics: dict[str, str], apply: ApplyFetch) -> None:
                 messages.extend(consumer._to_message(tp, r) for r in kept)
                 batch.setdefault(name, []).extend(
                     RawRecord(name, r.partition, r.offset, r.key, r.value or b"") for r in kept)
+            if batch and 0 <= stall_after <= handed:
+                continue                       # the injected stall: nothing handed over
+            handed += len(messages)
             if batch:
+                path.last_fetch = time.monotonic()
                 await queue.put((generation, batch, messages))
 
     async def applier() -> None:
         consumer = app.consumer
+        committing: asyncio.Future | None = None
         while True:
+            path.busy = False
             generation, batch, messages = await queue.get()
+            path.busy = True
             # Under load fetches queue up: apply them as one batch (their records stay in
             # order per partition), so a batch's fixed cost (two round trips to the
             # broker, a state write per model) is paid once for all of them.
@@ -129,13 +169,25 @@ def install(app, topics: dict[str, str], apply: ApplyFetch) -> None:
                 for m in messages:
                     consumer.ack(m)
                 commit_every = consumer._commit_every
-                if commit_every is not None and consumer._n_acked >= commit_every:
+                if commit_every is not None and consumer._n_acked >= commit_every and \
+                        (committing is None or committing.done()):
+                    # In the background, as faust's own periodic commit runs: a commit
+                    # (a producer flush, then an offset commit) costs tens of ms, which
+                    # the next batch need not wait for; what it commits is already acked.
                     consumer._n_acked = 0
-                    await consumer.commit()
+                    committing = asyncio.ensure_future(_commit(consumer))
                 break
+
+    async def _commit(consumer) -> None:
+        try:
+            await consumer.commit()
+        except Exception as err:            # noqa: BLE001 - the next commit covers these offsets
+            log.warning("commit failed (%s); the next one retries", type(err).__name__)
 
     app.consumer._drain_messages = drain
 
     @app.task
     async def _bulk_applier() -> None:
         await applier()
+
+    return path

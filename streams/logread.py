@@ -1,5 +1,7 @@
 """Read a range of one partition straight from the broker: how the agents recover
-records the faust runtime dropped (agents/records.py, Completeness).
+records the faust runtime dropped (agents/records.py, Completeness), and how the bulk
+path's processor reads a log backlog it has not applied yet (a crash between appending
+records and applying them) before the records it was handed directly (streams/app.py).
 
 A fresh consumer with no group (nothing committed, no rebalance), assigned to the one
 partition and positioned with ``seek`` (aiokafka's AIOKafkaConsumer.assign / seek /
@@ -45,6 +47,7 @@ async def read_range(bootstrap: str, topic: str, partition: int, start: int, end
                        for r in batch.get(tp, []) if start <= r.offset < end)
     finally:
         await consumer.stop()
-    log.warning("re-read %d record(s) of %s[%d] offsets %d..%d that the runtime skipped",
+    log.warning("re-read %d record(s) of %s[%d] offsets %d..%d not handed over (dropped by the "
+                "runtime, or a backlog a crash left)",
                 len(out), tp.topic, partition, start, end - 1)
     return out

@@ -120,13 +120,24 @@ class Metrics:
                            ["model_id"], registry=self.registry)
 
     def observe_emit(self, topic: str, value: dict) -> None:
-        self.events_out.labels(topic).inc()
-        if topic == "rejected":
-            self.rejected.inc()
-        elif topic == "ledger":
-            self.spent.labels(value["model_id"]).set(value["spent_epsilon"])
-        elif topic == "predictions":      # also after a restart, before the next charge
-            self.spent.labels(value["model_id"]).set(value["epsilon_spent"])
+        self.observe_emits(((topic, None, value),))
+
+    def observe_emits(self, items) -> None:
+        """Count ``(topic, key, value)`` outputs and keep each model's last spent epsilon
+        (a batch costs one counter update per topic, one gauge update per model)."""
+        counts: dict[str, int] = {}
+        spent: dict[str, float] = {}
+        for topic, _, value in items:
+            counts[topic] = counts.get(topic, 0) + 1
+            if topic == "ledger":
+                spent[value["model_id"]] = value["spent_epsilon"]
+            elif topic == "predictions":      # also after a restart, before the next charge
+                spent[value["model_id"]] = value["epsilon_spent"]
+        for topic, n in counts.items():
+            self.events_out.labels(topic).inc(n)
+        self.rejected.inc(counts.get("rejected", 0))
+        for model_id, eps in spent.items():
+            self.spent.labels(model_id).set(eps)
 
     def timer(self, stage: str):
         return _Timer(self.latency.labels(stage)) if self.latency is not None else contextlib.nullcontext()

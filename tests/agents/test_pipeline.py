@@ -2,9 +2,11 @@
 import json
 
 import numpy as np
+import orjson
 import pytest
 
 from dpstream.mechanisms.randomness import KeyedRandomness
+from dpstream.schemas import Prediction
 from dpstream.streams.embedded import EmbeddedRuntime, SqliteState
 
 KEY = b"pipeline-tests-key-00000000000000"
@@ -234,3 +236,29 @@ async def test_a_predictor_sized_from_its_budget_registers_or_is_refused_with_th
     rt = await run([("models", {**base, "model_id": "ok"}), ("models", small)])
     assert "config/ok" in rt.state
     assert "you have 300" in rt.outputs["rejected"][0]["reason"]
+
+
+class _JsonOnlyState(dict):
+    """A state mapping that refuses what faust's table codec refuses: faust serialises
+    table values with orjson when it is installed (faust/utils/json.py), which, unlike
+    ``json``, rejects numpy scalars."""
+
+    def __setitem__(self, key, value):
+        orjson.dumps(value, option=orjson.OPT_NON_STR_KEYS)
+        super().__setitem__(key, value)
+
+
+async def test_every_state_record_is_plain_json_and_every_prediction_fits_its_schema():
+    from ..streams.workload import examples, models, queries    # every kind, and queries
+
+    rt = EmbeddedRuntime(RNG, _JsonOnlyState())
+    for topic, items in (("models", models()), ("examples", examples()), ("queries", queries())):
+        for payload in items:
+            await rt.feed(topic, payload)
+    kinds = {v["params"]["kind"] for k, v in rt.state.items() if k.endswith("/config")
+             and k.startswith("model/")}
+    assert kinds == {"winnow", "continual_winnow", "decision_list", "predictor"}
+    assert len(rt.outputs["predictions"]) == len(examples()) + len(queries())
+    for record in rt.outputs["predictions"]:      # built as dicts on the hot path
+        assert Prediction.model_validate(record).model_dump() == record
+        assert record["kind"] == "query" or record["label"] is None

@@ -45,6 +45,17 @@ def test_release_is_the_true_prefix_plus_the_keyed_noise_of_the_decomposition(rn
     assert not np.array_equal(other_epoch.node(1), noise.node(1))
 
 
+def test_noise_drawn_ahead_in_the_background_is_the_noise_drawn_on_demand(rng):
+    dim = 3000                                   # 16 nodes per block: several block changes
+    ahead = TreeNoise(rng, "m", 0, 25, dim)
+    on_demand = TreeNoise(rng, "m", 0, 25, dim, prefetch=False)
+    assert ahead.per_chunk == 16 and ahead.prefetch and not on_demand.prefetch
+    nodes = [ahead.node(t) for t in range(1, 60)]
+    assert ahead._next is not None               # block 4 (nodes 64..79) is on its way
+    for t, z in zip(range(1, 60), nodes):
+        assert np.array_equal(z, on_demand.node(t))
+
+
 def test_discrete_gaussian_matches_its_pmf(rng):
     z = discrete_gaussian(rng.stream("m", "dg-test", 0), 4, 200_000)
     vals, counts = np.unique(z, return_counts=True)

@@ -18,15 +18,16 @@ KEY_HEX = "0f1e2d3c4b5a69788796a5b4c3d2e1f00123456789abcdeffedcba9876543210"
 
 class Worker:
     def __init__(self, bootstrap: str, prefix: str, tmp: Path, name: str = "w",
-                 web_port: int | None = None, args: tuple[str, ...] = ()):
+                 web_port: int | None = None, args: tuple[str, ...] = (),
+                 env: dict[str, str] | None = None):
         self.bootstrap, self.prefix, self.dir = bootstrap, prefix, tmp / name
-        self.web_port, self.args = web_port, args
+        self.web_port, self.args, self.env = web_port, args, env or {}
         self.dir.mkdir(parents=True, exist_ok=True)
         self.log = self.dir / "worker.log"
         self.proc: subprocess.Popen | None = None
 
     def start(self, timeout: float = 90.0) -> "Worker":
-        env = dict(os.environ, DPSTREAM_SECRET_KEY=KEY_HEX, PYTHONPATH=str(ROOT))
+        env = dict(os.environ, DPSTREAM_SECRET_KEY=KEY_HEX, PYTHONPATH=str(ROOT), **self.env)
         self._log_fh = open(self.log, "ab")
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "dpstream.streams.cli", "worker", "--broker", self.bootstrap,

@@ -143,6 +143,19 @@ def test_kill_9_inside_a_large_bulk_fetch_then_restart_changes_nothing(kafka_boo
     assert_same_as_embedded(preds, ledger, releases)
 
 
+def test_a_consumer_that_stops_delivering_does_not_stop_the_worker(kafka_bootstrap, topic_prefix, tmp_path):
+    """faust's consumer is made to hand over nothing after 300 records (fault injection,
+    streams/bulk.py); the worker's tail check reads the rest from the log itself."""
+    worker = Worker(kafka_bootstrap, topic_prefix + "-", tmp_path,
+                    env={"DPSTREAM_FAULT_STALL_AFTER": "300"}).start()
+    try:
+        preds, ledger, releases = asyncio.run(feed_in_phases(kafka_bootstrap, topic_prefix + "-"))
+    finally:
+        worker.stop()
+    assert_same_as_embedded(preds, ledger, releases)
+    assert "applying them from the log" in worker.log.read_text()
+
+
 def test_two_workers_one_stopped_mid_stream_give_the_single_worker_result(kafka_bootstrap, topic_prefix, tmp_path):
     prefix = topic_prefix + "-"
     a = Worker(kafka_bootstrap, prefix, tmp_path, "a").start()
