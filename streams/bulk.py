@@ -59,7 +59,6 @@ class BulkPath:
     def __init__(self, queue: asyncio.Queue, app):
         self._queue, self._app = queue, app
         self.last_fetch = time.monotonic()      # when the drain loop last queued records
-
         self.busy = False                       # the applier is working on a batch
 
     def idle(self) -> float:
