@@ -209,6 +209,15 @@ def make_app(*, broker: str, rng: KeyedRandomness, partitions: int = 4, app_id: 
         _on_partitions_revoked / _on_partitions_assigned)."""
         return partition not in revoked
 
+    def assigned_log_partitions() -> set[int]:
+        """The ``model-events`` partitions assigned to this worker now. An input keyed
+        other than by its model id can sit on an input partition this worker owns while
+        its model's log partition belongs to another worker: only the owner applies it."""
+        try:
+            return {tp.partition for tp in app.assignor.assigned_actives() if tp.topic == log_name}
+        except Exception:                  # noqa: BLE001 - no assignment yet: apply none here
+            return set()
+
     model_view = _TableView(model_state)
     processor = Processor(rng, model_view, emit, fetch, offload=True, owns=owns)
     app.dpstream = {"emit": emit, "processor": processor, "metrics": metrics}
@@ -270,7 +279,8 @@ def make_app(*, broker: str, rng: KeyedRandomness, partitions: int = 4, app_id: 
                         await processor.handle_batch(chunk)
                         continue
                     appended = await sequence_batch(chunk, sequencer_view, emit, fetch)
-                    appended = [r for r in appended if owns(r.partition)]
+                    mine = assigned_log_partitions()
+                    appended = [r for r in appended if r.partition in mine and owns(r.partition)]
                     if appended:
                         await processor.handle_batch(appended)
         return complete
