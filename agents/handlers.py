@@ -7,6 +7,19 @@ position, input positions, the learner's small counters); versioned cold records
 ``hyp/<epoch>/<version>/<chunk>`` (predictor hypotheses), ``release/<version>``
 (decision lists), ``params``, ``node/<epoch>/<t>/<chunk>`` and ``offset/<epoch>/<chunk>``
 (continual Winnow).
+
+Cold records are retired once no state can read them again: every cold write goes
+through ``Handler._put``, and ``_write_head`` deletes, right after the head, each record
+this handler wrote or loaded that the new head no longer needs (``live``). A node of the
+tree that left the prefix's decomposition, a hypothesis set of an older version, the
+sample of a finished epoch: without this a worker's store and its changelog grow with
+every block and every epoch, forever. Crash order: the deletions follow the head that
+drops them in the same changelog partition (one producer, one request in flight per
+partition: aiokafka ``Sender`` mutes a partition while its batch is in flight), so a
+restart that finds a deletion also finds that head; a restart from an older head finds
+every record the older head reads (none was deleted before the newer head). Deletions
+are a function of the head and the log, so re-applying a batch after a crash deletes
+the same records.
 """
 from __future__ import annotations
 
@@ -64,6 +77,7 @@ class Handler:
         self.event_seq = -1                 # the event being handled: its outputs' ``seq``
         self._out: Outputs | None = None
         self.epoch = 0
+        self.stored: set[str] = set()       # cold records written or read since the last head
 
     def key(self, *parts) -> str:
         return "/".join(["model", self.model_id, *map(str, parts)])
@@ -109,7 +123,7 @@ class Handler:
         # head that counts it), and re-applying the event must not append it twice
         rows = list(self.state.get(key, []))[:n % self.chunk]
         rows.append(row)
-        self.state[key] = rows
+        self._put(key, rows)
         return n + 1
 
     def _load_rows(self, epoch: int, n: int) -> list:
@@ -120,10 +134,28 @@ class Handler:
 
     def _write_head(self, offset: int, body: dict) -> None:
         """The head record: ``seq`` is the last applied model-events offset, ``n`` the
-        events applied (the record's key names are kept for existing changelogs)."""
+        events applied (the record's key names are kept for existing changelogs). Then
+        the cold records this head no longer reads are deleted (module docstring)."""
         self.log_offset = offset
         self.state[self.key("head")] = {"seq": offset, "n": self.events, "sources": dict(self.head_sources),
                                         **body}
+        live = self.live()
+        for key in sorted(self.stored - live):
+            del self.state[key]
+        self.stored &= live
+
+    def _put(self, key: str, value) -> None:
+        """Write a cold record (one ``live`` names while the state needs it)."""
+        self.state[key] = value
+        self.stored.add(key)
+
+    def live(self) -> set[str]:
+        """The cold records a load of the current state reads."""
+        raise NotImplementedError
+
+    def _chunks(self, *parts, n: int, per: int) -> set[str]:
+        """Keys ``parts/<c>`` of the ceil(n / per) chunks of n items."""
+        return {self.key(*parts, c) for c in range((n + per - 1) // per)}
 
     def _load_head(self, head: dict) -> None:
         self.log_offset, self.head_sources, self.events = head["seq"], dict(head["sources"]), head["n"]
@@ -189,9 +221,12 @@ class WinnowHandler(Handler):
     def save(self, offset: int) -> None:
         hot, cold = self.model.state.split_record()
         if self._saved_k != hot["k"]:
-            self.state[self.key("weights", hot["k"])] = cold
+            self._put(self.key("weights", hot["k"]), cold)
             self._saved_k = hot["k"]
         self._write_head(offset, {"learner": hot})
+
+    def live(self) -> set[str]:
+        return {self.key("weights", self.model.state.k)}
 
     def ledger_record(self) -> LedgerState:
         return self.model.ledger.state
@@ -270,7 +305,7 @@ class ContinualWinnowHandler(Handler):
         for c, lo in enumerate(range(0, v.size, NODE_COLUMNS)):
             part = v[lo:lo + NODE_COLUMNS]
             nz = np.flatnonzero(part)
-            self.state[self.key(*parts, c)] = {"idx": encode_array(nz), "val": encode_array(part[nz])}
+            self._put(self.key(*parts, c), {"idx": encode_array(nz), "val": encode_array(part[nz])})
 
     def _read_vector(self, *parts, dim: int) -> np.ndarray:
         v = np.zeros(dim, dtype=np.int64)
@@ -282,6 +317,13 @@ class ContinualWinnowHandler(Handler):
     def save(self, offset: int) -> None:
         s = self.model.state
         self._write_head(offset, {"learner": s.hot_record(), "ledger": dict(vars(self.ledger_state))})
+
+    def live(self) -> set[str]:
+        """The nodes of the prefix's decomposition and the epoch's offset (``load``)."""
+        s, dim = self.model.state, self.model.params.d + 1
+        keys = set().union(*(self._chunks("node", s.epoch, t, n=dim, per=NODE_COLUMNS)
+                             for t in closed_nodes(s.b)))
+        return keys | (self._chunks("offset", s.epoch, n=dim, per=NODE_COLUMNS) if s.epoch else set())
 
     def ledger_record(self) -> LedgerState:
         return self.ledger_state
@@ -416,10 +458,20 @@ class PredictorHandler(Handler):
             H = self.model.generator.dump(self.model.H)
             per = self.hyp_chunk
             for j in range(0, len(H), per):
-                self.state[self.key("hyp", s.epoch, s.version, j // per)] = H[j:j + per]
+                self._put(self.key("hyp", s.epoch, s.version, j // per), H[j:j + per])
             self._saved_version = (s.epoch, s.version)
         self._write_head(offset, {"predictor": s.to_record(), "buffer_n": self.buffer_n,
                                "epoch_n": self.epoch_n})
+
+    def live(self) -> set[str]:
+        """The epoch's sample and hypotheses, and the next epoch's buffer (``load``)."""
+        s = self.model.state
+        keys = self._chunks("buffer", s.epoch + 1, n=self.buffer_n, per=self.chunk)
+        if s.epoch >= 0:
+            keys |= self._chunks("buffer", s.epoch, n=self.epoch_n, per=self.chunk)
+            keys |= self._chunks("hyp", s.epoch, s.version, n=predictor_shape(self.config)[0],
+                                 per=self.hyp_chunk)
+        return keys
 
     def ledger_record(self) -> LedgerState | None:
         return self.model.state.ledger
@@ -484,6 +536,11 @@ class DecisionListHandler(Handler):
         self._write_head(offset, {"buffer_n": self.buffer_n, "version": self.version,
                                   "epoch": self.epoch, "ledger": ledger})
 
+    def live(self) -> set[str]:
+        """The current window's buffer and the current release (``load``)."""
+        keys = self._chunks("buffer", self.epoch, n=self.buffer_n, per=self.chunk)
+        return keys | ({self.key("release", self.version)} if self.version else set())
+
     def ledger_record(self) -> LedgerState | None:
         return self.ledger_state
 
@@ -505,7 +562,7 @@ class DecisionListHandler(Handler):
         dl = dp_greedy_cover(self.family, X, y, epsilon_round=eps_r, stream=stream)
         self.version += 1
         rec = dl.to_record()
-        self.state[self.key("release", self.version)] = rec
+        self._put(self.key("release", self.version), rec)
         self.released = dl
         self._out.add("releases", self.model_id, Release(
             model_id=self.model_id, seq=self.event_seq, version=self.version, rules=dl.describe(),

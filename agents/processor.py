@@ -86,6 +86,7 @@ class Processor:
             config = ModelConfig.model_validate(cfg)
             h = HANDLERS[config.kind](config, self.rng, self.state)
             h.load(head)
+            h.stored = h.live()
             self._handlers[model_id] = h
         return h
 
@@ -301,7 +302,10 @@ class Overlay(MutableMapping):
 
     The processor's handlers read and write only through it, so a batch can be applied in
     a worker thread without touching the runtime's mapping (a faust table is not thread
-    safe); ``flush`` writes the buffer through, in order, on the caller's thread."""
+    safe); ``flush`` writes the buffer through, in order, on the caller's thread.
+    ``del overlay[key]`` buffers a deletion (of a key that may or may not exist: a
+    handler retires the records it knows it wrote); it reaches the base, in its place in
+    the write order, only if the base holds the key then."""
 
     def __init__(self, base: MutableMapping):
         self.base = base
@@ -314,29 +318,35 @@ class Overlay(MutableMapping):
 
     def __getitem__(self, key):
         if key in self.pending:
-            return self.pending[key][1]
+            value = self.pending[key][1]
+            if value is _DELETED:
+                raise KeyError(key)
+            return value
         return self.base[key]
 
     def get(self, key, default=None):
         if key in self.pending:
-            return self.pending[key][1]
+            value = self.pending[key][1]
+            return default if value is _DELETED else value
         return self.base.get(key, default)
 
     def __contains__(self, key) -> bool:
-        return key in self.pending or key in self.base
+        if key in self.pending:
+            return self.pending[key][1] is not _DELETED
+        return key in self.base
 
     def __setitem__(self, key, value) -> None:
         self.pending.pop(key, None)               # keep write order: last write last
         self.pending[key] = (self.partition, value)
 
-    def __delitem__(self, key):
-        raise NotImplementedError("state records are never deleted")
+    def __delitem__(self, key) -> None:
+        self[key] = _DELETED
 
     def __iter__(self):
-        return iter(set(self.base) | set(self.pending))
+        return iter(k for k in set(self.base) | set(self.pending) if k in self)
 
     def __len__(self) -> int:
-        return len(set(self.base) | set(self.pending))
+        return sum(1 for _ in self)
 
     def flush(self, owns=lambda partition: True) -> None:
         for key, (partition, value) in self.pending.items():
@@ -344,11 +354,17 @@ class Overlay(MutableMapping):
                 continue
             if partition is not None:
                 self._base_set_partition(partition)
-            self.base[key] = value
+            if value is not _DELETED:
+                self.base[key] = value
+            elif key in self.base:
+                del self.base[key]
         self.pending.clear()
 
     def discard(self) -> None:
         self.pending.clear()
+
+
+_DELETED = object()
 
 
 async def processor(records: AsyncIterable[RawRecord], state: MutableMapping, emit: Emit,

@@ -393,7 +393,7 @@ class _TableView:
     """The MutableMapping surface the agents use, over a faust table (keys are str;
     the table stores them as bytes with the raw key serializer).
 
-    ``set_partition(p)`` makes later writes go to changelog partition ``p``: what
+    ``set_partition(p)`` makes later writes (and deletions) go to changelog partition ``p``: what
     faust's Table.on_key_set does with the current event's partition, done explicitly
     (Collection.send_changelog, then the store), because batches have no current event.
     """
@@ -414,6 +414,15 @@ class _TableView:
             return
         self.table.send_changelog(self.partition, key.encode(), value)
         self.table.data[key.encode()] = value
+
+    def __delitem__(self, key: str) -> None:
+        """A tombstone on the changelog (faust's Table.on_key_del: value None, raw
+        serializer; recovery and compaction drop the key), then the key leaves the store."""
+        if self.partition is None:
+            del self.table[key.encode()]
+            return
+        self.table.send_changelog(self.partition, key.encode(), None, value_serializer="raw")
+        self.table.data.pop(key.encode(), None)
 
     def __contains__(self, key: str) -> bool:
         return key.encode() in self.table

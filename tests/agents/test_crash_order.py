@@ -17,6 +17,7 @@ import pytest
 from dpstream.agents.processor import Processor
 from dpstream.agents.records import RawRecord
 from dpstream.agents.sequencer import MODEL_EVENTS, sequence_one
+from dpstream.mechanisms.continual import tree_levels
 from dpstream.mechanisms.randomness import KeyedRandomness
 from dpstream.streams.embedded import EmbeddedRuntime
 
@@ -231,3 +232,96 @@ def test_batches_give_the_per_event_outputs_and_heads_even_across_a_crash(log_an
         heads = {k for k in final_state if k.endswith("/head")}
         assert {k: state[k] for k in heads} == {k: final_state[k] for k in heads}
         assert all(final_state[k] == v for k, v in state.items())
+
+
+COLD = ("/buffer/", "/node/", "/offset/", "/hyp/", "/weights/", "/release/")
+
+
+def cold_keys(state, model):
+    return {k for k in state if k.startswith(f"model/{model}/") and any(c in k for c in COLD)}
+
+
+def test_the_state_keeps_only_the_cold_records_a_restart_reads(log_and_expected):
+    """Retired records (agents/handlers.py): after 3 epochs of 12 tree releases, two
+    decision-list windows, DP-Winnow updates and predictor hard queries, each model's
+    cold records are exactly those a load of its head reads, and at no batch boundary
+    does the tree hold more nodes than one decomposition (at most ``levels``), where
+    before retirement it kept every node it ever wrote (36) and the predictor every
+    hypothesis version."""
+    log, expected, final_state = log_and_expected
+    p = Processor(RNG, final_state, Broker().emit)
+    for model in ("w", "dl", "p", "c"):
+        assert cold_keys(final_state, model) == p.handler(model).live(), model
+    assert {k for k in cold_keys(final_state, "c")} == {"model/c/offset/3/0"}   # epoch 3 starts
+
+    async def go():
+        state, written, most = {}, set(), 0
+        p = Processor(RNG, state, Broker().emit)
+        for i in range(0, len(log), 50):
+            await p.handle_batch(log[i:i + 50])
+            nodes = {k for k in state if k.startswith("model/c/node/")}
+            written |= nodes
+            most = max(most, len(nodes))
+        return written, most
+
+    written, most = asyncio.run(go())
+    assert len(written) >= 30 and 0 < most <= tree_levels(12)
+
+
+class StateCrash(Exception):
+    pass
+
+
+class CrashingState(dict):
+    """A state mapping that dies at its ``fail_at``-th write or deletion (that one and
+    every later one lost): a kill -9 between two state records reaching the changelog."""
+
+    def __init__(self, fail_at=None):
+        super().__init__()
+        self.ops, self.fail_at = [], fail_at
+
+    def _op(self, kind, key):
+        if self.fail_at is not None and len(self.ops) + 1 >= self.fail_at:
+            raise StateCrash
+        self.ops.append((kind, key))
+
+    def __setitem__(self, key, value):
+        self._op("set", key)
+        super().__setitem__(key, value)
+
+    def __delitem__(self, key):
+        self._op("del", key)
+        super().__delitem__(key)
+
+
+@pytest.mark.slow
+def test_a_crash_between_any_two_state_writes_around_a_retirement_changes_no_output(log_and_expected):
+    """Deletions follow the head that stops reading them: a crash anywhere in that
+    sequence (before the head, between head and deletions, between two deletions)
+    leaves a state from which a restarted worker, re-reading the log, gives the same
+    outputs and the same heads. (A crash after the head and before its deletions may
+    leave the records it did not delete behind: they are never read again.)"""
+    log, expected, final_state = log_and_expected
+    batches = [log[i:i + 64] for i in range(0, len(log), 64)]
+
+    async def run(state, broker, todo):
+        p = Processor(RNG, state, broker.emit)
+        for batch in todo:
+            await p.handle_batch(batch)
+
+    dry = CrashingState()
+    asyncio.run(run(dry, Broker(), batches))
+    dels = [n for n, (kind, _) in enumerate(dry.ops, 1) if kind == "del"]
+    assert {dry.ops[n - 1][1].split("/")[1] for n in dels} == {"w", "dl", "p", "c"}
+    picks = sorted({n + j for n in dels[::7] for j in (-1, 0, 1)})   # head, first, second deletion
+    for fail_at in picks:
+        state, broker = CrashingState(fail_at), Broker()
+        with pytest.raises(StateCrash):
+            asyncio.run(run(state, broker, batches))
+        state.fail_at = None
+        asyncio.run(run(state, broker, batches))            # restart from the first input
+        for topic in ("predictions", "ledger", "releases"):
+            assert per_model(broker.durable[topic]) == per_model(expected[topic]), (topic, fail_at)
+        heads = {k for k in final_state if k.endswith("/head")}
+        assert {k: state[k] for k in heads} == {k: final_state[k] for k in heads}, fail_at
+        assert all(state[k] == v for k, v in final_state.items()), fail_at
