@@ -41,7 +41,9 @@ cluster (raise it in production).
 """
 from __future__ import annotations
 
+import asyncio
 import logging
+import time
 from pathlib import Path
 
 import faust
@@ -67,6 +69,7 @@ def encode(value: dict) -> bytes:
 
 BATCH, BATCH_WITHIN = 500, 0.005    # events per batch at most; seconds to wait for more
 TAIL_CHECK = 5.0                    # seconds without a fetch before the worker checks the log ends
+METADATA_MAX_AGE_MS = 15_000        # how soon a consumer notices topics it missed at start
 TAIL_READ = 8_000                   # records per partition it reads from the log per check
 logger = logging.getLogger("dpstream.app")
 CHANGELOG_COMPACTION = {"segment.ms": "60000", "segment.bytes": str(16 * 1024 * 1024),
@@ -108,6 +111,10 @@ def make_app(*, broker: str, rng: KeyedRandomness, partitions: int = 4, app_id: 
         broker_max_poll_records=4 * BATCH,
         producer_linger=0.0,
         producer_max_batch_size=1 << 20,
+        # A consumer whose group join ran before the broker's metadata showed the topics
+        # (a broker that just restarted answers "unknown topic" for seconds) gets no
+        # partitions and notices only at its next metadata refresh: 5 minutes by default.
+        consumer_metadata_max_age_ms=METADATA_MAX_AGE_MS,
     )
     # internal=True: the worker declares (creates) every topic with the shared partition
     # count at start, so producers and consumers never race topic auto-creation.
@@ -362,13 +369,16 @@ def make_app(*, broker: str, rng: KeyedRandomness, partitions: int = 4, app_id: 
 
 
 async def ensure_topics(broker: str, *, prefix: str = "", partitions: int = 4,
-                        replication: int = 1) -> list[str]:
+                        replication: int = 1, wait: float = 60.0) -> list[str]:
     """Create every dpstream topic that does not exist yet (returns the names created).
 
     A consumer that subscribes to a topic the broker does not have yet ignores it until
     its next metadata refresh (5 minutes by default), so a worker started on a fresh
     broker, before anything was produced, would sit idle. Creating the topics first, with
-    the shared partition count, removes the race (aiokafka's admin client)."""
+    the shared partition count, removes the race (aiokafka's admin client). It then
+    waits until the broker's metadata lists every dpstream topic with a leader for each
+    partition (a broker that just restarted can answer "unknown topic" for seconds after
+    the creation succeeded), at most ``wait`` seconds."""
     from aiokafka.admin import AIOKafkaAdminClient, NewTopic
     from aiokafka.errors import TopicAlreadyExistsError
 
@@ -384,9 +394,25 @@ async def ensure_topics(broker: str, *, prefix: str = "", partitions: int = 4,
                 await admin.create_topics([NewTopic(n, partitions, replication) for n in new])
             except TopicAlreadyExistsError:
                 pass                              # another worker created them meanwhile
+        names = [prefix + t for t in ALL]
+        start = time.monotonic()
+        while not _all_led(await admin.describe_topics(names)):
+            if time.monotonic() - start > wait:
+                logger.warning("topic metadata still incomplete after %.0f s; starting anyway "
+                               "(consumers refresh it every %d s)", wait, METADATA_MAX_AGE_MS // 1000)
+                break
+            await asyncio.sleep(0.25)
+        if time.monotonic() - start > 1.0:
+            logger.warning("waited %.1f s for the broker to list every topic", time.monotonic() - start)
         return new
     finally:
         await admin.close()
+
+
+def _all_led(topics: list[dict]) -> bool:
+    """Whether a metadata response shows every topic without error, each partition led."""
+    return all(t["error_code"] == 0 and t["partitions"] and
+               all(p["leader"] >= 0 for p in t["partitions"]) for t in topics)
 
 
 class _TableView:
