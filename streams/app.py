@@ -42,6 +42,7 @@ cluster (raise it in production).
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import time
 from pathlib import Path
@@ -70,6 +71,7 @@ def encode(value: dict) -> bytes:
 BATCH, BATCH_WITHIN = 500, 0.005    # events per batch at most; seconds to wait for more
 TAIL_CHECK = 5.0                    # seconds without a fetch before the worker checks the log ends
 METADATA_MAX_AGE_MS = 15_000        # how soon a consumer notices topics it missed at start
+FULL_GC_CHECK, FULL_GC_AT_MOST = 10.0, 600.0   # seconds (hold_full_collections)
 TAIL_READ = 8_000                   # records per partition it reads from the log per check
 logger = logging.getLogger("dpstream.app")
 CHANGELOG_COMPACTION = {"segment.ms": "60000", "segment.bytes": str(16 * 1024 * 1024),
@@ -151,6 +153,31 @@ def make_app(*, broker: str, rng: KeyedRandomness, partitions: int = 4, app_id: 
 
     partition_of: dict[tuple[str, bytes | None], int] = {}
     partitioner = DefaultPartitioner()
+    own: list = []                       # the outputs producer, once started
+
+    async def outputs_producer():
+        """The bulk path's own producer for outputs and log records, built by faust's
+        producer driver with the app's settings (acks, auth, sizes). Why a second one:
+        aiokafka keeps one request in flight per broker connection (its Sender skips a
+        node with a request outstanding), so on faust's producer a batch's log append
+        and predictions waited behind the table changelog writes of the batch before,
+        up to five round trips per batch where two are needed. Safe: changelog writes
+        keep their order on faust's producer (which faust flushes before a commit), and
+        every output sent here is acknowledged before the batch writes state or acks
+        its inputs."""
+        if not own:
+            producer = app.producer._new_producer()
+            await producer.start()
+            if own:                          # another caller started one meanwhile
+                await producer.stop()
+            else:
+                own.append(producer)
+        return own[0]
+
+    @app.on_before_shutdown.connect
+    async def _stop_outputs_producer(sender, **kwargs) -> None:
+        while own:
+            await own.pop().stop()
 
     async def emit_many(items: list[tuple[str, str | None, dict]]) -> list:
         """Enqueue many outputs as one aiokafka batch per topic partition; return
@@ -159,9 +186,8 @@ def make_app(*, broker: str, rng: KeyedRandomness, partitions: int = 4, app_id: 
         placement of its first record, the rest follow at consecutive offsets).
         Partitions are those ``send`` would choose: aiokafka's DefaultPartitioner over the
         topic's partitions (murmur2 of the key), memoised per key. Order within a
-        partition is call order; faust flushes this producer (its accumulator holds these
-        batches too) before committing input offsets."""
-        producer = app.producer._ensure_producer()      # faust's aiokafka producer
+        partition is call order (one producer, ``outputs_producer``)."""
+        producer = await outputs_producer()
         groups: dict[tuple[str, int], list[int]] = {}
         encoded = []
         for i, (topic, key, value) in enumerate(items):
@@ -341,6 +367,20 @@ def make_app(*, broker: str, rng: KeyedRandomness, partitions: int = 4, app_id: 
                         batch.setdefault(name, []).extend(records)
             return batch
 
+    last_full = [time.monotonic()]
+
+    @app.timer(FULL_GC_CHECK)
+    async def full_collection() -> None:
+        """The collector's full pass, held back by ``hold_full_collections``: when the
+        bulk path has been idle for a second, or at least every FULL_GC_AT_MOST s."""
+        if gc.get_threshold()[2] < 1_000_000_000:
+            return                                 # automatic full passes still on
+        now = time.monotonic()
+        idle = bulk_path.idle() >= 1.0 if bulk else True
+        if idle or now - last_full[0] >= FULL_GC_AT_MOST:
+            gc.collect()
+            last_full[0] = time.monotonic()
+
     @app.page("/status/")
     async def status_view(web, request):
         """Per model on this worker: kind, epoch, rounds, updates or hard queries, budget."""
@@ -366,6 +406,22 @@ def make_app(*, broker: str, rng: KeyedRandomness, partitions: int = 4, app_id: 
     app.dpstream.update(sequencer=sequencer, processor_agent=model_processor,
                         tables=(sequencer_state, model_state))
     return app
+
+
+def hold_full_collections() -> None:
+    """Keep the cyclic garbage collector's full passes off the latency path. A full
+    (generation 2) pass walks every tracked object and stops the event loop meanwhile:
+    90-130 ms in a running worker, which set the p99 of end-to-end latency
+    (bench/throughput.py, traced with ``gc.callbacks``). Objects alive once the worker is
+    ready (modules, the app, recovered tables) leave the collector's view
+    (``gc.freeze``), and automatic full passes are held back (a huge third threshold;
+    the young generations keep CPython's defaults, so most cycles are still collected
+    as before); the ``full_collection`` timer of ``make_app`` runs the full pass when
+    the worker is idle, or every FULL_GC_AT_MOST seconds under constant load."""
+    gc.collect()
+    gc.freeze()
+    young, middle, _ = gc.get_threshold()
+    gc.set_threshold(young, middle, 1_000_000_000)
 
 
 async def ensure_topics(broker: str, *, prefix: str = "", partitions: int = 4,
