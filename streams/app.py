@@ -372,11 +372,13 @@ def make_app(*, broker: str, rng: KeyedRandomness, partitions: int = 4, app_id: 
     @app.timer(FULL_GC_CHECK)
     async def full_collection() -> None:
         """The collector's full pass, held back by ``hold_full_collections``: when the
-        bulk path has been idle for a second, or at least every FULL_GC_AT_MOST s."""
+        bulk path has worked and then been idle for a second, or at least every
+        FULL_GC_AT_MOST s."""
         if gc.get_threshold()[2] < 1_000_000_000:
             return                                 # automatic full passes still on
         now = time.monotonic()
-        idle = bulk_path.idle() >= 1.0 if bulk else True
+        # idle after work since the last pass (the per-record path: at most, only)
+        idle = bulk and bulk_path.idle() >= 1.0 and bulk_path.last_fetch > last_full[0]
         if idle or now - last_full[0] >= FULL_GC_AT_MOST:
             gc.collect()
             last_full[0] = time.monotonic()

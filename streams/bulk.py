@@ -19,8 +19,9 @@ tables), table changelogs and recovery, commits, rebalancing, the web views.
 
 Crash safety is the agents' own and unchanged: a batch's state is written only after its
 outputs are acknowledged (agents/records.py), and a record is acked to faust only after
-that, so committed offsets never run ahead of outputs or state (faust also flushes the
-producer before each commit). A fetch taken under an older consumer generation (a
+that, so committed offsets never run ahead of outputs or state (outputs are awaited
+per batch on the app's outputs producer; faust flushes its own producer, which carries
+the table changelogs, before each commit). A fetch taken under an older consumer generation (a
 rebalance happened since) is dropped unacked: the partition's new owner re-reads it,
 and the processor's ``owns`` fence keeps a stale worker from writing state. A batch that
 fails (broker unreachable, a delivery timeout) is retried after a pause, from the state
