@@ -13,7 +13,9 @@ through ``Handler._put``, and ``_write_head`` deletes, right after the head, eac
 this handler wrote or loaded that the new head no longer needs (``live``). A node of the
 tree that left the prefix's decomposition, a hypothesis set of an older version, the
 sample of a finished epoch: without this a worker's store and its changelog grow with
-every block and every epoch, forever. Crash order: the deletions follow the head that
+every block and every epoch, forever. (A record leaves ``live`` only when another is
+written: a block closes, a version, window or epoch begins, DP-Winnow updates; so heads
+of batches that wrote no cold record skip the check.) Crash order: the deletions follow the head that
 drops them in the same changelog partition (one producer, one request in flight per
 partition: aiokafka ``Sender`` mutes a partition while its batch is in flight), so a
 restart that finds a deletion also finds that head; a restart from an older head finds
@@ -78,6 +80,7 @@ class Handler:
         self._out: Outputs | None = None
         self.epoch = 0
         self.stored: set[str] = set()       # cold records written or read since the last head
+        self._put_since_head = False
 
     def key(self, *parts) -> str:
         return "/".join(["model", self.model_id, *map(str, parts)])
@@ -139,6 +142,9 @@ class Handler:
         self.log_offset = offset
         self.state[self.key("head")] = {"seq": offset, "n": self.events, "sources": dict(self.head_sources),
                                         **body}
+        if not self._put_since_head:      # a record leaves ``live`` only as another is written
+            return
+        self._put_since_head = False
         live = self.live()
         for key in sorted(self.stored - live):
             del self.state[key]
@@ -148,6 +154,7 @@ class Handler:
         """Write a cold record (one ``live`` names while the state needs it)."""
         self.state[key] = value
         self.stored.add(key)
+        self._put_since_head = True
 
     def live(self) -> set[str]:
         """The cold records a load of the current state reads."""

@@ -34,7 +34,9 @@ dependency is pinned below 0.16 for this reason): ``Fetcher._fetcher`` awaits
 the records by TP and the active partitions; ``_to_message``, ``ack``, ``_read_offset``,
 ``_add_gap``, ``_n_acked`` / ``_commit_every`` / ``commit`` and ``suspend_flow`` are used
 as the original drain loop uses them (a commit runs as a background task, as faust's
-periodic commit does); ``app.consumer_generation_id`` marks rebalances.
+periodic commit does); ``app.consumer_generation_id`` marks rebalances. streams/app.py
+also builds the outputs producer with ``app.producer._new_producer()`` (faust's
+aiokafka driver, so it carries the app's producer settings).
 """
 from __future__ import annotations
 
