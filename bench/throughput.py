@@ -1,6 +1,6 @@
 """Worker throughput against what Kafka and faust allow, side by side on one broker.
 
-    python bench/throughput.py [--n 30000] [--rss-n 1000000] [--latency-at 300 ...]
+    python bench/throughput.py [--n 30000] [--rss-n 1000000] [--latency-at 300 ...] [--latency-secs 10]
                                [--skip-rss] [--skip-scale-out]
 
 One run measures, on the local broker (scripts/kafka.sh start), n records each:
@@ -12,9 +12,10 @@ One run measures, on the local broker (scripts/kafka.sh start), n records each:
    epsilon 2 (d = 1,000), produce -> the predictions topic, reading whole fetches
    (streams/bulk.py, the default) and through faust's per-record path (--per-record);
 4. end-to-end latency (input record timestamp -> prediction record timestamp) of the
-   continual-Winnow worker at half the rate it reached in 3, and at the steady rates of
-   --latency-at (default 300/s), p50 / p99 (the first 20% of the inputs are warm-up and
-   not counted);
+   DP-Winnow and the continual-Winnow worker at half the rate each reached in 3, and of
+   continual Winnow at the steady rates of --latency-at (default 300/s), over
+   --latency-secs (10) of input paced in 2 ms ticks (pipeline.produce_paced), p50 / p99
+   (the first 20% of the inputs are warm-up and not counted);
 5. scale-out: DP-Winnow over 4 models on distinct partitions, one worker against two;
 6. the worker's resident memory after the first 10% and at the end of rss-n events.
 Ratios to the raw loop are the numbers to quote: this 2-core machine is shared and
@@ -86,7 +87,7 @@ def worker_rate(model: dict, data: list[bytes], args: tuple[str, ...] = ()) -> f
 def latency(model: dict, data: list[bytes], rate: float) -> tuple[float, float]:
     worker, prefix = start_worker(model)
     try:
-        asyncio.run(P.produce(prefix + "examples", data, rate=rate))
+        asyncio.run(P.produce_paced(prefix + "examples", data, rate))
         preds, _ = asyncio.run(P.drain(prefix + "predictions", len(data)))
         inputs, _ = asyncio.run(P.drain(prefix + "examples", len(data)))
     finally:
@@ -151,7 +152,8 @@ def scale_out(n: int, models: int = 4) -> tuple[float, float]:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--n", type=int, default=30_000)
-    ap.add_argument("--latency-n", type=int, default=3_000)
+    ap.add_argument("--latency-secs", type=float, default=10.0,
+                    help="seconds of steady input per latency measurement")
     ap.add_argument("--latency-at", type=float, nargs="*", default=[300.0],
                     help="more steady rates (examples/s) to measure latency at")
     ap.add_argument("--rss-n", type=int, default=1_000_000)
@@ -167,7 +169,8 @@ def main() -> None:
     rows.append(("faust pass-through, per event, defaults", faust_passthrough("default", data)))
     rows.append(("faust pass-through, tuned for bulk", faust_passthrough("tuned", data)))
     rows.append(("dpstream worker --per-record, DP-Winnow d=1000 eps 4", worker_rate(P.MODEL, data, ("--per-record",))))
-    rows.append(("dpstream worker, DP-Winnow d=1000 eps 4", worker_rate(P.MODEL, data)))
+    dp_winnow = worker_rate(P.MODEL, data)
+    rows.append(("dpstream worker, DP-Winnow d=1000 eps 4", dp_winnow))
     rows.append(("dpstream worker --per-record, continual Winnow eps 2",
                  worker_rate(CONTINUAL, data, ("--per-record",))))
     continual = worker_rate(CONTINUAL, data)
@@ -177,11 +180,11 @@ def main() -> None:
     print(f"| path | records/s | ratio to raw |\n|---|---|---|")
     for name, rate in rows:
         print(f"| {name} | {rate:,.0f} | {rate / raw:.3f} |")
-    p50, p99 = latency(CONTINUAL, P.payloads(args.latency_n, seed=1), rate=continual / 2)
-    print(f"latency at half capacity ({continual / 2:,.0f} examples/s, continual Winnow): "
-          f"p50 {p50:.0f} ms, p99 {p99:.0f} ms")
+    for name, model, rate in (("DP-Winnow", P.MODEL, dp_winnow / 2), ("continual Winnow", CONTINUAL, continual / 2)):
+        p50, p99 = latency(model, P.payloads(int(rate * args.latency_secs), seed=1), rate=rate)
+        print(f"latency at half capacity ({rate:,.0f} examples/s, {name}): p50 {p50:.0f} ms, p99 {p99:.0f} ms")
     for rate in args.latency_at:
-        p50, p99 = latency(CONTINUAL, P.payloads(max(1_000, int(10 * rate)), seed=2), rate=rate)
+        p50, p99 = latency(CONTINUAL, P.payloads(max(1_000, int(args.latency_secs * rate)), seed=2), rate=rate)
         print(f"latency at {rate:,.0f} examples/s (continual Winnow): p50 {p50:.0f} ms, p99 {p99:.0f} ms")
     if not args.skip_scale_out:
         one, two = scale_out(args.n)

@@ -44,6 +44,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import logging
+import sys
 import time
 from pathlib import Path
 
@@ -69,9 +70,11 @@ def encode(value: dict) -> bytes:
 
 
 BATCH, BATCH_WITHIN = 500, 0.005    # events per batch at most; seconds to wait for more
+IDLE_WITHIN = 1.0                   # the same wait for the agents the bulk path bypasses
 TAIL_CHECK = 5.0                    # seconds without a fetch before the worker checks the log ends
 METADATA_MAX_AGE_MS = 15_000        # how soon a consumer notices topics it missed at start
 FULL_GC_CHECK, FULL_GC_AT_MOST = 10.0, 600.0   # seconds (hold_full_collections)
+SWITCH_INTERVAL = 0.001             # seconds a thread holds the GIL (shorten_thread_switches)
 TAIL_READ = 8_000                   # records per partition it reads from the log per check
 logger = logging.getLogger("dpstream.app")
 CHANGELOG_COMPACTION = {"segment.ms": "60000", "segment.bytes": str(16 * 1024 * 1024),
@@ -95,7 +98,11 @@ def make_app(*, broker: str, rng: KeyedRandomness, partitions: int = 4, app_id: 
         web_tables_enabled=False,
         key_serializer="raw",
         value_serializer="raw",
-        broker_commit_every=100,
+        # Offsets commit every 1,000 acked records (and every broker_commit_interval,
+        # 2.8 s): a commit flushes the producer and costs a round trip, which at 100 ran
+        # a few times a second at low rates; a crash re-reads at most this many more
+        # records per partition, skipped as handled (agents are idempotent by offset).
+        broker_commit_every=1_000,
         # a dead worker's partitions move after 10 s instead of faust's default 60 s
         broker_session_timeout=10.0,
         broker_heartbeat_interval=2.0,
@@ -267,17 +274,21 @@ def make_app(*, broker: str, rng: KeyedRandomness, partitions: int = 4, app_id: 
     # Batches: stream.take_events yields up to BATCH events (or what arrived within
     # BATCH_WITHIN s) and acks them after the body returns (faust/streams.py). Inside
     # it no event is current, so the table views write with explicit partitions.
+    # On the bulk path these agents receive nothing (streams/bulk.py takes their
+    # records) and stay only so that faust subscribes and assigns their topics: their
+    # batch timer then wakes once a second, not 200 times.
+    within = IDLE_WITHIN if bulk else BATCH_WITHIN
     @app.agent(inputs, name="dpstream.sequencer")
     async def sequencer(stream):
         view = _TableView(sequencer_state)
-        async for events in stream.take_events(BATCH, within=BATCH_WITHIN):
+        async for events in stream.take_events(BATCH, within=within):
             batch = records(events)
             with metrics.timer("sequencer"):
                 await sequence_batch(batch, view, emit, fetch)
 
     @app.agent(log, name="dpstream.processor")
     async def model_processor(stream):
-        async for events in stream.take_events(BATCH, within=BATCH_WITHIN):
+        async for events in stream.take_events(BATCH, within=within):
             batch = records(events)
             with metrics.timer("processor"):
                 await processor.handle_batch(batch)
@@ -295,7 +306,12 @@ def make_app(*, broker: str, rng: KeyedRandomness, partitions: int = 4, app_id: 
         long fetch must not leave it working through (and re-reading the gaps of) a
         partition whose new owner is already processing it. Returns False when it
         skipped any record: then no record of the fetch may be acked (the partitions'
-        next owner, maybe this worker again, re-reads them from the committed offsets)."""
+        next owner, maybe this worker again, re-reads them from the committed offsets).
+
+        One stage, not a pipeline: measured, sequencing the next fetch while this one's
+        outputs are in flight made batches smaller and latency worse (p50 80-135 ms
+        against 47-60 ms at 3,000 examples/s): on two shared cores the worker is
+        CPU-bound, and a batch's fixed cost is paid once per batch."""
         inputs = [r for name in INPUTS for r in batch.get(name, ())]
         events = batch.get(MODEL_EVENTS, [])
         for name, recs in batch.items():
@@ -320,7 +336,13 @@ def make_app(*, broker: str, rng: KeyedRandomness, partitions: int = 4, app_id: 
 
     if bulk:
         dp_topics = {prefix + t: t for t in (*INPUTS, MODEL_EVENTS)}
-        bulk_path = install_bulk(app, dp_topics, apply_fetch)
+
+        def log_positions() -> dict[int, int]:
+            """Per owned log partition, the processor's next offset (all below applied)."""
+            return {p: model_view.get(f"log/{p}", 0) for p in assigned_log_partitions() if owns(p)}
+
+        bulk_path = install_bulk(app, dp_topics, apply_fetch, log_topic=log_name,
+                                 log_positions=log_positions)
 
         @app.timer(TAIL_CHECK)
         async def tail_check() -> None:
@@ -426,6 +448,18 @@ def hold_full_collections() -> None:
     gc.set_threshold(young, middle, 1_000_000_000)
 
 
+def shorten_thread_switches() -> None:
+    """Hand the GIL between threads every SWITCH_INTERVAL seconds instead of CPython's 5 ms.
+    faust runs the Kafka consumer in its own thread, so every fetch it hands over crosses
+    threads, and the consumer thread needs the GIL for each step of a fetch. While the
+    event loop thread computes a batch, each such step waited up to the full interval
+    (the convoy effect): traced at 3,000 examples/s, fetches of records already on the
+    broker arrived 300-500 ms late, and the worker settled at 1-1.8 s of latency. With
+    1 ms it kept up in most runs (bench/throughput.py; traced by timing the drain loop's
+    ``_wait_next_records`` against the ages of the records it returned)."""
+    sys.setswitchinterval(SWITCH_INTERVAL)
+
+
 async def ensure_topics(broker: str, *, prefix: str = "", partitions: int = 4,
                         replication: int = 1, wait: float = 60.0) -> list[str]:
     """Create every dpstream topic that does not exist yet (returns the names created).
@@ -480,6 +514,9 @@ class _TableView:
     ``set_partition(p)`` makes later writes (and deletions) go to changelog partition ``p``: what
     faust's Table.on_key_set does with the current event's partition, done explicitly
     (Collection.send_changelog, then the store), because batches have no current event.
+    Reads go to the store (``table.data``) directly: faust's ``Table.__getitem__`` adds
+    only its sensors' get counters, which nothing here reads, and cost a tenth of the
+    worker's loop time at small batches (several reads per event).
     """
 
     def __init__(self, table):
@@ -490,7 +527,7 @@ class _TableView:
         self.partition = partition
 
     def __getitem__(self, key: str):
-        return self.table[key.encode()]
+        return self.table.data[key.encode()]
 
     def __setitem__(self, key: str, value) -> None:
         if self.partition is None:
@@ -509,7 +546,7 @@ class _TableView:
         self.table.data.pop(key.encode(), None)
 
     def __contains__(self, key: str) -> bool:
-        return key.encode() in self.table
+        return key.encode() in self.table.data
 
     def get(self, key: str, default=None):
-        return self.table.get(key.encode(), default)
+        return self.table.data.get(key.encode(), default)

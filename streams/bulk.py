@@ -31,10 +31,14 @@ re-emits identical outputs. So the worker never stops on it.
 faust internals relied on (faust-streaming 0.15.x, faust/transport/consumer.py; the
 dependency is pinned below 0.16 for this reason): ``Fetcher._fetcher`` awaits
 ``consumer._drain_messages(fetcher)``; ``Consumer._wait_next_records(timeout)`` returns
-the records by TP and the active partitions; ``_to_message``, ``ack``, ``_read_offset``,
-``_add_gap``, ``_n_acked`` / ``_commit_every`` / ``commit`` and ``suspend_flow`` are used
-as the original drain loop uses them (a commit runs as a background task, as faust's
-periodic commit does); ``app.consumer_generation_id`` marks rebalances. streams/app.py
+the records by TP and the active partitions; ``_to_message`` (changelog records only),
+``_read_offset``, ``_add_gap``, ``_n_acked`` / ``_commit_every`` / ``commit`` and
+``suspend_flow`` are used as the original drain loop uses them (a commit runs as a
+background task, as faust's periodic commit does); acks do what ``Consumer.ack`` does
+(``faust.types.tuples.ack_lock``, ``_committed_offset``, ``_acked_index``, ``_acked``,
+``_n_acked``, ``_waiting_for_ack``) per partition, without a message per record;
+``seek_wait`` moves the consumer past applied log records (``_skip_applied``);
+``app.consumer_generation_id`` marks rebalances. streams/app.py
 also builds the outputs producer with ``app.producer._new_producer()`` (faust's
 aiokafka driver, so it carries the app's producer settings).
 """
@@ -45,6 +49,10 @@ import logging
 import os
 import time
 from collections.abc import Awaitable, Callable
+
+from faust.types import TP
+from faust.types.tuples import ack_lock
+from mode.utils.futures import notify
 
 from dpstream.agents.records import RawRecord
 
@@ -75,16 +83,21 @@ class BulkPath:
         """Apply records read from the log by other means, in the applier's order with
         the fetches; nothing is acked for them (faust's consumer still owns the offsets:
         when it delivers these records later, the agents skip them as handled)."""
-        await self._queue.put((self._app.consumer_generation_id, batch, []))
+        await self._queue.put((self._app.consumer_generation_id, batch, {}))
 
 
-def install(app, topics: dict[str, str], apply: ApplyFetch) -> BulkPath:
+def install(app, topics: dict[str, str], apply: ApplyFetch, *, log_topic: str | None = None,
+            log_positions: Callable[[], dict[int, int]] | None = None) -> BulkPath:
     """Route records of ``topics`` (Kafka name -> dpstream name) to ``apply`` in bulk.
 
     ``apply`` receives, per fetch, the records of each dpstream topic in offset order
     per partition, and must make their outputs and state durable before it returns;
     it returns False if it left any record out (a partition revoked meanwhile), and
     then none of the fetch is acked.
+    ``log_positions()`` (optional) gives, per partition of ``log_topic`` this worker
+    owns, the offset below which every record is applied: the consumer then skips
+    ahead to it instead of reading back the records the worker appended and applied
+    itself (``_skip_applied``).
     Call before the worker starts (the fetcher calls the drain loop once, at start)."""
     queue: asyncio.Queue = asyncio.Queue(maxsize=QUEUED_FETCHES)
     path = BulkPath(queue, app)
@@ -105,7 +118,7 @@ def install(app, topics: dict[str, str], apply: ApplyFetch) -> BulkPath:
                 continue
             generation = app.consumer_generation_id
             batch: dict[str, list[RawRecord]] = {}
-            messages = []
+            offsets: dict = {}                     # TP -> offsets handed over, to ack
             for tp, recs in records.items():
                 if active is not None and tp not in active and tp not in consumer._buffered_partitions:
                     continue
@@ -128,34 +141,36 @@ def install(app, topics: dict[str, str], apply: ApplyFetch) -> BulkPath:
                 if not kept:
                     continue
                 read_offset[tp] = previous
-                messages.extend(consumer._to_message(tp, r) for r in kept)
+                offsets[tp] = [r.offset for r in kept]
                 batch.setdefault(name, []).extend(
                     RawRecord(name, r.partition, r.offset, r.key, r.value or b"") for r in kept)
             if batch and 0 <= stall_after <= handed:
                 continue                       # the injected stall: nothing handed over
-            handed += len(messages)
+            handed += sum(len(o) for o in offsets.values())
             if batch:
                 path.last_fetch = time.monotonic()
-                await queue.put((generation, batch, messages))
+                await queue.put((generation, batch, offsets))
 
     async def applier() -> None:
         consumer = app.consumer
         committing: asyncio.Future | None = None
+        seeking: asyncio.Future | None = None
         while True:
             path.busy = False
-            generation, batch, messages = await queue.get()
+            generation, batch, offsets = await queue.get()
             path.busy = True
             # Under load fetches queue up: apply them as one batch (their records stay in
             # order per partition), so a batch's fixed cost (two round trips to the
             # broker, a state write per model) is paid once for all of them.
-            while not queue.empty() and len(messages) < MERGE_RECORDS:
-                more_generation, more, more_messages = queue.get_nowait()
+            while not queue.empty() and sum(map(len, batch.values())) < MERGE_RECORDS:
+                more_generation, more, more_offsets = queue.get_nowait()
                 if more_generation != generation:
-                    generation, batch, messages = more_generation, more, more_messages
+                    generation, batch, offsets = more_generation, more, more_offsets
                     continue
                 for name, recs in more.items():
                     batch.setdefault(name, []).extend(recs)
-                messages.extend(more_messages)
+                for tp, more_acks in more_offsets.items():
+                    offsets.setdefault(tp, []).extend(more_acks)
             while app.consumer_generation_id == generation:
                 try:
                     complete = await apply(batch)
@@ -168,8 +183,10 @@ def install(app, topics: dict[str, str], apply: ApplyFetch) -> BulkPath:
                     continue
                 if not complete or app.consumer_generation_id != generation:
                     break                       # revoked meanwhile: the new owner commits
-                for m in messages:
-                    consumer.ack(m)
+                for tp, acks in offsets.items():
+                    _ack(consumer, tp, acks)
+                if log_positions is not None and (seeking is None or seeking.done()):
+                    seeking = _skip_applied(consumer, generation)
                 commit_every = consumer._commit_every
                 if commit_every is not None and consumer._n_acked >= commit_every and \
                         (committing is None or committing.done()):
@@ -179,6 +196,54 @@ def install(app, topics: dict[str, str], apply: ApplyFetch) -> BulkPath:
                     consumer._n_acked = 0
                     committing = asyncio.ensure_future(_commit(consumer))
                 break
+
+    def _skip_applied(consumer, generation: int) -> asyncio.Future | None:
+        """Skip the consumer past log records already applied (called after a batch's
+        acks). The processor takes the records this worker appends straight from the
+        sequencer's acknowledgements; reading them back cost the consumer thread half
+        its work and held inputs back in every fetch. For each owned log partition whose
+        consumer has handed over less than the processor applied, the offsets below the
+        processor's position are acked (all applied: the processor re-reads any gap
+        before it moves on, and its state is written before this runs) and the consumer
+        seeks there, in the background (faust's ``seek_wait``: in the consumer's thread).
+        A fetch already under way may still deliver some of them; the processor drops
+        those as applied, and acking twice is a no-op. Acking from the last handed-over
+        offset itself: after faust's own seek that offset is the next to read, not one
+        read."""
+        read_offset = consumer._read_offset
+        targets = {}
+        for partition, position in log_positions().items():
+            tp = TP(log_topic, partition)
+            read = read_offset.get(tp)
+            if read is None or read >= position - 1:
+                continue
+            _ack(consumer, tp, range(read, position))
+            targets[tp] = position
+        if not targets or app.consumer_generation_id != generation:
+            return None
+        return asyncio.ensure_future(_seek(consumer, targets))
+
+    async def _seek(consumer, targets) -> None:
+        try:
+            await consumer.seek_wait(targets)
+        except Exception as err:            # noqa: BLE001 - revoked meanwhile: records are re-read
+            log.debug("skipping applied log records failed (%s)", type(err).__name__)
+
+    def _ack(consumer, tp, acks) -> None:
+        """``Consumer.ack`` for a run of offsets of one partition, without building a
+        faust message per record: the same bookkeeping under the same lock (offsets at
+        or above the committed one, each once, counted in ``_n_acked``; the records were
+        never tracked as unacked messages, so there is nothing to discard)."""
+        if not app.topics.acks_enabled_for(tp.topic):
+            return
+        committed = consumer._committed_offset[tp]
+        with ack_lock:
+            index, acked = consumer._acked_index[tp], consumer._acked[tp]
+            new = [o for o in acks if (committed is None or o >= committed) and o not in index]
+            index.update(new)
+            acked.extend(new)
+            consumer._n_acked += len(new)
+        notify(consumer._waiting_for_ack)
 
     async def _commit(consumer) -> None:
         try:
@@ -190,6 +255,15 @@ def install(app, topics: dict[str, str], apply: ApplyFetch) -> BulkPath:
 
     @app.task
     async def _bulk_applier() -> None:
-        await applier()
+        """The applier; a bug that escapes it is logged and it restarts (its batch stays
+        unacked: the tail check, or the partitions' next owner, reads it again)."""
+        while True:
+            try:
+                await applier()
+            except asyncio.CancelledError:
+                raise
+            except Exception:                   # noqa: BLE001 - the worker must not stop
+                log.exception("the bulk applier failed; restarting it")
+                await asyncio.sleep(RETRY_PAUSE)
 
     return path

@@ -232,7 +232,7 @@ def cmd_audit_report(args) -> int:
 def cmd_worker(args) -> int:
     import faust
 
-    from .app import ensure_topics, hold_full_collections, make_app
+    from .app import ensure_topics, hold_full_collections, make_app, shorten_thread_switches
     rng = _key()
     try:
         created = asyncio.run(ensure_topics(args.broker, prefix=args.prefix, partitions=args.partitions))
@@ -248,6 +248,7 @@ def cmd_worker(args) -> int:
         async def on_startup_finished(self) -> None:
             await super().on_startup_finished()
             hold_full_collections()
+            shorten_thread_switches()
             print(f"dpstream worker ready: broker {args.broker}, topic prefix {args.prefix!r}, "
                   f"{args.partitions} partitions, key fingerprint {rng.fingerprint()}"
                   + (f", status on :{args.web_port}/status/" if args.web_port else ""),

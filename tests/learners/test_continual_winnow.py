@@ -2,6 +2,8 @@
 the released model is the only thing decisions read, batches equal single steps."""
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from dpstream.learners.continual_winnow import ContinualWinnow, continual_winnow_parameters
 from dpstream.mechanisms.continual import tree_epsilon
@@ -79,3 +81,36 @@ def test_rows_beyond_the_cap_and_bad_labels_are_refused():
     with pytest.raises(ParameterError):
         m.learn_one([40], 1)
     assert m.learn_one([1, 2, 2, 3], 1).prediction in (-1, 1)     # duplicates are one feature
+
+
+def _row_by_definition(active, d: int, max_active: int) -> np.ndarray | None:
+    """One row as the learner defines it: the distinct indices and the bias d, ascending,
+    padded with d + 1; None if the row must be refused."""
+    a = np.asarray(active, dtype=np.int64)
+    if a.size and (a.min() < 0 or a.max() >= d):
+        return None
+    row = np.unique(np.append(a, d))
+    if row.size > max_active:
+        return None
+    out = np.full(max_active, d + 1, dtype=np.int64)
+    out[:row.size] = row
+    return out
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.lists(st.integers(-2, 12), max_size=9), max_size=6))
+def test_a_batch_of_rows_is_each_row_by_definition_or_refused(actives):
+    """The batch's rows (one vectorised pass on the worker's hot path) equal each row
+    built alone by definition; the batch is refused iff some row is (an index out of
+    range, or more distinct indices than the sensitivity bound counts)."""
+    p = continual_winnow_parameters(epsilon=2.0, delta=1e-6, d=10, max_active=5, horizon=100, block=10)
+    m = ContinualWinnow(params=p, rng=RNG, model_id="rows")
+    expected = [_row_by_definition(a, p.d, p.max_active) for a in actives]
+    if any(e is None for e in expected):
+        with pytest.raises(ParameterError):
+            m._rows(actives)
+    else:
+        got = m._rows(actives)
+        assert got.shape == (len(actives), p.max_active)
+        for row, e in zip(got, expected):
+            assert row.tolist() == e.tolist()

@@ -1,8 +1,10 @@
-"""The worker's collector settings (streams/app.py hold_full_collections)."""
+"""The worker's interpreter settings (streams/app.py hold_full_collections,
+shorten_thread_switches)."""
 import gc
+import sys
 import weakref
 
-from dpstream.streams.app import hold_full_collections
+from dpstream.streams.app import SWITCH_INTERVAL, hold_full_collections, shorten_thread_switches
 
 
 class Node:
@@ -25,3 +27,12 @@ def test_a_ready_worker_freezes_its_heap_holds_full_passes_and_still_collects_yo
     finally:
         gc.unfreeze()
         gc.set_threshold(*before)
+
+
+def test_a_ready_worker_hands_the_gil_to_the_consumer_thread_within_a_millisecond():
+    before = sys.getswitchinterval()
+    try:
+        shorten_thread_switches()
+        assert sys.getswitchinterval() == SWITCH_INTERVAL <= 0.001 < before
+    finally:
+        sys.setswitchinterval(before)

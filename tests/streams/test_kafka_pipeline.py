@@ -72,10 +72,41 @@ def assert_same_as_embedded(preds, ledger, releases):
     assert per_model(releases) == per_model(exp["releases"])
 
 
+async def uncommitted(bootstrap: str, prefix: str, wait: float = 30.0) -> dict:
+    """The worker group's input and log partitions whose committed offset is still below
+    the end of the log after ``wait`` seconds (empty once the worker acked everything)."""
+    from aiokafka import AIOKafkaConsumer, TopicPartition
+    from aiokafka.admin import AIOKafkaAdminClient
+
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    reader = AIOKafkaConsumer(bootstrap_servers=bootstrap, group_id=None)
+    await admin.start()
+    await reader.start()
+    try:
+        topics = [prefix + t for t in ("models", "examples", "queries", "model-events")]
+        tps = [TopicPartition(t["topic"], p["partition"])
+               for t in await admin.describe_topics(topics) for p in t["partitions"]]
+        ends = await reader.end_offsets(tps)
+        deadline = asyncio.get_running_loop().time() + wait
+        while True:
+            committed = await admin.list_consumer_group_offsets(f"{prefix}app", partitions=tps)
+            behind = {tp: (committed[tp].offset if tp in committed else None, ends[tp])
+                      for tp in tps if ends[tp] > 0 and
+                      (tp not in committed or committed[tp].offset < ends[tp])}
+            if not behind or asyncio.get_running_loop().time() > deadline:
+                return behind
+            await asyncio.sleep(1.0)
+    finally:
+        await reader.stop()
+        await admin.close()
+
+
 def test_worker_outputs_equal_the_embedded_runtime_event_for_event(kafka_bootstrap, topic_prefix, tmp_path):
     worker = Worker(kafka_bootstrap, topic_prefix + "-", tmp_path).start()
     try:
         preds, ledger, releases = asyncio.run(feed_in_phases(kafka_bootstrap, topic_prefix + "-"))
+        # every input and log record handled is acked: the group's offsets reach the ends
+        assert asyncio.run(uncommitted(kafka_bootstrap, topic_prefix + "-")) == {}
     finally:
         worker.stop()
     assert len(preds) >= len(examples()) + len(queries())
