@@ -336,13 +336,7 @@ def make_app(*, broker: str, rng: KeyedRandomness, partitions: int = 4, app_id: 
 
     if bulk:
         dp_topics = {prefix + t: t for t in (*INPUTS, MODEL_EVENTS)}
-
-        def log_positions() -> dict[int, int]:
-            """Per owned log partition, the processor's next offset (all below applied)."""
-            return {p: model_view.get(f"log/{p}", 0) for p in assigned_log_partitions() if owns(p)}
-
-        bulk_path = install_bulk(app, dp_topics, apply_fetch, log_topic=log_name,
-                                 log_positions=log_positions)
+        bulk_path = install_bulk(app, dp_topics, apply_fetch)
 
         @app.timer(TAIL_CHECK)
         async def tail_check() -> None:
