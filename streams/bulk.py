@@ -37,6 +37,7 @@ the records by TP and the active partitions; ``_to_message`` (changelog records 
 background task, as faust's periodic commit does); acks do what ``Consumer.ack`` does
 (``faust.types.tuples.ack_lock``, ``_committed_offset``, ``_acked_index``, ``_acked``,
 ``_n_acked``, ``_waiting_for_ack``) per partition, without a message per record;
+``seek_wait`` moves the consumer past applied log records (``_skip_applied``);
 ``app.consumer_generation_id`` marks rebalances. streams/app.py
 also builds the outputs producer with ``app.producer._new_producer()`` (faust's
 aiokafka driver, so it carries the app's producer settings).
@@ -49,6 +50,7 @@ import os
 import time
 from collections.abc import Awaitable, Callable
 
+from faust.types import TP
 from faust.types.tuples import ack_lock
 from mode.utils.futures import notify
 
@@ -84,13 +86,18 @@ class BulkPath:
         await self._queue.put((self._app.consumer_generation_id, batch, {}))
 
 
-def install(app, topics: dict[str, str], apply: ApplyFetch) -> BulkPath:
+def install(app, topics: dict[str, str], apply: ApplyFetch, *, log_topic: str | None = None,
+            log_positions: Callable[[], dict[int, int]] | None = None) -> BulkPath:
     """Route records of ``topics`` (Kafka name -> dpstream name) to ``apply`` in bulk.
 
     ``apply`` receives, per fetch, the records of each dpstream topic in offset order
     per partition, and must make their outputs and state durable before it returns;
     it returns False if it left any record out (a partition revoked meanwhile), and
     then none of the fetch is acked.
+    ``log_positions()`` (optional) gives, per partition of ``log_topic`` this worker
+    owns, the offset below which every record is applied: the consumer then skips
+    ahead to it instead of reading back the records the worker appended and applied
+    itself (``_skip_applied``).
     Call before the worker starts (the fetcher calls the drain loop once, at start)."""
     queue: asyncio.Queue = asyncio.Queue(maxsize=QUEUED_FETCHES)
     path = BulkPath(queue, app)
@@ -147,6 +154,7 @@ def install(app, topics: dict[str, str], apply: ApplyFetch) -> BulkPath:
     async def applier() -> None:
         consumer = app.consumer
         committing: asyncio.Future | None = None
+        seeking: asyncio.Future | None = None
         while True:
             path.busy = False
             generation, batch, offsets = await queue.get()
@@ -177,6 +185,8 @@ def install(app, topics: dict[str, str], apply: ApplyFetch) -> BulkPath:
                     break                       # revoked meanwhile: the new owner commits
                 for tp, acks in offsets.items():
                     _ack(consumer, tp, acks)
+                if log_positions is not None and (seeking is None or seeking.done()):
+                    seeking = _skip_applied(consumer, generation)
                 commit_every = consumer._commit_every
                 if commit_every is not None and consumer._n_acked >= commit_every and \
                         (committing is None or committing.done()):
@@ -186,6 +196,38 @@ def install(app, topics: dict[str, str], apply: ApplyFetch) -> BulkPath:
                     consumer._n_acked = 0
                     committing = asyncio.ensure_future(_commit(consumer))
                 break
+
+    def _skip_applied(consumer, generation: int) -> asyncio.Future | None:
+        """Skip the consumer past log records already applied (called after a batch's
+        acks). The processor takes the records this worker appends straight from the
+        sequencer's acknowledgements; reading them back cost the consumer thread half
+        its work and held inputs back in every fetch. For each owned log partition whose
+        consumer has handed over less than the processor applied, the offsets below the
+        processor's position are acked (all applied: the processor re-reads any gap
+        before it moves on, and its state is written before this runs) and the consumer
+        seeks there, in the background (faust's ``seek_wait``: in the consumer's thread).
+        A fetch already under way may still deliver some of them; the processor drops
+        those as applied, and acking twice is a no-op. Acking from the last handed-over
+        offset itself: after faust's own seek that offset is the next to read, not one
+        read."""
+        read_offset = consumer._read_offset
+        targets = {}
+        for partition, position in log_positions().items():
+            tp = TP(log_topic, partition)
+            read = read_offset.get(tp)
+            if read is None or read >= position - 1:
+                continue
+            _ack(consumer, tp, range(read, position))
+            targets[tp] = position
+        if not targets or app.consumer_generation_id != generation:
+            return None
+        return asyncio.ensure_future(_seek(consumer, targets))
+
+    async def _seek(consumer, targets) -> None:
+        try:
+            await consumer.seek_wait(targets)
+        except Exception as err:            # noqa: BLE001 - revoked meanwhile: records are re-read
+            log.debug("skipping applied log records failed (%s)", type(err).__name__)
 
     def _ack(consumer, tp, acks) -> None:
         """``Consumer.ack`` for a run of offsets of one partition, without building a
