@@ -17,7 +17,8 @@ One run measures, on the local broker (scripts/kafka.sh start), n records each:
    --latency-secs (10) of input paced in 2 ms ticks (pipeline.produce_paced), p50 / p99
    (the first 20% of the inputs are warm-up and not counted);
 5. scale-out: DP-Winnow over 4 models on distinct partitions, one worker against two;
-6. the worker's resident memory after the first 10% and at the end of rss-n events.
+6. the worker's resident memory (with its noise helper process) after the first 10% and
+   at the end of rss-n events.
 Ratios to the raw loop are the numbers to quote: this 2-core machine is shared and
 noisy, absolute rates move between runs.
 """
@@ -59,10 +60,15 @@ def faust_passthrough(mode: str, data: list[bytes]) -> float:
 
 
 def rss_mb(pid: int) -> float:
+    """Resident memory of the process and its children (the worker's noise helper)."""
+    total = 0.0
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    return float("nan")
+            total += int(line.split()[1]) / 1024
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        for child in (task / "children").read_text().split():
+            total += rss_mb(int(child))
+    return total
 
 
 def start_worker(model: dict, args: tuple[str, ...] = ()) -> tuple[P.Worker, str]:

@@ -47,16 +47,20 @@ are needed (one per set bit of t), true sums; their noise is recomputed from the
 """
 from __future__ import annotations
 
+import logging
 import math
+import multiprocessing
 import threading
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future, ProcessPoolExecutor
 
 import numpy as np
 
 from .accounting import zcdp_epsilon
 from .errors import InfeasibleParameters, ParameterError
-from .randomness import KeyedRandomness
+from .randomness import KeyedRandomness, RandomStream
 from .samplers import discrete_gaussian
+
+log = logging.getLogger("dpstream.continual")
 
 TREE_PURPOSE = "continual/tree"
 
@@ -127,17 +131,40 @@ def close_block(alpha: dict[int, np.ndarray], t: int, g: np.ndarray) -> dict[int
     return keep
 
 
-_PREFETCHER: ThreadPoolExecutor | None = None
+_PREFETCHER: ProcessPoolExecutor | None = None
 _PREFETCHER_LOCK = threading.Lock()
 
 
-def _prefetcher() -> ThreadPoolExecutor:
-    """One background thread for drawing noise blocks ahead (``TreeNoise``)."""
+def _prefetcher() -> ProcessPoolExecutor:
+    """One helper process for drawing noise blocks ahead (``TreeNoise``).
+
+    A process, not a thread: a block is ~0.2-0.3 s of exact sampling in the
+    interpreter, and in a thread it held the GIL for 12% of the worker's GIL time at
+    3,000 continual-Winnow examples/s (py-spy --gil), time the event loop waited for.
+    Started by ``spawn`` (forking a process that runs faust's threads is unsafe), once,
+    on the first block drawn ahead."""
     global _PREFETCHER
     with _PREFETCHER_LOCK:
         if _PREFETCHER is None:
-            _PREFETCHER = ThreadPoolExecutor(max_workers=1, thread_name_prefix="dpstream-noise")
+            _PREFETCHER = ProcessPoolExecutor(max_workers=1,
+                                              mp_context=multiprocessing.get_context("spawn"))
         return _PREFETCHER
+
+
+def _forget_prefetcher(pool: ProcessPoolExecutor) -> None:
+    """Drop a broken helper (its process died): the next block ahead starts a new one."""
+    global _PREFETCHER
+    with _PREFETCHER_LOCK:
+        if _PREFETCHER is pool:
+            _PREFETCHER = None
+    pool.shutdown(wait=False, cancel_futures=True)
+
+
+def draw_block(stream_key: bytes, sigma2: int, rows: int, dim: int) -> np.ndarray:
+    """A rows x dim block of discrete Gaussians from the stream ``stream_key`` opens
+    (``KeyedRandomness.stream_key``): a pure function of its arguments, so the helper
+    process and the caller draw the same block."""
+    return discrete_gaussian(RandomStream(stream_key), sigma2, rows * dim).reshape(rows, dim)
 
 
 class TreeNoise:
@@ -151,9 +178,11 @@ class TreeNoise:
     A block of 2^16 draws takes 0.18-0.31 s here (sigma2 from 10^6 down to 100), which a
     stream processor would pay as one stall every c releases (a 300 ms spike in the
     worker's latency, bench/throughput.py). So once half of a
-    block's nodes are in use, the next block is drawn ahead in a background thread
-    (``prefetch``): the same pure function computed earlier, so the noise, the outputs
-    and replay are unchanged; only when it is drawn moves.
+    block's nodes are in use, the next block is drawn ahead (``prefetch``), in a helper
+    process (``_prefetcher``) that receives the derived key
+    of that one block's stream, never the secret: the same pure function computed
+    earlier, so the noise, the outputs and replay are unchanged; only when and where it
+    is drawn moves.
     """
 
     def __init__(self, rng: KeyedRandomness, model_id: str, epoch: int, sigma2: int, dim: int,
@@ -164,23 +193,41 @@ class TreeNoise:
         self.prefetch = prefetch and self.per_chunk > 1
         self._cache: dict[int, np.ndarray] = {}
         self._chunk: tuple[int, np.ndarray] | None = None
-        self._next: tuple[int, Future] | None = None
+        self._next: tuple[int, Future | None, ProcessPoolExecutor | None] | None = None
 
-    def _draw(self, c: int) -> np.ndarray:
-        stream = self.rng.stream(self.model_id, self.purpose, (self.epoch, c))
-        return discrete_gaussian(stream, self.sigma2, self.per_chunk * self.dim).reshape(
-            self.per_chunk, self.dim)
+    def _args(self, c: int) -> tuple:
+        return (self.rng.stream_key(self.model_id, self.purpose, (self.epoch, c)), self.sigma2,
+                self.per_chunk, self.dim)
+
+    def _ahead(self, c: int) -> tuple[int, Future | None, ProcessPoolExecutor | None]:
+        pool = _prefetcher()
+        try:
+            return c, pool.submit(draw_block, *self._args(c)), pool
+        except Exception as err:            # noqa: BLE001 - a broken helper: draw when needed
+            log.warning("noise helper unavailable (%s); drawing on demand", type(err).__name__)
+            _forget_prefetcher(pool)
+            return c, None, None
+
+    def _take(self, c: int) -> np.ndarray:
+        """Chunk c: the block drawn ahead if there is one, else drawn now (the same block:
+        ``draw_block`` is a pure function; a helper that failed only moves the work here)."""
+        ahead, self._next = self._next, None
+        if ahead is not None and ahead[0] == c and ahead[1] is not None:
+            try:
+                return ahead[1].result()
+            except Exception as err:        # noqa: BLE001 - the helper died: draw it here
+                log.warning("noise helper failed (%s); drawing on demand", type(err).__name__)
+                _forget_prefetcher(ahead[2])
+        return draw_block(*self._args(c))
 
     def node(self, t: int) -> np.ndarray:
         z = self._cache.get(t)
         if z is None:
             c = t // self.per_chunk
             if self._chunk is None or self._chunk[0] != c:
-                ahead = self._next
-                self._next = None
-                self._chunk = (c, ahead[1].result() if ahead and ahead[0] == c else self._draw(c))
+                self._chunk = (c, self._take(c))
             if self.prefetch and self._next is None and t % self.per_chunk >= self.per_chunk // 2:
-                self._next = (c + 1, _prefetcher().submit(self._draw, c + 1))
+                self._next = self._ahead(c + 1)
             z = self._chunk[1][t % self.per_chunk].copy()
             self._cache[t] = z
         return z

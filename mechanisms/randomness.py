@@ -105,10 +105,16 @@ class KeyedRandomness:
 
     def stream(self, model_id: str, purpose: str, counter: int | tuple[int, ...]) -> "RandomStream":
         """The stream for one (model, purpose, counter); purpose must not contain NUL."""
+        return RandomStream(self.stream_key(model_id, purpose, counter))
+
+    def stream_key(self, model_id: str, purpose: str, counter: int | tuple[int, ...]) -> bytes:
+        """The 32-byte ChaCha20 key of ``stream(model_id, purpose, counter)``: it opens that
+        one stream only (an HMAC of the model key), so a helper process that draws it
+        ahead is handed this, never the secret."""
         if "\x00" in purpose:
             raise ParameterError("purpose", purpose, "a string without NUL characters")
         label = purpose.encode() + b"\x00" + _encode_counter(counter)
-        return RandomStream(hmac.new(self.model_key(model_id), label, hashlib.sha256).digest())
+        return hmac.new(self.model_key(model_id), label, hashlib.sha256).digest()
 
 
 def _decode_key(text: str) -> bytes:

@@ -7,8 +7,9 @@ import numpy as np
 import pytest
 
 from dpstream.mechanisms.audit import epsilon_lower_bound
-from dpstream.mechanisms.continual import (TreeNoise, calibrate_tree_sigma2, close_block, closed_nodes,
-                                           tree_epsilon, tree_levels)
+from dpstream.mechanisms.continual import (TREE_PURPOSE, TreeNoise, calibrate_tree_sigma2, close_block,
+                                           closed_nodes, tree_epsilon, tree_levels)
+from dpstream.mechanisms.randomness import RandomStream
 from dpstream.mechanisms.samplers import discrete_gaussian, discrete_gaussian_pmf
 
 
@@ -54,6 +55,31 @@ def test_noise_drawn_ahead_in_the_background_is_the_noise_drawn_on_demand(rng):
     assert ahead._next is not None               # block 4 (nodes 64..79) is on its way
     for t, z in zip(range(1, 60), nodes):
         assert np.array_equal(z, on_demand.node(t))
+
+
+def test_a_noise_helper_that_dies_costs_time_never_different_noise(rng):
+    from concurrent.futures.process import BrokenProcessPool
+    dim = 3000
+    noise = TreeNoise(rng, "m", 0, 25, dim)
+    on_demand = TreeNoise(rng, "m", 0, 25, dim, prefetch=False)
+    nodes = [noise.node(t) for t in range(1, 9)]         # node 8: block 1 is sent ahead
+    c, future, pool = noise._next
+    for process in list(pool._processes.values()):
+        process.kill()
+    assert isinstance(future.exception(timeout=60), BrokenProcessPool)
+    nodes += [noise.node(t) for t in range(9, 32)]       # block 1 drawn here, block 2 by a new helper
+    assert noise._next is not None and noise._next[2] not in (pool, None)
+    nodes += [noise.node(t) for t in range(32, 40)]
+    for t, z in zip(range(1, 40), nodes):
+        assert np.array_equal(z, on_demand.node(t))
+
+
+def test_the_helper_gets_one_block_stream_key_never_the_secret(rng):
+    noise = TreeNoise(rng, "m", 2, 25, 3000)
+    key, sigma2, rows, dim = noise._args(5)
+    assert key == rng.stream_key("m", TREE_PURPOSE, (2, 5)) and len(key) == 32
+    assert rng._secret not in key and key != rng.model_key("m")
+    assert rng.stream("m", TREE_PURPOSE, (2, 5)).bytes(64) == RandomStream(key).bytes(64)
 
 
 def test_discrete_gaussian_matches_its_pmf(rng):
