@@ -51,7 +51,7 @@ import logging
 import math
 import multiprocessing
 import threading
-from concurrent.futures import Future, ProcessPoolExecutor
+from concurrent.futures import Executor, Future, ProcessPoolExecutor, ThreadPoolExecutor
 
 import numpy as np
 
@@ -131,27 +131,43 @@ def close_block(alpha: dict[int, np.ndarray], t: int, g: np.ndarray) -> dict[int
     return keep
 
 
-_PREFETCHER: ProcessPoolExecutor | None = None
+_PREFETCHER: Executor | None = None
 _PREFETCHER_LOCK = threading.Lock()
+_IN_A_PROCESS = False
 
 
-def _prefetcher() -> ProcessPoolExecutor:
-    """One helper process for drawing noise blocks ahead (``TreeNoise``).
+def draw_ahead_in_a_process(on: bool = True) -> None:
+    """Draw noise blocks ahead in a helper process instead of a thread (the worker turns
+    this on at start, streams/cli.py).
 
-    A process, not a thread: a block is ~0.2-0.3 s of exact sampling in the
-    interpreter, and in a thread it held the GIL for 12% of the worker's GIL time at
-    3,000 continual-Winnow examples/s (py-spy --gil), time the event loop waited for.
-    Started by ``spawn`` (forking a process that runs faust's threads is unsafe), once,
-    on the first block drawn ahead."""
+    Why a process there: a block is ~0.2-0.3 s of exact sampling in the interpreter, and
+    in a thread it held the GIL for 12% of the worker's GIL time at 3,000
+    continual-Winnow examples/s (py-spy --gil), time the event loop waited for. Why not
+    by default: the helper starts by ``spawn`` (forking a process that runs faust's
+    threads is unsafe), which imports the caller's main module again, and a library
+    user's script without a main guard would run its own top level a second time."""
+    global _IN_A_PROCESS
+    with _PREFETCHER_LOCK:
+        _IN_A_PROCESS = on
+
+
+def _prefetcher() -> Executor:
+    """The one executor that draws noise blocks ahead (``TreeNoise``): a thread, or a
+    helper process (``draw_ahead_in_a_process``), started on the first block drawn ahead."""
     global _PREFETCHER
     with _PREFETCHER_LOCK:
+        if _PREFETCHER is not None and isinstance(_PREFETCHER, ProcessPoolExecutor) != _IN_A_PROCESS:
+            _PREFETCHER.shutdown(wait=False)
+            _PREFETCHER = None
         if _PREFETCHER is None:
-            _PREFETCHER = ProcessPoolExecutor(max_workers=1,
-                                              mp_context=multiprocessing.get_context("spawn"))
+            _PREFETCHER = (ProcessPoolExecutor(max_workers=1,
+                                               mp_context=multiprocessing.get_context("spawn"))
+                           if _IN_A_PROCESS else
+                           ThreadPoolExecutor(max_workers=1, thread_name_prefix="dpstream-noise"))
         return _PREFETCHER
 
 
-def _forget_prefetcher(pool: ProcessPoolExecutor) -> None:
+def _forget_prefetcher(pool: Executor) -> None:
     """Drop a broken helper (its process died): the next block ahead starts a new one."""
     global _PREFETCHER
     with _PREFETCHER_LOCK:
@@ -178,9 +194,9 @@ class TreeNoise:
     A block of 2^16 draws takes 0.18-0.31 s here (sigma2 from 10^6 down to 100), which a
     stream processor would pay as one stall every c releases (a 300 ms spike in the
     worker's latency, bench/throughput.py). So once half of a
-    block's nodes are in use, the next block is drawn ahead (``prefetch``), in a helper
-    process (``_prefetcher``) that receives the derived key
-    of that one block's stream, never the secret: the same pure function computed
+    block's nodes are in use, the next block is drawn ahead (``prefetch``), in a thread
+    or, in the worker, a helper process (``draw_ahead_in_a_process``) that receives the
+    derived key of that one block's stream, never the secret: the same pure function computed
     earlier, so the noise, the outputs and replay are unchanged; only when and where it
     is drawn moves.
     """
@@ -193,13 +209,13 @@ class TreeNoise:
         self.prefetch = prefetch and self.per_chunk > 1
         self._cache: dict[int, np.ndarray] = {}
         self._chunk: tuple[int, np.ndarray] | None = None
-        self._next: tuple[int, Future | None, ProcessPoolExecutor | None] | None = None
+        self._next: tuple[int, Future | None, Executor | None] | None = None
 
     def _args(self, c: int) -> tuple:
         return (self.rng.stream_key(self.model_id, self.purpose, (self.epoch, c)), self.sigma2,
                 self.per_chunk, self.dim)
 
-    def _ahead(self, c: int) -> tuple[int, Future | None, ProcessPoolExecutor | None]:
+    def _ahead(self, c: int) -> tuple[int, Future | None, Executor | None]:
         pool = _prefetcher()
         try:
             return c, pool.submit(draw_block, *self._args(c)), pool

@@ -232,6 +232,8 @@ def cmd_audit_report(args) -> int:
 def cmd_worker(args) -> int:
     import faust
 
+    from dpstream.mechanisms.continual import draw_ahead_in_a_process
+
     from .app import ensure_topics, hold_full_collections, make_app, shorten_thread_switches
     rng = _key()
     try:
@@ -249,6 +251,7 @@ def cmd_worker(args) -> int:
             await super().on_startup_finished()
             hold_full_collections()
             shorten_thread_switches()
+            draw_ahead_in_a_process()
             print(f"dpstream worker ready: broker {args.broker}, topic prefix {args.prefix!r}, "
                   f"{args.partitions} partitions, key fingerprint {rng.fingerprint()}"
                   + (f", status on :{args.web_port}/status/" if args.web_port else ""),

@@ -8,7 +8,8 @@ import pytest
 
 from dpstream.mechanisms.audit import epsilon_lower_bound
 from dpstream.mechanisms.continual import (TREE_PURPOSE, TreeNoise, calibrate_tree_sigma2, close_block,
-                                           closed_nodes, tree_epsilon, tree_levels)
+                                           closed_nodes, draw_ahead_in_a_process, tree_epsilon,
+                                           tree_levels)
 from dpstream.mechanisms.randomness import RandomStream
 from dpstream.mechanisms.samplers import discrete_gaussian, discrete_gaussian_pmf
 
@@ -57,7 +58,14 @@ def test_noise_drawn_ahead_in_the_background_is_the_noise_drawn_on_demand(rng):
         assert np.array_equal(z, on_demand.node(t))
 
 
-def test_a_noise_helper_that_dies_costs_time_never_different_noise(rng):
+@pytest.fixture
+def in_a_process():
+    draw_ahead_in_a_process()
+    yield
+    draw_ahead_in_a_process(False)
+
+
+def test_a_noise_helper_that_dies_costs_time_never_different_noise(rng, in_a_process):
     from concurrent.futures.process import BrokenProcessPool
     dim = 3000
     noise = TreeNoise(rng, "m", 0, 25, dim)
