@@ -33,6 +33,9 @@ async def _seconds_until_a_new_record_arrives(bootstrap: str, topic: str, shorte
     try:
         if shorten:
             shorten_fetch_wait(consumer)
+            # and the fetch routine's sleep when it sends nothing is bounded the same way
+            # (aiokafka's lost wake-up: shorten_fetch_wait's docstring)
+            assert consumer._fetcher._fetcher_timeout <= FETCH_MAX_WAIT_MS / 1000
         for i in range(3):
             await producer.send_and_wait(topic, b"%d" % i, partition=0)
         consumer.assign([busy, idle])        # after the sends: the first fetch returns all three
