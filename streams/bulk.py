@@ -39,7 +39,8 @@ background task, as faust's periodic commit does); acks do what ``Consumer.ack``
 ``_n_acked``, ``_waiting_for_ack``) per partition, without a message per record;
 ``pause_partitions`` / ``resume_partitions`` / ``_paused_partitions`` (faust's own
 pause: the partition leaves the set ``_wait_next_records`` asks for) hold back the log
-partitions the worker appends to itself (``BulkPath.hold``);
+partitions the worker appends to itself (``BulkPath.hold``), released only while
+``app.rebalancing`` and ``app.in_recovery`` are false;
 ``app.consumer_generation_id`` marks rebalances. streams/app.py
 also builds the outputs producer with ``app.producer._new_producer()`` (faust's
 aiokafka driver, so it carries the app's producer settings).
@@ -262,7 +263,13 @@ def install(app, topics: dict[str, str], apply: ApplyFetch, *, log_topic: str | 
         The consumer first seeks to what the processor applied (faust's ``seek_wait``,
         in its thread): it stopped where the partition was paused, maybe hours of own
         appends ago. A partition not assigned now waits (at most one entry per log
-        partition): faust keeps its pause if it comes back."""
+        partition): faust keeps its pause if it comes back. Nothing is released while
+        faust rebalances or recovers tables: it pauses every partition then, so that no
+        record is applied before the state it needs is restored, and resumes them
+        itself when done (faust/tables/recovery.py ``_resume_streams``, then
+        ``app.on_rebalance_end``)."""
+        if app.rebalancing or app.in_recovery:
+            return
         assigned = consumer.assignment()
         for tp, since in list(held.items()):
             if tp in assigned and now - since >= RELEASE_AFTER and held.pop(tp, None) is not None:
@@ -302,7 +309,10 @@ def install(app, topics: dict[str, str], apply: ApplyFetch, *, log_topic: str | 
     async def _release_idle() -> None:
         """Release held partitions when no batch runs (an idle worker)."""
         if held:
-            await _release_held(app.consumer, time.monotonic())
+            try:
+                await _release_held(app.consumer, time.monotonic())
+            except Exception as err:            # noqa: BLE001 - the next tick retries
+                log.warning("releasing held log partitions failed (%s)", type(err).__name__)
 
     @app.task
     async def _bulk_applier() -> None:
