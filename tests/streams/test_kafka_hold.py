@@ -1,12 +1,11 @@
 """The worker's own log appends are held back, not read back (streams/bulk.py
-``_hold_applied``), on a real broker: the consumer hands over (almost) none of the
+``BulkPath.hold``), on a real broker: the consumer hands over (almost) none of the
 ``model-events`` records the worker appended and applied itself, the group's offsets
 still reach the end of the log, and a record another writer appends to a held
 partition is applied without waiting for the idle tail check."""
 import asyncio
 import json
 import re
-import socket
 import time
 from urllib.request import urlopen
 
@@ -17,19 +16,13 @@ from dpstream.streams.app import TAIL_CHECK
 from dpstream.streams.bulk import RELEASE_AFTER
 
 from .kafka_helpers import Worker, produce, read_all
-from .test_kafka_pipeline import uncommitted
+from .test_kafka_pipeline import free_port, uncommitted
 
 pytestmark = pytest.mark.kafka
 
 MODEL = {"model_id": "hold", "dimension": 30, "budget": {"epsilon": 1e6, "delta": 1e-6},
          "params": {"kind": "winnow", "eps_hat": 1.0, "eta": 0.1, "m": 300, "K": 50, "L": 2.0}}
 N = 3_000
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _log_records_handed_over(port: int) -> float:
@@ -50,7 +43,7 @@ async def _append_as_another_writer(bootstrap: str, topic: str, record: dict) ->
 
 def test_own_log_appends_are_held_back_and_a_foreign_append_still_applies(
         kafka_bootstrap, topic_prefix, tmp_path):
-    prefix, port = topic_prefix + "-", _free_port()
+    prefix, port = topic_prefix + "-", free_port()
     worker = Worker(kafka_bootstrap, prefix, tmp_path, web_port=port).start()
     examples = [{"model_id": "hold", "active": [i % 30, (7 * i + 3) % 30], "y": 1 if i % 3 else -1}
                 for i in range(N)]
