@@ -38,7 +38,7 @@ from dpstream.learners.decision_list_classifier import round_epsilon
 from dpstream.learners.generators import (DecisionLists, FiniteClass, Halfspaces, Intervals,
                                           MonotoneConjunctions, Thresholds)
 from dpstream.learners.greedy_cover import dp_greedy_cover
-from dpstream.learners.inputs import BinaryInput
+from dpstream.learners.inputs import BinaryInput, active_matrix
 from dpstream.learners.predictor import (EXHAUSTED, HARD, NO_EPOCH, PredictorConfig, PredictorState,
                                          PrivatePredictor, size_predictor)
 from dpstream.learners.winnow import decode_array, encode_array
@@ -105,12 +105,29 @@ class Handler:
         """One ``Prediction`` record, built as the dict ``Prediction(...).model_dump()``
         gives (one per event on the hot path: no model object per record; the tests
         validate every emitted record against the schema)."""
-        spent = float(self.spent())
-        self._out.add("predictions", self.model_id, {
-            "model_id": self.model_id, "source": source, "seq": self.event_seq, "kind": kind,
-            "query_id": event.get("query_id"), "label": None if label is None else int(label),
-            "status": status, "version": int(version), "epsilon_spent": spent,
-            "epsilon_left": max(0.0, self.config.budget.epsilon - spent), "updated": bool(updated)})
+        self._out.add("predictions", self.model_id, self._prediction(
+            kind, source, event, label, status, version, updated, float(self.spent())))
+
+    def _predict_rows(self, outputs: Outputs, items, status: str, version: int) -> None:
+        """``_begin`` then ``_predict`` (an example's record: no label, not updated) for
+        each of ``items`` (event, source, offset), between which the model did not move."""
+        if not items:
+            return
+        spent, seq = float(self.spent()), self.events
+        self.events += len(items)
+        add = outputs.add
+        for i, (event, source, _) in enumerate(items):
+            add("predictions", self.model_id, self._prediction(
+                "example", source, event, None, status, version, False, spent, seq + i))
+        self.event_seq, self._out = seq + len(items) - 1, outputs
+
+    def _prediction(self, kind, source, event, label, status, version, updated, spent,
+                    seq=None) -> dict:
+        return {"model_id": self.model_id, "source": source,
+                "seq": self.event_seq if seq is None else seq, "kind": kind,
+                "query_id": event.get("query_id"), "label": None if label is None else int(label),
+                "status": status, "version": int(version), "epsilon_spent": spent,
+                "epsilon_left": max(0.0, self.config.budget.epsilon - spent), "updated": bool(updated)}
 
     def _begin(self, outputs: Outputs) -> None:
         """Start handling one event: its outputs carry the model's own event counter as
@@ -242,14 +259,51 @@ class WinnowHandler(Handler):
         s = self.model.state
         return "budget_exhausted" if s.exhausted else ("frozen" if s.frozen else "answered")
 
+    def _example_status(self) -> str:
+        return "learning" if self._status() == "answered" else self._status()
+
     def on_example(self, event, source, offset, outputs) -> None:
         """The record of a labelled example carries no label: sgn(<w~, x_t>) is a function
         of the private example that Theorem 11 (which covers the hypothesis sequence w~)
         does not cover. Version and update flag are functions of w~'s sequence."""
         self._begin(outputs)
         r = self.model.learn_one(binary_input(event, self.config.dimension), event["y"])
-        status = "learning" if self._status() == "answered" else self._status()
-        self._predict("example", source, event, None, status, r.version, r.updated)
+        self._predict("example", source, event, None, self._example_status(), r.version, r.updated)
+
+    def prepare_examples(self, items: list[tuple[dict, str, int]]):
+        """(rows, labels) of ``items`` (event, source, offset) for ``on_examples``; raises,
+        having changed nothing, if a row or label is one ``on_example`` would refuse (the
+        processor then applies them one at a time, dead-lettering that one)."""
+        d, actives = self.config.dimension, []
+        for event, _, _ in items:
+            if "active" in event:
+                actives.append(event["active"])
+                continue
+            x = event["x"]
+            if len(x) != d or not all(v == 1 or v == -1 for v in x):
+                raise ValueError("not a dense input of the model's dimension in {-1, +1}")
+            actives.append([j for j, v in enumerate(x) if v > 0])
+        ys = [event["y"] for event, _, _ in items]
+        if not all(type(y) is int and (y == 1 or y == -1) for y in ys):
+            raise ValueError("a label is not -1 or +1")
+        return active_matrix(actives, d, pad=d), np.asarray(ys, dtype=np.int64)
+
+    def on_examples(self, items: list[tuple[dict, str, int]], prepared, outputs) -> None:
+        """Consecutive examples at once: the stretches in which AboveThreshold does not
+        fire through the learner's batch kernel (``learn_quiet``), each round at which it
+        fires through ``on_example`` (its update, re-sample and charges). The same state
+        and outputs, in the same order, as ``on_example`` on each in turn."""
+        rows, ys = prepared
+        d, a = self.config.dimension, 0
+        while a < len(items):
+            version, status = self.model.state.k, self._example_status()
+            done = len(self.model.learn_quiet(
+                rows[a:], ys[a:], lambda i: binary_input(items[a + i][0], d).to_record()))
+            self._predict_rows(outputs, items[a:a + done], status, version)
+            a += done
+            if a < len(items):
+                self.on_example(*items[a], outputs)
+                a += 1
 
     def internal_mistakes(self) -> int:
         """Online mistakes so far: a private statistic, for in-process evaluation only."""
@@ -364,9 +418,7 @@ class ContinualWinnowHandler(Handler):
             b = min(len(items), a + self.model.blocks_left())
             version = self.version()              # fixed until the segment's last example
             steps = self.model.learn_rows(idx[a:b], ys[a:b])
-            for (event, source, _), step in zip(items[a:b - 1], steps[:-1]):
-                self._begin(outputs)
-                self._predict("example", source, event, None, "learning", version, step.released)
+            self._predict_rows(outputs, items[a:b - 1], "learning", version)   # no release before b
             self._begin(outputs)
             self._released(steps[-1])
             self._predict("example", items[b - 1][1], items[b - 1][0], None, "learning",

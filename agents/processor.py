@@ -157,6 +157,9 @@ class Processor:
         run: list[tuple] = []
         for record in records:
             parsed = self._parse(record)
+            if parsed and run and parsed[2] == run[0][3] and parsed[0]["type"] == "example":
+                run.append((record, *parsed))         # the run's model: known to batch
+                continue
             item = (record, *parsed) if parsed and self._learns_in_batches(parsed, dirty) else None
             if item is not None and (not run or run[0][3] == item[3]):
                 run.append(item)

@@ -139,7 +139,9 @@ def _checked(event, configs: MutableMapping) -> tuple[dict | None, str | None]:
             sum(v > 0 for v in event.x)
         if n_active > config.params.max_active:
             return None, f"too many active features: the model allows {config.params.max_active}"
-    return event.model_dump(mode="json", exclude_none=True), None
+    # model_dump(mode="json", exclude_none=True) of an example or query (its fields are JSON
+    # types already, in field order), without the serializer's per-call cost
+    return {k: v for k, v in event.__dict__.items() if v is not None}, None
 
 
 _CONFIGS: dict[str, tuple[dict, ModelConfig]] = {}
@@ -150,7 +152,7 @@ def _config(model_id: str, cfg: dict) -> ModelConfig:
     """The registered config, validated once per model rather than once per event (an
     equal stored dict returns the cached model; the cache is bounded)."""
     hit = _CONFIGS.get(model_id)
-    if hit is not None and hit[0] == cfg:
+    if hit is not None and (hit[0] is cfg or hit[0] == cfg):
         return hit[1]
     if len(_CONFIGS) >= _CONFIGS_MAX:
         _CONFIGS.clear()
@@ -184,7 +186,7 @@ async def sequence_batch(records: list[RawRecord], state: MutableMapping, emit: 
     last: dict[tuple[str, int], int] = {}
     for record in records:
         where = (record.topic, record.partition)
-        done = last.get(where, state.get(_src_key(*where), -1))
+        done = last[where] if where in last else state.get(_src_key(*where), -1)
         if done >= record.offset:
             continue
         missed = []

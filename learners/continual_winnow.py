@@ -41,7 +41,6 @@ True
 """
 from __future__ import annotations
 
-import itertools
 import math
 from dataclasses import dataclass, field
 
@@ -52,6 +51,7 @@ from dpstream.mechanisms.continual import (TreeNoise, calibrate_tree_sigma2, clo
 from dpstream.mechanisms.errors import ParameterError
 from dpstream.mechanisms.randomness import KeyedRandomness
 
+from .inputs import active_matrix
 
 
 @dataclass(frozen=True)
@@ -178,40 +178,19 @@ class ContinualWinnow:
 
     def _rows(self, actives) -> np.ndarray:
         """(n, max_active) feature indices: each row's distinct active indices and the bias
-        d, ascending, then the pad slot d + 1. A fixed width makes one row's arithmetic the
-        same alone or in a batch (float sums in the same order).
-
-        Vectorised over the batch (one sort of a padded matrix, not one ``np.unique`` per
-        row: this ran once per event on the worker's loop). ParameterError if an index is
-        outside [0, d) or a row has more than ``max_active - 1`` distinct indices (the
-        sensitivity bound counts them)."""
+        d, ascending, then the pad slot d + 1 (``active_matrix``). A fixed width makes one
+        row's arithmetic the same alone or in a batch (float sums in the same order).
+        ParameterError if an index is outside [0, d) or a row has more than
+        ``max_active - 1`` distinct indices (the sensitivity bound counts them)."""
         p = self.params
         n = len(actives)
-        try:
-            lengths = np.fromiter((len(a) for a in actives), dtype=np.int64, count=n)
-            flat = np.fromiter(itertools.chain.from_iterable(actives), dtype=np.int64,
-                               count=int(lengths.sum()))
-        except (TypeError, ValueError, OverflowError):
-            raise ParameterError("active", "<indices>", "lists of integer indices") from None
-        if flat.size and (flat.min() < 0 or flat.max() >= p.d):
-            raise ParameterError("active", "<indices>", f"indices in [0, {p.d})")
-        width = int(lengths.max(initial=0)) + 1                      # the row and the bias
-        m = np.full((n, width), self.dim, dtype=np.int64)
-        rows = np.repeat(np.arange(n), lengths)
-        cols = np.arange(flat.size) - np.repeat(np.cumsum(lengths) - lengths, lengths)
-        m[rows, cols] = flat
-        m[np.arange(n), lengths] = p.d
-        m.sort(axis=1)
-        repeated = np.zeros_like(m, dtype=bool)
-        repeated[:, 1:] = m[:, 1:] == m[:, :-1]
-        m[repeated] = self.dim                                       # duplicates become pads
-        m.sort(axis=1)
+        m = active_matrix(actives, p.d, pad=self.dim, extra=p.d)
         if n and int((m < self.dim).sum(axis=1).max()) > p.max_active:
             raise ParameterError("active", "<indices>",
                                  f"at most {p.max_active - 1} distinct indices (max_active "
                                  "counts the bias; more would break the sensitivity bound)")
         out = np.full((n, p.max_active), self.dim, dtype=np.int64)
-        keep = min(width, p.max_active)
+        keep = min(m.shape[1], p.max_active)
         out[:, :keep] = m[:, :keep]
         return out
 

@@ -18,6 +18,9 @@ Departures, each on purpose:
   slot and re-samples without changing w: data-independent (design.md section 4).
 * eta is rounded down to a rational so that w ~ exp(eta u) over integer scores u is
   sampled *exactly* (:mod:`mechanisms.categorical`); smaller eta only adds privacy.
+* Predictions are computed in exact integers (w~ is m draws: <w~, x> = <counts, x> / m),
+  so a tie is a tie, and ``learn_quiet`` (the rounds between two fires, vectorised)
+  predicts exactly as ``learn_one`` does, in any batch.
 * Charges follow a fixed schedule (eps^ per AboveThreshold instance, m draws of
   4 eta each, 2 eta^2-zCDP, per re-sample, see ``mechanisms.params.dp_winnow_guarantee``), each
   made before what it pays for can be released. A refused charge freezes the model
@@ -156,15 +159,20 @@ class DPWinnow:
                               model_id=self.model_id, state=s.at, purpose=AT_PURPOSE)
 
     def _refresh_tilde(self) -> None:
+        """Predictions from w~ in exact integers: w~ = c / scale with integer c (draw counts
+        over m, or all ones over the dimension for the uniform start), so
+        sgn(<w~, x>) = sgn(<c', x>) with c' the d-length projection of c; ``_c`` holds c'
+        and a zero pad slot at index d (``active_matrix`` rows). Exact sums make a
+        prediction the same alone or in a batch, in any summation order."""
         s = self.state
         dim = s.u.size
         if s.tilde_idx.size == 0:                      # w~(1) = uniform (seed's initialisation)
-            dense = np.full(dim, 1.0 / dim)
+            counts, self._scale = np.ones(dim, dtype=np.int64), dim
         else:
-            dense = np.zeros(dim)
-            dense[s.tilde_idx] = s.tilde_cnt / self.params.m
-        self._p = project(dense, s.signed)
-        self._p_total = float(self._p.sum())
+            counts, self._scale = np.zeros(dim, dtype=np.int64), self.params.m
+            counts[s.tilde_idx] = s.tilde_cnt
+        self._c = np.append(project(counts, s.signed), 0)
+        self._c_total = int(self._c.sum())
 
     def _charge_or_freeze(self, mechanism: str, eps: float, count: int,
                           rho: float | None = None) -> bool:
@@ -191,13 +199,41 @@ class DPWinnow:
 
     # ---------------------------------------------------------------- API
     def margin(self, x: BinaryInput) -> float:
+        """<w~, x> (exact up to the final division)."""
         if x.d != self.state.d:
             raise ParameterError("x.d", x.d, f"the model dimension {self.state.d}")
-        return x.inner(self._p, self._p_total)
+        c = self._c[:-1]
+        z = int(c @ x.dense) if x.dense is not None else 2 * int(c[x.active].sum()) - self._c_total
+        return z / self._scale
 
     def predict_one(self, x: BinaryInput) -> int:
         """sgn(<w~, x>): post-processing of the released w~, free."""
         return sign(self.margin(x))
+
+    def learn_quiet(self, rows: np.ndarray, ys: np.ndarray, cache_record) -> np.ndarray:
+        """``learn_one`` over consecutive rounds, for as long as AboveThreshold does not
+        fire: the rounds it applies change the state exactly as ``learn_one`` on each
+        would, and their predictions are returned; the round at which it would fire is
+        left for ``learn_one`` (its update and charges), so ``len(result)`` < ``len(ys)``
+        says one is due. A frozen model applies every round.
+
+        ``rows``: ``active_matrix(., d, pad=d)`` of the inputs; ``ys``: labels, -1 or +1;
+        ``cache_record(i)``: ``to_record()`` of input i (the mistake cache keeps the
+        first one as ``learn_one`` would: dense or sparse as it came)."""
+        s = self.state
+        z = 2 * self._c[rows].sum(axis=1) - self._c_total
+        yhat = np.where(z >= 0, 1, -1)
+        wrong = yhat != ys
+        n = len(ys) if s.frozen else self._at.quiet(s.mistakes + np.cumsum(wrong))
+        mistakes = int(wrong[:n].sum())
+        s.t += n
+        s.total_mistakes += mistakes
+        if not s.frozen and mistakes:
+            s.mistakes += mistakes
+            if s.cache_x is None:
+                first = int(wrong.argmax())
+                s.cache_x, s.cache_y = cache_record(first), int(ys[first])
+        return yhat[:n]
 
     def learn_one(self, x: BinaryInput, y: int) -> RoundResult:
         if y not in (-1, 1):

@@ -11,6 +11,7 @@ u, <u, z> = <u[:d] - u[d:], x>, so learners keep that d-length projection.
 """
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 
 import numpy as np
@@ -35,6 +36,8 @@ class BinaryInput:
 
     @classmethod
     def from_active(cls, active, d: int) -> "BinaryInput":
+        if not _all_ints(active):
+            raise ParameterError("active", "<indices>", "a list of integer indices")
         # sorted(set(.)) over a short Python list costs about half of np.unique
         s = sorted(set(active))
         if s and (s[0] < 0 or s[-1] >= d):
@@ -81,3 +84,42 @@ def project(v: np.ndarray, signed: bool) -> np.ndarray:
 def sign(z: float) -> int:
     """sgn with sgn(0) = +1 (the seeds leave the tie open; this is our convention)."""
     return 1 if z >= 0 else -1
+
+
+def _all_ints(values) -> bool:
+    """Every value an integer (Python or numpy), not a bool or a float (numpy would
+    truncate 1.5 to 1)."""
+    return all(t is not bool and issubclass(t, (int, np.integer)) for t in set(map(type, values)))
+
+
+def active_matrix(actives, d: int, *, pad: int, extra: int | None = None) -> np.ndarray:
+    """(n, width) int64: row i holds the distinct indices of ``actives[i]`` (and ``extra``,
+    if given, e.g. a bias slot), ascending, then ``pad`` up to the common width.
+
+    Vectorised over the batch (one sort of a padded matrix, not one ``np.unique`` or
+    ``sorted(set(.))`` per row: this runs on the worker's loop for every event).
+    ParameterError if a row is not a list of integers or an index is outside [0, d)."""
+    n = len(actives)
+    try:
+        lengths = np.fromiter((len(a) for a in actives), dtype=np.int64, count=n)
+        if not _all_ints(itertools.chain.from_iterable(actives)):
+            raise TypeError
+        flat = np.fromiter(itertools.chain.from_iterable(actives), dtype=np.int64,
+                           count=int(lengths.sum()))
+    except (TypeError, ValueError, OverflowError):
+        raise ParameterError("active", "<indices>", "lists of integer indices") from None
+    if flat.size and (flat.min() < 0 or flat.max() >= d):
+        raise ParameterError("active", "<indices>", f"indices in [0, {d})")
+    width = int(lengths.max(initial=0)) + (extra is not None)
+    m = np.full((n, width), pad, dtype=np.int64)
+    rows = np.repeat(np.arange(n), lengths)
+    cols = np.arange(flat.size) - np.repeat(np.cumsum(lengths) - lengths, lengths)
+    m[rows, cols] = flat
+    if extra is not None:
+        m[np.arange(n), lengths] = extra
+    m.sort(axis=1)
+    repeated = np.zeros_like(m, dtype=bool)
+    repeated[:, 1:] = m[:, 1:] == m[:, :-1]
+    m[repeated] = pad                                            # duplicates become pads
+    m.sort(axis=1)
+    return m

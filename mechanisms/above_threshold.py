@@ -25,6 +25,8 @@ import math
 from dataclasses import dataclass
 from fractions import Fraction
 
+import numpy as np
+
 from .errors import MechanismHalted, ParameterError
 from .noise_tape import NoiseTape
 from .randomness import KeyedRandomness
@@ -93,6 +95,22 @@ class AboveThreshold:
         """AddQuery(q) then TestAboveThr()."""
         self.add_query(q)
         return self.test_above_threshold()
+
+    def quiet(self, qs) -> int:
+        """``step`` over the queries ``qs`` in order, for as long as none fires: returns
+        how many were asked (all answered "below"); the first query that would fire is
+        not asked (the instance is left exactly as after those ``step`` calls, so a
+        ``step`` on it next fires). The same noise values as ``step``: value t of the
+        tape is a function of t alone. Only the fire bits decide the count."""
+        if self.state.fired:
+            raise MechanismHalted(
+                f"AboveThreshold instance {self.state.instance} fired and halted; start a new one")
+        qs = np.asarray(qs, dtype=np.int64)
+        t = self.state.queries
+        fires = qs + self._query_noise.values(t, t + qs.size) >= self._noisy_threshold
+        asked = int(fires.argmax()) if fires.any() else int(qs.size)
+        self.state.queries = t + asked
+        return asked
 
     def alpha(self, k: int) -> float:
         return above_threshold_alpha(k, self.beta, self.epsilon)

@@ -33,11 +33,25 @@ class NoiseTape:
 
     def __getitem__(self, t: int) -> int:
         b, start, size = self._locate(t)
+        self._load(b, size)
+        return int(self._values[t - start])
+
+    def values(self, start: int, stop: int) -> np.ndarray:
+        """Values start, ..., stop - 1 (the same as indexing each one)."""
+        parts, t = [], start
+        while t < stop:
+            b, first, size = self._locate(t)
+            self._load(b, size)
+            end = min(stop, first + size)
+            parts.append(self._values[t - first:end - first])
+            t = end
+        return np.concatenate(parts) if parts else np.empty(0, dtype=np.int64)
+
+    def _load(self, b: int, size: int) -> None:
         if b != self._cached:
             stream = self._rng.stream(self._model, self._purpose, (self._instance, b))
             self._values = discrete_laplace(stream, self.scale, size)
             self._cached = b
-        return int(self._values[t - start])
 
     def _locate(self, t: int) -> tuple[int, int, int]:
         """(block index, first position, size): sizes 16 * 2^b until they reach the

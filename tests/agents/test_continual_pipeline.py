@@ -9,6 +9,8 @@ from dpstream.mechanisms.randomness import KeyedRandomness
 from dpstream.streams.embedded import EmbeddedRuntime, SqliteState
 from dpstream.streams.replay import replay, verify_public
 
+from .logs import assert_batches_apply_as_one_at_a_time
+
 RNG = KeyedRandomness(b"continual-pipeline-tests-key-000")
 CONFIG = {"model_id": "cw", "dimension": 30, "budget": {"epsilon": 2.0, "delta": 1e-6},
           "params": {"kind": "continual_winnow", "max_active": 5, "block": 20, "horizon": 400}}
@@ -89,44 +91,12 @@ def test_rows_beyond_the_active_cap_are_dead_lettered_without_their_count():
         assert r["reason"] == "too many active features: the model allows 5"
 
 
-def _apply_log(log, batch):
-    """Apply an embedded run's model-events log with a fresh Processor, ``batch`` records
-    at a time; returns (outputs in emit order, final state)."""
-    from dpstream.agents.processor import Processor
-    from dpstream.agents.records import RawRecord
-    out, state = [], {}
-
-    async def emit(topic, key, value):
-        out.append((topic, value))
-
-    proc = Processor(RNG, state, emit)
-    records = [RawRecord("model-events", 0, r["offset"], r["value"]["event"]["model_id"].encode(),
-                         json.dumps(r["value"]).encode()) for r in log]
-
-    async def go():
-        for a in range(0, len(records), batch):
-            await proc.handle_batch(records[a:a + batch])
-    asyncio.run(go())
-    return out, state
-
-
 def test_examples_applied_in_batches_give_the_outputs_and_state_of_one_at_a_time():
     """The processor learns consecutive examples of a continual model in one batch kernel
     call (Processor._apply_run): the same outputs in the same order, and the same state,
     as one event at a time, across block and epoch boundaries and around a row the model
     cannot apply (index out of range, written to the log behind the sequencer's back)."""
     rt = run(events(n=900))
-    log = json.loads(json.dumps(rt.log))
-    at = next(i for i in range(300, 400) if log[i]["value"]["event"]["type"] == "example")
-    log[at]["value"]["event"]["active"] = [999]
-    one, state_one = _apply_log(log, 1)
-    def by_topic(out):      # a batch delivers its ledger records first: order is per topic
-        return {t: [v for u, v in out if u == t] for t in ("ledger", "predictions", "rejected")}
-
-    for batch in (7, 250, len(log)):
-        many, state_many = _apply_log(log, batch)
-        assert by_topic(many) == by_topic(one), batch
-        assert state_many == state_one, batch
-    rejected = [v for t, v in one if t == "rejected"]
-    assert [r["source"] for r in rejected] == [log[at]["value"]["source"]]
-    assert sum(1 for t, v in one if t == "predictions") == 900 + 90 - 1
+    out, broken = assert_batches_apply_as_one_at_a_time(rt.log, RNG, (7, 250, len(rt.log)))
+    assert [r["source"] for r in out["rejected"]] == [broken]
+    assert len(out["predictions"]) == 900 + 90 - 1

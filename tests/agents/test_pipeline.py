@@ -262,3 +262,49 @@ async def test_every_state_record_is_plain_json_and_every_prediction_fits_its_sc
     for record in rt.outputs["predictions"]:      # built as dicts on the hot path
         assert Prediction.model_validate(record).model_dump() == record
         assert record["kind"] == "query" or record["label"] is None
+
+
+def test_winnow_examples_applied_in_batches_give_the_outputs_and_state_of_one_at_a_time():
+    """The processor learns consecutive DP-Winnow examples through the batch kernel
+    (WinnowHandler.on_examples): the same outputs in the same order and the same state
+    as one event at a time, for two interleaved models (one that freezes after K
+    updates), dense and sparse rows, queries between them, and a row the model cannot
+    apply (written to the log behind the sequencer's back)."""
+    import asyncio
+    from .logs import assert_batches_apply_as_one_at_a_time
+    frozen = winnow_config("w2")
+    frozen["params"]["K"] = 3
+    evs = [("models", winnow_config()), ("models", frozen)]
+    a, b = winnow_events("w1", n=700, seed=1), winnow_events("w2", n=700, seed=2)
+    for i in range(0, 700, 50):
+        evs += a[i:i + 50] + b[i:i + 50]
+    dense = next(i for i, (t, e) in enumerate(evs) if t == "examples" and i > 40)
+    x = [-1.0] * 50
+    for j in evs[dense][1]["active"]:
+        x[j] = 1.0
+    evs[dense] = ("examples", {"model_id": evs[dense][1]["model_id"], "x": x, "y": evs[dense][1]["y"]})
+    rt = EmbeddedRuntime(RNG)
+    asyncio.run(rt.feed_all(evs))
+    out, broken = assert_batches_apply_as_one_at_a_time(rt.log, RNG, (9, 120, len(rt.log)))
+    predictions = out["predictions"]
+    assert [r["source"] for r in out["rejected"]] == [broken]
+    assert {p["model_id"] for p in predictions if p["updated"]} == {"w1", "w2"}
+    assert any(p["status"] == "frozen" for p in predictions if p["model_id"] == "w2")
+
+
+@pytest.mark.parametrize("topic,payload", [
+    ("examples", {"y": -1, "active": [7, 2, 2], "model_id": "w1"}),
+    ("examples", {"model_id": "w1", "x": [1.0, -1.0] * 25, "y": 1}),
+    ("queries", {"model_id": "w1", "active": [3], "query_id": "q-1"}),
+    ("queries", {"active": [], "model_id": "w1"})])
+async def test_sequenced_events_are_the_schemas_json_dump(topic, payload):
+    """The sequencer writes an example or query to the log as its schema's
+    ``model_dump(mode="json", exclude_none=True)``, key order included (agents/sequencer.py
+    builds it without the serializer: a field type that is not JSON already would break it)."""
+    from dpstream.schemas import LabeledExample, Query
+    rt = await run([("models", winnow_config()), (topic, payload)])
+    cls = LabeledExample if topic == "examples" else Query
+    expected = cls.model_validate(payload).model_dump(mode="json", exclude_none=True)
+    logged = rt.log[-1]["value"]["event"]
+    assert logged == expected and list(logged) == list(expected)
+    assert orjson.loads(orjson.dumps(logged)) == logged

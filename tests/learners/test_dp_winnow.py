@@ -120,3 +120,68 @@ def test_bad_inputs_raise():
         model.learn_one(BinaryInput.from_active([1], 11), 1)
     with pytest.raises(ParameterError):
         model.learn_one(BinaryInput.from_active([1], 10), 0)
+
+
+def run_in_batches(model, data, batch):
+    """As ``run``, through the batch kernel: ``learn_quiet`` over each stretch in which
+    AboveThreshold stays below, ``learn_one`` at each round where it fires (the
+    handler's loop, agents/handlers.py ``WinnowHandler.on_examples``)."""
+    import numpy as np
+    from dpstream.learners.inputs import active_matrix
+    d, out = model.state.d, []
+    for a in range(0, len(data), batch):
+        chunk = data[a:a + batch]
+        rows = active_matrix([x.active.tolist() if x.active is not None else
+                              np.flatnonzero(x.dense > 0).tolist() for x, _ in chunk], d, pad=d)
+        ys = np.array([y for _, y in chunk])
+        i = 0
+        while i < len(chunk):
+            k = model.state.k
+            preds = model.learn_quiet(rows[i:], ys[i:], lambda j: chunk[i + j][0].to_record())
+            out += [(int(p), False, k) for p in preds]
+            i += len(preds)
+            if i < len(chunk):
+                r = model.learn_one(*chunk[i])
+                out.append((r.prediction, r.updated, r.version))
+                i += 1
+    return out
+
+
+@settings(max_examples=12, deadline=None)
+@given(seed=st.integers(0, 10**6), K=st.integers(1, 12), batch=st.sampled_from([1, 7, 64, 5000]),
+       signed=st.booleans(), budget=st.sampled_from([None, 4.0]))
+def test_learning_in_batches_gives_the_rounds_and_state_of_one_at_a_time(seed, K, batch, signed,
+                                                                         budget):
+    """Across updates, re-samples, freezing and budget exhaustion, with dense and sparse
+    inputs: the batch kernel is the seed's loop, round for round, bit for bit."""
+    from dpstream.learners.inputs import BinaryInput
+    data = disjunction_stream(40, 3, 6, 600, seed=seed % 1000)
+    data = [(BinaryInput.from_dense(x.to_dense()), y) if i % 3 == 0 else (x, y)
+            for i, (x, y) in enumerate(data)]
+    params = practical(K=K, L=2.0, eps_hat=1.0)
+
+    def model():
+        return DPWinnow(params=params, d=40, rng=RNG, model_id=f"batch{seed}", signed=signed,
+                        budget=None if budget is None else (budget, 1e-6))
+
+    one, many = model(), model()
+    assert run_in_batches(many, data, batch) == run(one, data)
+    assert many.state.to_record() == one.state.to_record()
+    assert one.state.k > 0 or one.state.exhausted   # it reached updates, or ran out first
+
+
+def test_predictions_are_the_sign_of_the_released_weights_inner_product():
+    """The exact integer kernel against <w~, z> computed in floats from the dense w~."""
+    import numpy as np
+    from dpstream.learners.inputs import embed
+    for signed in (False, True):
+        model = DPWinnow(params=practical(), d=40, rng=RNG, model_id="exact", signed=signed)
+        data = disjunction_stream(40, 3, 6, 1500, seed=13)
+        for i, (x, y) in enumerate(data):
+            s = model.state
+            w = np.full(s.u.size, 1.0 / s.u.size) if s.tilde_idx.size == 0 else np.zeros(s.u.size)
+            if s.tilde_idx.size:
+                w[s.tilde_idx] = s.tilde_cnt / model.params.m
+            assert model.margin(x) == pytest.approx(float(w @ embed(x, signed)), abs=1e-12)
+            model.learn_one(x, y)
+        assert model.state.k > 0

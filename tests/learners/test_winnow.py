@@ -80,3 +80,19 @@ def test_bad_parameters_raise_typed_errors(kwargs):
 def test_dimension_mismatch_raises():
     with pytest.raises(ParameterError):
         Winnow(d=10, eta=0.1).predict_one(BinaryInput.from_active([1], 11))
+
+
+def test_active_matrix_rows_are_the_distinct_indices_in_order_then_pads():
+    import numpy as np
+    from dpstream.learners.inputs import active_matrix
+    rows = [[5, 1, 5, 3], [], [0], [2, 2, 2]]
+    m = active_matrix(rows, 6, pad=6)
+    assert m.tolist() == [[1, 3, 5, 6], [6, 6, 6, 6], [0, 6, 6, 6], [2, 6, 6, 6]]
+    with_bias = active_matrix(rows, 6, pad=7, extra=6)
+    assert [[j for j in r if j != 7] for r in with_bias.tolist()] == \
+        [sorted(set(r) | {6}) for r in rows]
+    assert active_matrix([], 6, pad=6).shape[0] == 0
+    for bad in ([[6]], [[-1]], [["a"]], [[1.5]], [[True]], [None]):
+        with pytest.raises(ParameterError):
+            active_matrix(bad, 6, pad=6)
+    assert np.array_equal(active_matrix([[4, 0]], 6, pad=6), [[0, 4]])

@@ -118,3 +118,35 @@ def test_bad_parameters_raise(rng, kwargs):
     args = dict(epsilon=1.0, threshold=1.0, beta=0.1) | kwargs
     with pytest.raises(ParameterError):
         AboveThreshold(rng=rng, model_id="b", state=AboveThresholdState(instance=0), **args)
+
+
+@pytest.mark.parametrize("threshold", [0, 6, 40])
+def test_quiet_asks_exactly_the_queries_that_step_answers_below(rng, threshold):
+    """The batch path (``quiet``) must be ``step`` on each query until the first that
+    fires, with the same noise: the same count, the same state, and that query fires
+    when ``step`` asks it next."""
+    qs = np.arange(0, 400) // 7                     # a slowly growing count, as mistakes are
+    for instance in range(40):
+        one = AboveThreshold(epsilon=0.5, threshold=threshold, beta=0.1, rng=rng, model_id="quiet",
+                             state=AboveThresholdState(instance=instance))
+        fired_at = next((j for j, q in enumerate(qs) if one.step(int(q))), len(qs))
+        many = AboveThreshold(epsilon=0.5, threshold=threshold, beta=0.1, rng=rng, model_id="quiet",
+                              state=AboveThresholdState(instance=instance))
+        asked = many.quiet(qs[:5]) if fired_at >= 5 else None
+        start = 5 if asked is not None else 0
+        assert asked in (None, 5)
+        asked = start + many.quiet(qs[start:])      # resumes where the first call stopped
+        assert asked == fired_at
+        if fired_at < len(qs):
+            assert many.step(int(qs[fired_at])) is True
+        assert vars(many.state) == vars(one.state)
+
+
+def test_noise_tape_ranges_equal_its_values_one_by_one(rng):
+    from fractions import Fraction
+    from dpstream.mechanisms.noise_tape import NoiseTape
+    tape = NoiseTape(rng, "tape", "test", 3, Fraction(5, 2), block=64)
+    values = [tape[t] for t in range(400)]
+    for start, stop in [(0, 0), (0, 16), (5, 50), (15, 17), (40, 400), (111, 112)]:
+        assert NoiseTape(rng, "tape", "test", 3, Fraction(5, 2), block=64).values(start, stop).tolist() \
+            == values[start:stop]
