@@ -203,6 +203,10 @@ class Processor:
             return
         model_id = run[0][3]
         handler = dirty[model_id][0] if model_id in dirty else self._handler(model_id)
+        if len(run) < handler.BATCH_FROM:     # numpy's fixed cost exceeds the run's
+            for item in run:
+                self._apply(item[0], item[1:], outputs, dirty)
+            return
         log_offset, sources, todo = handler.log_offset, dict(handler.head_sources), []
         for item in run:
             record, _, _, _, part, offset = item

@@ -77,21 +77,22 @@ class DPWinnowState:
     exhausted: bool = False
 
     def to_record(self) -> dict:
+        return {**self.cold_record(), **self.hot_record()}
+
+    def hot_record(self) -> dict:
+        """The counters that change every round (tables write them with every batch)."""
         return {
-            "d": self.d, "signed": self.signed, "u": encode_array(self.u),
-            "tilde_idx": encode_array(self.tilde_idx), "tilde_cnt": encode_array(self.tilde_cnt),
-            "at": vars(self.at).copy(), "ledger": vars(self.ledger).copy(), "k": self.k,
-            "t": self.t, "t_p": self.t_p, "mistakes": self.mistakes,
-            "total_mistakes": self.total_mistakes, "cache_x": self.cache_x,
-            "cache_y": self.cache_y, "frozen": self.frozen, "exhausted": self.exhausted}
+            "d": self.d, "signed": self.signed, "at": vars(self.at).copy(),
+            "ledger": vars(self.ledger).copy(), "k": self.k, "t": self.t, "t_p": self.t_p,
+            "mistakes": self.mistakes, "total_mistakes": self.total_mistakes,
+            "cache_x": self.cache_x, "cache_y": self.cache_y, "frozen": self.frozen,
+            "exhausted": self.exhausted}
 
-    COLD = ("u", "tilde_idx", "tilde_cnt")
-
-    def split_record(self) -> tuple[dict, dict]:
-        """(hot, cold): counters that change every round, and the weights that change
-        only on the at most K updates (so tables write them only then)."""
-        r = self.to_record()
-        return {k: v for k, v in r.items() if k not in self.COLD}, {k: r[k] for k in self.COLD}
+    def cold_record(self) -> dict:
+        """The weights, which change only on the at most K updates (tables write them
+        only then)."""
+        return {"u": encode_array(self.u), "tilde_idx": encode_array(self.tilde_idx),
+                "tilde_cnt": encode_array(self.tilde_cnt)}
 
     @classmethod
     def from_record(cls, r: dict) -> "DPWinnowState":

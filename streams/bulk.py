@@ -127,7 +127,8 @@ class BulkPath:
 
 
 def install(app, topics: dict[str, str], apply: ApplyFetch, *, log_topic: str | None = None,
-            log_positions: Callable[[], dict[int, int]] | None = None) -> BulkPath:
+            log_positions: Callable[[], dict[int, int]] | None = None,
+            on_batch: Callable[[], None] | None = None) -> BulkPath:
     """Route records of ``topics`` (Kafka name -> dpstream name) to ``apply`` in bulk.
 
     ``apply`` receives, per fetch, the records of each dpstream topic in offset order
@@ -137,6 +138,7 @@ def install(app, topics: dict[str, str], apply: ApplyFetch, *, log_topic: str | 
     ``log_positions()`` (optional) gives, per partition of ``log_topic`` this worker
     owns, the offset below which every record is applied: a partition the worker
     appends to itself is then held back instead of read back (``BulkPath.hold``).
+    ``on_batch()`` (optional) is called as the applier starts on each batch.
     Call before the worker starts (the fetcher calls the drain loop once, at start)."""
     queue: asyncio.Queue = asyncio.Queue(maxsize=QUEUED_FETCHES)
     path = BulkPath(queue, app, log_topic)
@@ -198,6 +200,8 @@ def install(app, topics: dict[str, str], apply: ApplyFetch, *, log_topic: str | 
             path.busy = False
             generation, batch, offsets = await queue.get()
             path.busy = True
+            if on_batch is not None:
+                on_batch()
             # Under load fetches queue up: apply them as one batch (their records stay in
             # order per partition), so a batch's fixed cost (two round trips to the
             # broker, a state write per model) is paid once for all of them.

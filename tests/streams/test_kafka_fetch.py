@@ -63,3 +63,67 @@ def test_a_record_on_a_busy_partition_is_not_held_behind_a_long_poll_of_idle_one
     # faust's setting: the new record waits out most of the 1.5 s long poll on `idle`
     assert held > 0.8, held
     assert prompt < 0.4, prompt
+
+
+async def _fetches_while_records_stream_in(bootstrap: str, topic: str, paced: bool) -> tuple[int, int]:
+    """(fetch requests sent, records received) while a producer sends a record every
+    millisecond or so for 1.5 s and the consumer takes whatever has arrived."""
+    from dpstream.streams.app import pace_fetches
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    await admin.start()
+    try:
+        await admin.create_topics([NewTopic(topic, num_partitions=1, replication_factor=1)])
+    finally:
+        await admin.close()
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, linger_ms=0)
+    consumer = AIOKafkaConsumer(topic, bootstrap_servers=bootstrap,
+                                enable_auto_commit=False, auto_offset_reset="earliest")
+    await producer.start()
+    await consumer.start()
+    fetcher, fetches = consumer._fetcher, []
+    original = fetcher._proc_fetch_request
+
+    async def counted(*args, **kwargs):
+        fetches.append(time.monotonic())
+        return await original(*args, **kwargs)
+
+    fetcher._proc_fetch_request = counted
+    try:
+        shorten_fetch_wait(consumer)
+        pace_fetches(consumer, paced)
+        sent, received = 0, 0
+
+        async def send():
+            nonlocal sent
+            end = time.monotonic() + 1.5
+            while time.monotonic() < end:
+                await producer.send(topic, b"x" * 100)
+                sent += 1
+                await asyncio.sleep(0.001)
+            await producer.flush()
+
+        sender = asyncio.ensure_future(send())
+        await asyncio.sleep(0.2)
+        fetches.clear()
+        while not sender.done() or received < sent:
+            got = await consumer.getmany(timeout_ms=200)
+            received += sum(map(len, got.values()))
+        await sender
+        return len(fetches), received
+    finally:
+        await consumer.stop()
+        await producer.stop()
+
+
+def test_paced_fetches_wait_on_the_broker_for_records_to_gather(kafka_bootstrap, topic_prefix):
+    """pace_fetches (streams/app.py): under load a fetch waits on the broker for
+    BUSY_FETCH_MIN_BYTES or BUSY_FETCH_MAX_WAIT_MS, so a steady trickle of records costs
+    at most about one fetch per BUSY_FETCH_MAX_WAIT_MS, not one per record; nothing is
+    lost, and unpaced fetches answer at once again."""
+    from dpstream.streams.app import BUSY_FETCH_MAX_WAIT_MS, BUSY_FETCH_MIN_BYTES
+    assert BUSY_FETCH_MAX_WAIT_MS <= 20 and BUSY_FETCH_MIN_BYTES > 1
+    eager, n_eager = asyncio.run(_fetches_while_records_stream_in(kafka_bootstrap, topic_prefix + "-e", False))
+    paced, n_paced = asyncio.run(_fetches_while_records_stream_in(kafka_bootstrap, topic_prefix + "-p", True))
+    assert n_eager > 300 and n_paced > 300            # every record sent arrived (the loop waits for all)
+    assert paced <= 1.3 * (1.5 / (BUSY_FETCH_MAX_WAIT_MS / 1000)) + 10, paced
+    assert paced < 0.6 * eager, (paced, eager)
