@@ -1,19 +1,15 @@
 """The repo's broker script gives a real, working Kafka (produce, consume, keyed order)."""
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
-from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+
+from .kafka_helpers import create_topic
 
 pytestmark = pytest.mark.kafka
 
 
 async def test_keyed_records_round_trip_in_order_through_the_broker(kafka_bootstrap, topic_prefix):
     topic = f"{topic_prefix}-roundtrip"
-    admin = AIOKafkaAdminClient(bootstrap_servers=kafka_bootstrap)
-    await admin.start()
-    try:
-        await admin.create_topics([NewTopic(topic, num_partitions=3, replication_factor=1)])
-    finally:
-        await admin.close()
+    await create_topic(kafka_bootstrap, topic, 3)
     producer = AIOKafkaProducer(bootstrap_servers=kafka_bootstrap, acks="all", enable_idempotence=True)
     await producer.start()
     try:

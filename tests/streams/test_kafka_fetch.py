@@ -10,20 +10,16 @@ import time
 
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
-from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
 from dpstream.streams.app import FETCH_MAX_WAIT_MS, shorten_fetch_wait
+
+from .kafka_helpers import create_topic
 
 FAUST_FETCH_WAIT_MS = 1_500      # what faust gives its consumer (faust/transport/drivers/aiokafka.py)
 
 
 async def _seconds_until_a_new_record_arrives(bootstrap: str, topic: str, shorten: bool) -> float:
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
-    await admin.start()
-    try:
-        await admin.create_topics([NewTopic(topic, num_partitions=2, replication_factor=1)])
-    finally:
-        await admin.close()
+    await create_topic(bootstrap, topic, 2)
     busy, idle = TopicPartition(topic, 0), TopicPartition(topic, 1)
     producer = AIOKafkaProducer(bootstrap_servers=bootstrap)
     consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False,
@@ -69,12 +65,7 @@ async def _fetches_while_records_stream_in(bootstrap: str, topic: str, paced: bo
     """(fetch requests sent, records received) while a producer sends a record every
     millisecond or so for 1.5 s and the consumer takes whatever has arrived."""
     from dpstream.streams.app import pace_fetches
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
-    await admin.start()
-    try:
-        await admin.create_topics([NewTopic(topic, num_partitions=1, replication_factor=1)])
-    finally:
-        await admin.close()
+    await create_topic(bootstrap, topic, 1)
     producer = AIOKafkaProducer(bootstrap_servers=bootstrap, linger_ms=0)
     consumer = AIOKafkaConsumer(topic, bootstrap_servers=bootstrap,
                                 enable_auto_commit=False, auto_offset_reset="earliest")
