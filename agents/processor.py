@@ -198,7 +198,8 @@ class Processor:
     def _apply_run(self, run: list[tuple], outputs: Outputs, dirty: dict) -> None:
         """Apply a run of examples of one model: skip the applied ones (the rules of
         ``_apply_event``), then ``on_examples``; if ``prepare_examples`` refuses the run (an
-        invalid row, found before anything changes), apply it one at a time instead."""
+        invalid row, found before anything changes), or it is shorter than the handler's
+        ``BATCH_FROM``, apply it one at a time instead."""
         if not run:
             return
         model_id = run[0][3]
