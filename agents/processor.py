@@ -143,7 +143,11 @@ class Processor:
         event of a predictor (epoch start, LP refits after a hard query) or a decision list
         (training). Winnow events stay on the loop thread: measured, a thread makes a batch
         of cheap events about 60% slower (the GIL handed back and forth)."""
+        seen = set()
         for record in records:
+            if record.key in seen:
+                continue
+            seen.add(record.key)
             model_id = (record.key or b"").decode(errors="replace")
             cfg = self.state.get(f"model/{model_id}/config")
             if cfg is None or cfg["params"]["kind"] in self.HEAVY_KINDS:

@@ -243,6 +243,7 @@ def make_app(*, broker: str, rng: KeyedRandomness, partitions: int = 4, app_id: 
         revoked.update(tp.partition for tp in tps if tp.topic == log_name)
 
     fetching: list = []                  # aiokafka's consumer in faust's thread, once known
+    paced = [False]                      # fetches wait for BUSY_FETCH_MIN_BYTES (pace_fetches)
 
     @app.on_partitions_assigned.connect
     async def _on_assigned(sender, tps, **kwargs) -> None:
@@ -250,11 +251,11 @@ def make_app(*, broker: str, rng: KeyedRandomness, partitions: int = 4, app_id: 
         try:                                 # the consumer exists once partitions are assigned
             consumer = app.consumer._thread._ensure_consumer()
             shorten_fetch_wait(consumer)
-            fetching[:] = [consumer]
+            pace_fetches(consumer, False)    # unpaced until the next batch (no 16 KiB wait
+            fetching[:] = [consumer]         # behind the 50 ms poll just set)
+            paced[0] = False
         except Exception as err:             # noqa: BLE001 - a faust without these internals
             logger.warning("could not shorten the consumer's fetch wait (%s)", type(err).__name__)
-
-    paced = [False]                      # fetches wait for BUSY_FETCH_MIN_BYTES (pace_fetches)
 
     def on_batch() -> None:
         if fetching and not paced[0]:

@@ -51,8 +51,18 @@ def test_own_log_appends_are_held_back_and_a_foreign_append_still_applies(
         async def feed():
             await produce(kafka_bootstrap, prefix + "models", [MODEL])
             await read_all(kafka_bootstrap, prefix + "model-events", until=1, timeout=60)
-            for a in range(0, N, 500):                   # several fetches, several batches
-                await produce(kafka_bootstrap, prefix + "examples", examples[a:a + 500])
+            # several fetches and batches, with pauses well below RELEASE_AFTER: a partition
+            # released between two chunks may hand over the next chunk's first batch again
+            producer = AIOKafkaProducer(bootstrap_servers=kafka_bootstrap, acks="all")
+            await producer.start()
+            try:
+                for a in range(0, N, 500):
+                    for e in examples[a:a + 500]:
+                        await producer.send(prefix + "examples", json.dumps(e).encode(), key=b"hold")
+                    await producer.flush()
+                    await asyncio.sleep(RELEASE_AFTER / 5)
+            finally:
+                await producer.stop()
             return await read_all(kafka_bootstrap, prefix + "predictions", until=N, timeout=180)
         preds = asyncio.run(feed())
         assert len({p["source"] for p in preds}) == N
