@@ -73,11 +73,14 @@ class AboveThreshold:
         self._query_noise = NoiseTape(rng, model_id, purpose + "/query", state.instance, q_scale)
         self._pending: int | None = None
 
-    # The seed's two-call interface.
-    def add_query(self, q: int) -> None:
+    def _check_running(self) -> None:
         if self.state.fired:
             raise MechanismHalted(
                 f"AboveThreshold instance {self.state.instance} fired and halted; start a new one")
+
+    # The seed's two-call interface.
+    def add_query(self, q: int) -> None:
+        self._check_running()
         self._pending = int(q)
 
     def test_above_threshold(self) -> bool:
@@ -102,9 +105,7 @@ class AboveThreshold:
         not asked (the instance is left exactly as after those ``step`` calls, so a
         ``step`` on it next fires). The same noise values as ``step``: value t of the
         tape is a function of t alone. Only the fire bits decide the count."""
-        if self.state.fired:
-            raise MechanismHalted(
-                f"AboveThreshold instance {self.state.instance} fired and halted; start a new one")
+        self._check_running()
         qs = np.asarray(qs, dtype=np.int64)
         t = self.state.queries
         fires = qs + self._query_noise.values(t, t + qs.size) >= self._noisy_threshold
