@@ -140,7 +140,8 @@ def draw_ahead_in_a_process(on: bool = True) -> None:
     """Draw noise blocks ahead in a helper process instead of a thread (the worker turns
     this on at start, streams/cli.py).
 
-    Why a process there: a block is ~0.2-0.3 s of exact sampling in the interpreter, and
+    Why a process there: a block was ~0.2-0.3 s of exact sampling in the interpreter
+    (~0.08 s since the row sampler, mechanisms/row_samplers.py), and
     in a thread it held the GIL for 12% of the worker's GIL time at 3,000
     continual-Winnow examples/s (py-spy --gil), time the event loop waited for. Why not
     by default: the helper starts by ``spawn`` (forking a process that runs faust's
@@ -191,7 +192,8 @@ class TreeNoise:
     to a power of two: still a pure function of (key, model, epoch, t) for a model's
     fixed dim, and the exact sampler's per-call cost is shared by c nodes.
 
-    A block of 2^16 draws takes 0.18-0.31 s here (sigma2 from 10^6 down to 100), which a
+    A block of 2^16 draws took 0.18-0.31 s here (sigma2 from 10^6 down to 100; 0.08 s
+    since the row sampler: 830,000-840,000 draws/s, bench/samplers.py), which a
     stream processor would pay as one stall every c releases (a 300 ms spike in the
     worker's latency, bench/throughput.py). So once half of a
     block's nodes are in use, the next block is drawn ahead (``prefetch``), in a thread

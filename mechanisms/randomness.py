@@ -37,7 +37,8 @@ KEY_ENV = "DPSTREAM_SECRET_KEY"
 KEY_FILE_ENV = "DPSTREAM_SECRET_KEY_FILE"
 MIN_KEY_BYTES = 32
 _MAX_U64 = np.uint64(0xFFFFFFFFFFFFFFFF)
-_CHUNK = 1 << 14  # keystream bytes fetched per refill
+_CHUNK = 1 << 14  # keystream bytes fetched per refill for small reads
+_ZEROS = memoryview(bytes(1 << 20))   # plaintext: the keystream is ChaCha20 of zeros
 
 
 def _encode_counter(counter: int | tuple[int, ...]) -> bytes:
@@ -134,7 +135,8 @@ def _decode_key(text: str) -> bytes:
 
 class RandomStream:
     """A ChaCha20 keystream with vectorised conversions. Consumption is sequential:
-    the n-th call always sees the same bytes given the same earlier calls."""
+    the n-th call always sees the same bytes given the same earlier calls (how the
+    keystream is buffered does not change which bytes a call gets)."""
 
     __slots__ = ("_enc", "_buf", "_pos")
 
@@ -146,15 +148,36 @@ class RandomStream:
     def bytes(self, n: int) -> bytes:
         avail = len(self._buf) - self._pos
         if n > avail:
-            need = max(_CHUNK, n - avail)
-            self._buf = self._buf[self._pos:] + self._enc.update(b"\x00" * need)
+            if n - avail >= _CHUNK:
+                return self._read(n).tobytes()
+            self._buf = self._buf[self._pos:] + self._enc.update(_ZEROS[:_CHUNK])
             self._pos = 0
         out = self._buf[self._pos:self._pos + n]
         self._pos += n
         return out
 
+    def _read(self, n: int) -> np.ndarray:
+        """The next n bytes as a new uint8 array. A large read takes what is buffered,
+        then has the keystream written straight into the array (``update_into``, no
+        intermediate copies); a small one goes through the buffer."""
+        avail = len(self._buf) - self._pos
+        if n - avail < _CHUNK:
+            return np.frombuffer(self.bytes(n), dtype=np.uint8).copy()
+        out = np.empty(n, dtype=np.uint8)
+        out[:avail] = np.frombuffer(self._buf, dtype=np.uint8, count=avail, offset=self._pos)
+        self._buf, self._pos = b"", 0
+        view, at = memoryview(out), avail
+        while at < n:
+            step = min(n - at, len(_ZEROS))
+            self._enc.update_into(_ZEROS[:step], view[at:at + step])
+            at += step
+        return out
+
     def uint64(self, n: int) -> np.ndarray:
-        return np.frombuffer(self.bytes(8 * n), dtype="<u8").astype(np.uint64, copy=True)
+        return self._read(8 * n).view("<u8").astype(np.uint64, copy=False)
+
+    def uint32(self, n: int) -> np.ndarray:
+        return self._read(4 * n).view("<u4").astype(np.uint32, copy=False)
 
     def uniform(self, n: int) -> np.ndarray:
         """Uniforms on the 2**-53 grid in [0, 1) (for statistics, never for exact samplers)."""

@@ -10,7 +10,11 @@ SCENARIOS = standard_scenarios()
 @pytest.mark.slow
 @pytest.mark.parametrize("scenario", SCENARIOS, ids=[s.name for s in SCENARIOS])
 def test_audit_flags_exactly_the_broken_mechanisms(rng, scenario):
-    runs = 10_000 if "halves" in scenario.name or "reused" in scenario.name else 40_000
+    # BetweenThresholds at the quoted scale is ~2.8-DP against a claim of 1, but on its
+    # event (>= 9) the 95% lower bound from 40,000 runs ranged 0.99-1.30 over five keys
+    # (0.99 with the test key: not flagged); from 400,000 runs, 1.26-1.40 over four
+    runs = (10_000 if "halves" in scenario.name or "reused" in scenario.name else
+            400_000 if "BetweenThresholds" in scenario.name else 40_000)
     result = run_scenario(scenario, rng, runs)
     assert result.flags(scenario.claimed_epsilon) == scenario.broken, result
 

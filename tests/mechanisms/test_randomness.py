@@ -3,7 +3,7 @@ import pytest
 from scipy.stats import chi2
 
 from dpstream.mechanisms.errors import MissingKeyError, ParameterError
-from dpstream.mechanisms.randomness import KeyedRandomness
+from dpstream.mechanisms.randomness import KeyedRandomness, RandomStream
 
 
 def test_same_key_model_purpose_counter_gives_identical_draws(rng):
@@ -18,6 +18,23 @@ def test_chunked_consumption_matches_one_big_read(rng):
     big = s1.bytes(50_000)
     parts = b"".join(s2.bytes(n) for n in (1, 7, 16384, 3, 33605))
     assert big == parts
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_reads_of_any_size_and_width_follow_the_chacha20_keystream(rng, seed):
+    """Small reads go through the buffer, large ones are written straight into their
+    array: either way the n-th byte read is the keystream's n-th byte."""
+    from cryptography.hazmat.primitives.ciphers import Cipher, algorithms
+    key = rng.stream_key("m", "p", seed)
+    keystream = Cipher(algorithms.ChaCha20(key, b"\x00" * 16), mode=None).encryptor().update(bytes(8 << 20))
+    stream, got, sizes = RandomStream(key), [], np.random.default_rng(seed)
+    while sum(map(len, got)) < 5 << 20:
+        n = int(sizes.choice([1, 7, 100, 16383, 16384, 16385, 300_000, 1_500_000]))
+        kind = int(sizes.integers(3))
+        got.append(stream.bytes(n) if kind == 0 else
+                   stream.uint64(n // 8 + 1).tobytes() if kind == 1 else stream.uint32(n // 4 + 1).tobytes())
+    data = b"".join(got)
+    assert data == keystream[:len(data)]
 
 
 @pytest.mark.parametrize("change", ["model", "purpose", "counter", "key"])

@@ -7,8 +7,7 @@ from hypothesis import strategies as st
 from scipy.stats import binomtest
 
 from dpstream.mechanisms.samplers import (bernoulli_exp, discrete_laplace, discrete_laplace_cdf,
-                                          discrete_laplace_pmf, fraction_at_least, fraction_at_most,
-                                          geometric_exp)
+                                          discrete_laplace_pmf, fraction_at_least, fraction_at_most)
 
 from .stats import chi_square_pvalue
 
@@ -34,14 +33,6 @@ def test_the_same_fit_test_rejects_a_scale_off_by_30_percent(rng, scale):
 def test_bernoulli_exp_succeeds_with_probability_exp_minus_gamma(rng, num, den):
     b = bernoulli_exp(rng.stream("t", "bexp", (num, den)), np.full(N, num), den)
     assert binomtest(int(b.sum()), N, float(np.exp(-num / den))).pvalue > 1e-4
-
-
-def test_geometric_matches_its_pmf(rng):
-    gamma = Fraction(2, 5)
-    y = geometric_exp(rng.stream("t", "geo", 0), gamma, N)
-    support = np.arange(0, 80)
-    p = np.exp(-0.4)
-    assert chi_square_pvalue(y, support, (1 - p) * p ** support) > 1e-4
 
 
 def test_cdf_is_the_cumulative_sum_of_the_pmf():
