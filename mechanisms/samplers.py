@@ -8,8 +8,8 @@ arrays; :func:`fraction_at_least` / :func:`fraction_at_most` round a float the
 privacy-safe way (noise scales up, epsilons down).
 
 Discrete Laplace and discrete Gaussian batches run vectorised over attempts, one fixed
-row of random words each (row_samplers.py: ~0.5 and ~1.2 us a value in blocks of
-65,536, 1.2-1.4 and ~3.6 in blocks of 1,024, bench/samplers.py). ``bernoulli_exp``
+row of random words each (row_samplers.py: ~0.5 and ~1.2 us a value in large blocks,
+1.2-1.4 us in blocks of 1,024, bench/samplers.py). ``bernoulli_exp``
 (the exponential mechanism's) runs over lanes: each rejection loop draws one word per
 still-active lane per step, so n draws cost O(n) words and O(log n) numpy steps.
 """

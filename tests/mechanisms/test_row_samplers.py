@@ -64,6 +64,17 @@ def test_short_rows_leave_most_attempts_to_python_and_default_rows_almost_none(r
     assert _check_rows(rng, R._DGAUSS, 1, 11, 100, 2, m=20_000) < 0.005
 
 
+def test_one_word_mod_8_factorial_gives_the_exact_stopping_index_of_a_gamma_1_loop():
+    """CKS Alg. 1 at gamma = 1 stops at K* = k with probability 1/(k-1)! - 1/k!: over the
+    8! words exactly 8!/(k-1)! - 8!/k! must map to k (k = 2..8), u = 0 alone to "later",
+    and a trial wins iff K* is odd."""
+    f = math.factorial
+    for k in range(2, 9):
+        assert int((R._KSTAR == k).sum()) == f(8) // f(k - 1) - f(8) // f(k), k
+    assert list(np.flatnonzero(R._KSTAR > 8)) == [0]
+    assert np.array_equal(R._WINS[1:], R._KSTAR[1:] % 2 == 1) and not R._WINS[0]
+
+
 def test_a_word_in_the_rejection_zone_is_replaced_not_reduced(rng):
     """t = 3: the largest 64-bit word (2^64 - 1 = 0 mod 3, beyond 2^64 - (2^64 mod 3))
     must be drawn again, not taken as U = 0."""
