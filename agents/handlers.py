@@ -45,6 +45,7 @@ from dpstream.learners.winnow import decode_array, encode_array
 from dpstream.mechanisms.accounting import Ledger, LedgerEntry, LedgerState, spent
 from dpstream.mechanisms.continual import closed_nodes
 from dpstream.mechanisms.errors import DPStreamError
+from dpstream.mechanisms.exponential import exact_epsilon
 from dpstream.mechanisms.params import dp_winnow_practical_parameters, dp_winnow_theory_parameters
 from dpstream.mechanisms.randomness import KeyedRandomness
 from dpstream.schemas import LedgerEntryEvent, ModelConfig, Release
@@ -727,6 +728,10 @@ def check_feasible(config: ModelConfig) -> str | None:
             if p.generator in ("thresholds", "intervals", "finite") and config.dimension != 1:
                 return f"the {p.generator} generator needs dimension 1"
             predictor_config(config).calibration()
+        elif config.kind == "decision_list":     # a round's epsilon the sampler can use
+            p, b = config.params, config.budget
+            n_features = len(FeatureFamily(config.dimension, p.max_conjunction, p.negations))
+            exact_epsilon(round_epsilon(p.accounting, b.epsilon, b.delta, n_features))
     except DPStreamError as err:
         return f"infeasible model config: {err}"[:500]
     return None

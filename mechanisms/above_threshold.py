@@ -30,7 +30,7 @@ import numpy as np
 from .errors import MechanismHalted, ParameterError
 from .noise_tape import NoiseTape
 from .randomness import KeyedRandomness
-from .samplers import fraction_at_least
+from .samplers import MAX_SCALE, fraction_at_least
 
 
 def above_threshold_alpha(k: int, beta: float, epsilon: float) -> float:
@@ -39,9 +39,11 @@ def above_threshold_alpha(k: int, beta: float, epsilon: float) -> float:
 
 
 def above_threshold_scales(epsilon: float) -> tuple[Fraction, Fraction]:
-    """(threshold scale 2/eps, query scale 4/eps), rounded up to exact rationals."""
-    if not epsilon > 0:
-        raise ParameterError("epsilon", epsilon, "> 0")
+    """(threshold scale 2/eps, query scale 4/eps), rounded up to exact rationals; an
+    epsilon so small that 4/eps exceeds the samplers' MAX_SCALE is refused."""
+    if not (epsilon > 0 and 4.0 / epsilon <= MAX_SCALE):
+        raise ParameterError("epsilon", epsilon, f">= {4.0 / MAX_SCALE:.3g} (noise scale 4/eps "
+                             f"at most {MAX_SCALE})")
     return fraction_at_least(2.0 / epsilon), fraction_at_least(4.0 / epsilon)
 
 

@@ -21,9 +21,19 @@ import numpy as np
 
 from .errors import ParameterError
 from .randomness import RandomStream
-from .samplers import bernoulli_exp, fraction_at_most
+from .samplers import DEFAULT_DENOMINATOR, bernoulli_exp, fraction_at_most
 
 _MAX_BATCH = 1 << 14
+
+
+def exact_epsilon(epsilon: float | Fraction) -> Fraction:
+    """epsilon rounded down to the exact grid the sampler uses (multiples of 2^-20); an
+    epsilon that rounds to 0 is refused (it would pick uniformly while claiming epsilon)."""
+    eps = fraction_at_most(epsilon)
+    if eps <= 0:
+        raise ParameterError("epsilon", float(epsilon),
+                             f">= {1 / DEFAULT_DENOMINATOR:.3g} (the exponential mechanism's grid)")
+    return eps
 
 
 def exponential_mechanism(stream: RandomStream, scores, epsilon: float | Fraction,
@@ -38,9 +48,7 @@ def exponential_mechanism(stream: RandomStream, scores, epsilon: float | Fractio
         if not np.all(np.isfinite(s)) or not np.all(s == np.round(s)):
             raise ParameterError("scores", "non-integer values", "integer scores")
         s = s.astype(np.int64)
-    eps = fraction_at_most(epsilon)
-    if eps <= 0:
-        raise ParameterError("epsilon", float(epsilon), "> 0")
+    eps = exact_epsilon(epsilon)
     if sensitivity < 1:
         raise ParameterError("sensitivity", sensitivity, ">= 1")
     num = eps.numerator * (int(s.max()) - s.astype(np.int64))

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 from .accounting import (PrivacyCost, advanced_composition, solve_per_instance_epsilon,
                          zcdp_epsilon)
+from .above_threshold import above_threshold_scales
 from .errors import InfeasibleParameters, ParameterError
 
 
@@ -195,6 +196,10 @@ def dp_winnow_practical_parameters(*, eps_hat: float, eta: float, m: int, K: int
             raise ParameterError(name, v, "a finite number > 0")
     if m < 1 or K < 1:
         raise ParameterError("m, K", (m, K), ">= 1 each")
+    try:                                # AboveThreshold's noise must be one the samplers draw
+        above_threshold_scales(eps_hat)
+    except ParameterError as err:
+        raise ParameterError("eps_hat", eps_hat, err.allowed) from None
     g = dp_winnow_guarantee(eps_hat=eps_hat, eta=eta, m=m, K=K, delta=delta)
     return DPWinnowParameters(eps_hat, eta, m, K, L, c, rho, T, beta, g.epsilon, delta, "practical")
 

@@ -22,9 +22,12 @@ import numpy as np
 
 from .errors import ParameterError
 from .randomness import RandomStream
-from .row_samplers import discrete_gaussian_rows, discrete_laplace_rows
+from .row_samplers import discrete_gaussian_rows, discrete_laplace_rows, fresh_below
 
 DEFAULT_DENOMINATOR = 1 << 20
+# The largest discrete Laplace scale accepted (a scale of 7e10 counts drowns any signal;
+# the row samplers' 64-bit words need t * 7 < 2^62 for scale = t/s with s ~ 2^20).
+MAX_SCALE = 1 << 36
 
 
 def fraction_at_least(x: float | Fraction, denominator: int = DEFAULT_DENOMINATOR) -> Fraction:
@@ -116,8 +119,8 @@ def discrete_laplace(stream: RandomStream, scale: Fraction | float, size: int) -
     ``size`` alone).
     """
     scale = fraction_at_least(scale)
-    if scale <= 0:
-        raise ParameterError("scale", float(scale), "> 0")
+    if not 0 < scale <= MAX_SCALE:
+        raise ParameterError("scale", float(scale), f"> 0 and at most {MAX_SCALE}")
     gamma = 1 / scale
     if size <= SMALL_BATCH:
         return np.array([_dlap_scalar(stream, gamma.numerator, gamma.denominator)
@@ -130,6 +133,8 @@ _TWO64 = 1 << 64
 
 
 def _below_scalar(stream: RandomStream, n: int) -> int:
+    if n > _TWO64:                  # one 64-bit word cannot cover it (limit would be 0)
+        return fresh_below(stream, n)
     limit = _TWO64 - (_TWO64 % n)
     while True:
         u = int.from_bytes(stream.bytes(8), "little")

@@ -163,6 +163,25 @@ async def test_infeasible_registration_is_rejected():
     assert "k >=" in rt.outputs["rejected"][0]["reason"]
 
 
+@pytest.mark.parametrize("config, needle", [
+    ({"model_id": "w", "dimension": 10, "budget": {"epsilon": 1e6, "delta": 1e-6},
+      "params": {"kind": "winnow", "eps_hat": 1e-300, "eta": 0.01, "m": 10, "K": 3, "L": 3.0}},
+     "eps_hat=1e-300 is not allowed"),
+    ({"model_id": "d", "dimension": 4, "budget": {"epsilon": 1e-12, "delta": 1e-6},
+      "params": {"kind": "decision_list", "window": 100}}, "the exponential mechanism's grid"),
+])
+async def test_a_registration_whose_noise_cannot_be_drawn_is_refused_not_run(config, needle):
+    """An epsilon so small that the noise scale leaves the samplers' range (once an
+    endless loop in the exact sampler), or that rounds to 0 on the exponential mechanism's
+    grid (once a dead letter per training event), is refused at registration."""
+    examples = [("examples", {"model_id": config["model_id"], "x": [1, -1] * (config["dimension"] // 2),
+                              "y": 1}) for _ in range(120)]
+    rt = await run([("models", config)] + examples)
+    reasons = [r["reason"] for r in rt.outputs["rejected"]]
+    assert needle in reasons[0] and set(reasons[1:]) == {"unknown model"}
+    assert "ledger" not in rt.outputs and "predictions" not in rt.outputs
+
+
 async def test_status_summary_shows_counters_and_budget_but_no_features():
     from dpstream.streams.observe import collect_status
     rt = await run([("models", winnow_config())] + winnow_events(n=100))

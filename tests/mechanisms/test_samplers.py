@@ -64,3 +64,21 @@ def test_small_batch_path_matches_the_pmf(rng, scale):
     power = np.concatenate([discrete_laplace(rng.stream("t", "small-p", i), scale * 1.3, 16)
                             for i in range(2500)])
     assert chi_square_pvalue(power, support, discrete_laplace_pmf(support, scale)) < 1e-6
+
+
+def test_scales_beyond_the_samplers_range_are_refused_and_huge_bounds_still_terminate(rng):
+    from dpstream.mechanisms.above_threshold import above_threshold_scales
+    from dpstream.mechanisms.exponential import exact_epsilon
+    from dpstream.mechanisms.errors import ParameterError
+    from dpstream.mechanisms.samplers import MAX_SCALE, _below_scalar
+    for size in (5, 500):                       # the pure-Python and the row path
+        with pytest.raises(ParameterError, match="scale"):
+            discrete_laplace(rng.stream("t", "big", size), MAX_SCALE * 2, size)
+        assert discrete_laplace(rng.stream("t", "big", size), MAX_SCALE, size).size == size
+    with pytest.raises(ParameterError, match="epsilon"):
+        above_threshold_scales(1e-300)
+    with pytest.raises(ParameterError, match="grid"):
+        exact_epsilon(1e-9)
+    stream = rng.stream("t", "huge-bound", 0)   # one 64-bit word cannot cover 2^70
+    draws = [_below_scalar(stream, 2**70) for _ in range(200)]
+    assert all(0 <= v < 2**70 for v in draws) and max(draws) > 2**66
