@@ -267,8 +267,10 @@ class Processor:
                 "(its ledger fingerprint differs); restart with the model's key and re-feed").model_dump())
         except Exception:           # noqa: BLE001 - one event must never stop every model
             # Processing is deterministic, so replay meets the same exception at the same
-            # event; the event counts as applied (with its dead letter as its only output),
-            # so a restart does not re-apply it to a state that already holds its effects.
+            # event; the event counts as applied, so a restart does not re-apply it to a
+            # state that already holds its effects. Its outputs: the dead letter, and what
+            # its handler emitted before raising (a ledger charge made before a mechanism
+            # failed stays published and counted: conservative, nothing was released).
             log.exception("event at %s could not be applied; dead-lettered", record.source)
             handler = dirty[model_id][0] if model_id in dirty else self._handlers.get(model_id)
             if handler is not None:
