@@ -20,12 +20,22 @@ prediction and release records, and only then is its state written. So a release
 never exists without its ledger record, and state on the changelog never runs ahead
 of the outputs it implies. A failed delivery drops the in-memory handler, so the next
 attempt reloads from the state mapping instead of an advanced, unsaved learner.
+
+An event its model cannot apply (a handler raises: a bug, or a log record written
+behind the sequencer's back) has exactly one output, a dead letter, and no effect on
+the model: whatever its handler did before raising (a ledger charge, an update, a
+state write) is rolled back. The batch is then applied again one event at a time,
+each event a savepoint (``_apply_each``): keyed noise makes the events before the
+failure reproduce the same outputs, and the failed event leaves only its dead letter
+and the offsets that mark it handled. Before, a charge made before the failure stayed
+published and counted (conservative, but a ledger entry with no release behind it).
 """
 from __future__ import annotations
 
 import asyncio
 import logging
 from collections.abc import AsyncIterable, MutableMapping
+from pathlib import Path
 
 import orjson
 
@@ -37,6 +47,15 @@ from .records import Emit, Fetch, RawRecord, deliver
 
 PREDICTIONS, LEDGER, RELEASES, REJECTED = "predictions", "ledger", "releases", "rejected"
 log = logging.getLogger("dpstream.processor")
+
+
+class _EventFailed(Exception):
+    """A handler raised while applying ``record`` (of ``model_id``): the batch is applied
+    again one event at a time, and this event is rolled back and dead-lettered."""
+
+    def __init__(self, record: RawRecord, model_id: str):
+        super().__init__(record.source)
+        self.record, self.model_id = record, model_id
 
 
 class WrongKey(Exception):
@@ -113,10 +132,14 @@ class Processor:
             todo.append(record)
             positions[p] = max(expected, record.offset + 1)
         try:
-            if self.offload and self._heavy(todo):   # never calibrate, fit or train on the loop
-                await asyncio.to_thread(self._apply_all, todo, outputs, dirty)
-            else:
-                self._apply_all(todo, outputs, dirty)
+            heavy = self.offload and self._heavy(todo)   # never calibrate, fit or train on the loop
+            try:
+                await self._call(heavy, self._apply_all, todo, outputs, dirty)
+            except _EventFailed:                        # roll the batch back; one at a time
+                self.state.discard()
+                self._handlers.clear()
+                outputs, dirty = Outputs(), {}
+                await self._call(heavy, self._apply_each, todo, outputs, dirty)
             self._flush()                               # cold records, before the outputs
             await deliver(self.emit, [o for o in outputs.items if o[0] == LEDGER])
             await deliver(self.emit, [o for o in outputs.items if o[0] != LEDGER])
@@ -135,6 +158,13 @@ class Processor:
             self._set_partition(p)
             self.state[f"log/{p}"] = position
         self._flush()
+
+    @staticmethod
+    async def _call(offload: bool, fn, *args) -> None:
+        if offload:
+            await asyncio.to_thread(fn, *args)
+        else:
+            fn(*args)
 
     HEAVY_KINDS = ("predictor", "decision_list")
 
@@ -157,7 +187,8 @@ class Processor:
     def _apply_all(self, records: list[RawRecord], outputs: Outputs, dirty: dict) -> None:
         """Apply records in order. Consecutive examples of one model whose handler learns
         in batches (``on_examples``) are applied together, with the same outputs in the
-        same order as one at a time; anything else flushes the run first."""
+        same order as one at a time; anything else flushes the run first. Raises
+        ``_EventFailed`` as soon as a handler raises (``handle_batch`` rolls back)."""
         run: list[tuple] = []
         for record in records:
             parsed = self._parse(record)
@@ -173,6 +204,57 @@ class Processor:
             if item is None:
                 self._apply(record, parsed, outputs, dirty)
         self._apply_run(run, outputs, dirty)
+
+    def _apply_each(self, records: list[RawRecord], outputs: Outputs, dirty: dict) -> None:
+        """Apply records one at a time, each a savepoint: after an event, its model's head
+        goes to the overlay; an event whose handler raises is rolled back (its outputs,
+        its overlay writes, its handler, reloaded from the head of the event before) and
+        becomes a dead letter that counts as applied. The same outputs as ``_apply_all``
+        for every event that applies (keyed noise; batches apply as one at a time)."""
+        for record in records:
+            parsed = self._parse(record)
+            mark, saved = len(outputs.items), self.state.savepoint()
+            try:
+                self._apply(record, parsed, outputs, dirty)
+            except _EventFailed as failed:
+                cause = failed.__cause__
+                # the exception's type and where it was raised: its message may quote input
+                log.error("event at %s could not be applied (%s at %s); rolled back and "
+                          "dead-lettered", record.source, type(cause).__name__, _raised_at(cause))
+                del outputs.items[mark:]
+                self.state.restore(saved)
+                self._skip_failed(failed, parsed, outputs, dirty)
+                continue
+            model_id = parsed[2] if parsed else None
+            if model_id in dirty:
+                handler, partition = dirty[model_id]
+                self._set_partition(partition)
+                handler.save(handler.log_offset)
+
+    def _skip_failed(self, failed: _EventFailed, parsed: tuple, outputs: Outputs, dirty: dict) -> None:
+        """The failed event's only effects: its dead letter, and its model's offsets moved
+        past it (so a restart does not meet it again), on the handler reloaded from the
+        state before the event. A model that cannot even load keeps its state."""
+        record, model_id = failed.record, failed.model_id
+        _, source, _, src_topic_part, src_offset = parsed
+        outputs.add(REJECTED, None, Rejected(
+            source=source, reason="not applied: the model could not process this event").model_dump())
+        self._handlers.pop(model_id, None)
+        dirty.pop(model_id, None)
+        try:
+            handler = self._handler(model_id)
+            if handler is None:
+                return
+            handler.head_sources[src_topic_part] = int(src_offset)
+            self._set_partition(record.partition)
+            handler.save(record.offset)
+        except Exception as err:    # noqa: BLE001 - a model whose state cannot load or save
+            log.error("model of the event at %s cannot load its state (%s); left as it was",
+                      record.source, type(err).__name__)
+            self._handlers.pop(model_id, None)
+            return
+        self._handlers[model_id] = handler
+        dirty[model_id] = (handler, record.partition)
 
     @staticmethod
     def _parse(record: RawRecord) -> tuple | None:
@@ -231,12 +313,8 @@ class Processor:
             return
         try:
             handler.on_examples(items, prepared, outputs)
-        except Exception:           # noqa: BLE001 - as _apply: counted as applied, dead-lettered
-            log.exception("examples at %s..%s could not be applied; dead-lettered",
-                          todo[0][0].source, todo[-1][0].source)
-            for _, _, source, *_ in todo:
-                outputs.add(REJECTED, None, Rejected(
-                    source=source, reason="not applied: the model could not process this event").model_dump())
+        except Exception as err:    # noqa: BLE001 - rolled back; one at a time finds the event
+            raise _EventFailed(todo[0][0], model_id) from err
         handler.head_sources.update(sources)
         handler.log_offset = log_offset
         self._handlers[model_id] = handler
@@ -265,20 +343,10 @@ class Processor:
             outputs.add(REJECTED, None, Rejected(
                 source=source, reason="not applied: the model was created under another key "
                 "(its ledger fingerprint differs); restart with the model's key and re-feed").model_dump())
-        except Exception:           # noqa: BLE001 - one event must never stop every model
+        except Exception as err:    # noqa: BLE001 - one event must never stop every model
             # Processing is deterministic, so replay meets the same exception at the same
-            # event; the event counts as applied, so a restart does not re-apply it to a
-            # state that already holds its effects. Its outputs: the dead letter, and what
-            # its handler emitted before raising (a ledger charge made before a mechanism
-            # failed stays published and counted: conservative, nothing was released).
-            log.exception("event at %s could not be applied; dead-lettered", record.source)
-            handler = dirty[model_id][0] if model_id in dirty else self._handlers.get(model_id)
-            if handler is not None:
-                handler.head_sources[src_topic_part] = int(src_offset)
-                handler.log_offset = record.offset
-                dirty[model_id] = (handler, record.partition)
-            outputs.add(REJECTED, None, Rejected(
-                source=source, reason="not applied: the model could not process this event").model_dump())
+            # event: rolled back and dead-lettered by ``_apply_each`` (module docstring).
+            raise _EventFailed(record, model_id) from err
 
     def _apply_event(self, record, event, source, model_id, src_topic_part, src_offset,
                      outputs, dirty) -> None:
@@ -293,7 +361,9 @@ class Processor:
             handler.create(outputs, record.offset)
         else:
             handler = dirty[model_id][0] if model_id in dirty else self._handler(model_id)
-            if handler is None:  # the sequencer only forwards events of registered models
+            if handler is None:  # not created here: its registration was dead-lettered
+                outputs.add(REJECTED, None, Rejected(
+                    source=source, reason="not applied: the model is not registered").model_dump())
                 return
             # Already applied: a log record at or before the model's last applied one (the
             # log was re-delivered), or an input at or before the last applied offset of
@@ -377,8 +447,27 @@ class Overlay(MutableMapping):
     def discard(self) -> None:
         self.pending.clear()
 
+    def savepoint(self) -> dict:
+        """The buffered writes so far (values are replaced on write, never changed in
+        place, so a shallow copy is a snapshot)."""
+        return dict(self.pending)
+
+    def restore(self, saved: dict) -> None:
+        self.pending.clear()
+        self.pending.update(saved)
+
 
 _DELETED = object()
+
+
+def _raised_at(err: BaseException | None) -> str:
+    """'file:line' of the innermost frame that raised ``err`` (no message, no values)."""
+    tb = err.__traceback__ if err is not None else None
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    if tb is None:
+        return "?"
+    return f"{'/'.join(Path(tb.tb_frame.f_code.co_filename).parts[-2:])}:{tb.tb_lineno}"
 
 
 async def processor(records: AsyncIterable[RawRecord], state: MutableMapping, emit: Emit,

@@ -57,7 +57,9 @@ def test_an_offloaded_batch_gives_the_same_outputs_and_the_loop_keeps_ticking():
 
     busy, worst_gap = asyncio.run(go())
     assert out["predictions"] == expected["predictions"] and out["ledger"] == expected["ledger"]
-    assert busy > 1.0 and worst_gap < busy / 4, (busy, worst_gap)
+    # the batch must be long against the 10 ms tick for the gap to mean anything: it took
+    # 1-3 s on slower days of this shared machine, 0.49 s on a fast one
+    assert busy > 0.25 and worst_gap < busy / 4, (busy, worst_gap)
 
 
 def test_a_worker_that_lost_the_partition_mid_batch_writes_no_state():

@@ -311,6 +311,50 @@ def test_winnow_examples_applied_in_batches_give_the_outputs_and_state_of_one_at
     assert any(p["status"] == "frozen" for p in predictions if p["model_id"] == "w2")
 
 
+def test_an_event_whose_handler_raises_after_a_charge_leaves_only_its_dead_letter(monkeypatch):
+    """A handler that fails in the middle of an event (here: after DP-Winnow's update,
+    whose AboveThreshold restart charged the ledger) is rolled back: in batches of any
+    size the event's only output is its dead letter, and every other output and the
+    final state are those of the same log without that event (no ledger entry without
+    a release behind it, no update the model never published)."""
+    import asyncio
+    from dpstream.agents import handlers
+    from .logs import apply_log, by_topic
+    config = winnow_config(eps=1e6)
+    config["params"]["K"] = 50
+    rt = EmbeddedRuntime(RNG)
+    asyncio.run(rt.feed_all([("models", config)] + winnow_events(n=400, seed=3)))
+    charges = [e["seq"] for e in rt.outputs["ledger"] if e["seq"] > 100]
+    assert charges, "the run must charge mid-stream for the test to mean anything"
+    source = next(p["source"] for p in rt.outputs["predictions"] if p["seq"] == charges[0])
+    at = next(i for i, r in enumerate(rt.log) if r["value"]["source"] == source)
+    failing = rt.log[at]["offset"]
+    expected, expected_state = apply_log(rt.log[:at] + rt.log[at + 1:], 1, RNG)
+    expected = by_topic(expected)
+
+    one, many = handlers.WinnowHandler.on_example, handlers.WinnowHandler.on_examples
+
+    def on_example(self, event, source, offset, outputs):
+        one(self, event, source, offset, outputs)
+        if offset == failing:
+            raise RuntimeError("a bug after the charge")
+
+    def on_examples(self, items, prepared, outputs):
+        many(self, items, prepared, outputs)
+        if any(offset == failing for _, _, offset in items):
+            raise RuntimeError("a bug after the charge")
+
+    monkeypatch.setattr(handlers.WinnowHandler, "on_example", on_example)
+    monkeypatch.setattr(handlers.WinnowHandler, "on_examples", on_examples)
+    for batch in (1, 17, 200, len(rt.log)):
+        out, state = apply_log(rt.log, batch, RNG)
+        out = by_topic(out)
+        assert [r["source"] for r in out["rejected"]] == [source], batch
+        assert out["ledger"] == expected["ledger"], batch
+        assert out["predictions"] == expected["predictions"], batch
+        assert state == expected_state, batch
+
+
 @pytest.mark.parametrize("topic,payload", [
     ("examples", {"y": -1, "active": [7, 2, 2], "model_id": "w1"}),
     ("examples", {"model_id": "w1", "x": [1.0, -1.0] * 25, "y": 1}),
