@@ -11,10 +11,12 @@ One run measures, on the local broker (scripts/kafka.sh start), n records each:
 3. the dpstream worker (streams/app.py: sequencer -> model-events -> processor ->
    predictions) on DP-Winnow (d = 1,000, 20 active, epsilon 4) and on continual Winnow at
    epsilon 2 (d = 1,000), produce -> the predictions topic, reading whole fetches
-   (streams/bulk.py, the default; the median of --capacity-runs runs) and through faust's
-   per-record path (--per-record);
+   (streams/bulk.py, the default; the median of --capacity-runs runs), through faust's
+   per-record path (--per-record), and DP-Winnow with faust's consumer in its own thread
+   (--consumer-thread; the default runs it on the worker's loop, streams/inloop.py);
 4. end-to-end latency (input record timestamp -> prediction record timestamp) of the
-   DP-Winnow and the continual-Winnow worker at half the rate each reached in 3, and of
+   DP-Winnow (also with --consumer-thread) and the continual-Winnow worker at half the
+   rate each reached in 3, and of
    continual Winnow at the steady rates of --latency-at (default 300, 1,000 and
    3,000/s), over
    --latency-secs (10) of input paced in 2 ms ticks (pipeline.produce_paced), p50 / p99
@@ -96,8 +98,8 @@ def worker_rate(model: dict, data: list[bytes], args: tuple[str, ...] = ()) -> f
     return len(data) / secs
 
 
-def latency(model: dict, data: list[bytes], rate: float) -> tuple[float, float]:
-    worker, prefix = start_worker(model)
+def latency(model: dict, data: list[bytes], rate: float, args: tuple[str, ...] = ()) -> tuple[float, float]:
+    worker, prefix = start_worker(model, args)
     try:
         asyncio.run(P.produce_paced(prefix + "examples", data, rate))
         preds, _ = asyncio.run(P.drain(prefix + "predictions", len(data)))
@@ -195,6 +197,8 @@ def main() -> None:
     dp_runs = [worker_rate(P.MODEL, data) for _ in range(args.capacity_runs)]
     dp_winnow = float(np.median(dp_runs))
     rows.append((f"dpstream worker, DP-Winnow d=1000 eps 4 (median of {len(dp_runs)})", dp_winnow))
+    rows.append(("dpstream worker --consumer-thread (faust's consumer thread), DP-Winnow",
+                 worker_rate(P.MODEL, data, ("--consumer-thread",))))
     rows.append(("dpstream worker --per-record, continual Winnow eps 2",
                  worker_rate(CONTINUAL, data, ("--per-record",))))
     continual_runs = [worker_rate(CONTINUAL, data) for _ in range(args.capacity_runs)]
@@ -207,8 +211,10 @@ def main() -> None:
         print(f"| {name} | {rate:,.0f} | {rate / raw:.3f} |")
     print("capacity runs (records/s): raw " + ", ".join(f"{r:,.0f}" for r in raw_runs) + "; DP-Winnow " + ", ".join(f"{r:,.0f}" for r in dp_runs)
           + "; continual Winnow " + ", ".join(f"{r:,.0f}" for r in continual_runs))
-    for name, model, rate in (("DP-Winnow", P.MODEL, dp_winnow / 2), ("continual Winnow", CONTINUAL, continual / 2)):
-        p50, p99 = latency(model, P.payloads(int(rate * args.latency_secs), seed=1), rate=rate)
+    for name, model, rate, extra in (("DP-Winnow", P.MODEL, dp_winnow / 2, ()),
+                                     ("DP-Winnow --consumer-thread", P.MODEL, dp_winnow / 2, ("--consumer-thread",)),
+                                     ("continual Winnow", CONTINUAL, continual / 2, ())):
+        p50, p99 = latency(model, P.payloads(int(rate * args.latency_secs), seed=1), rate=rate, args=extra)
         print(f"latency at half capacity ({rate:,.0f} examples/s, {name}): p50 {p50:.0f} ms, p99 {p99:.0f} ms")
     for rate in args.latency_at:
         p50, p99 = latency(CONTINUAL, P.payloads(max(1_000, int(args.latency_secs * rate)), seed=2), rate=rate)

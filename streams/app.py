@@ -58,6 +58,7 @@ from dpstream.agents.sequencer import last_handled, sequence_batch
 from dpstream.mechanisms.randomness import KeyedRandomness
 
 from .bulk import install as install_bulk
+from .inloop import install as consume_in_loop
 from .logread import read_range
 from .observe import Metrics, collect_status, model_partition
 from .topics import INPUTS, MODEL_EVENTS, OUTPUTS
@@ -87,7 +88,8 @@ CHANGELOG_COMPACTION = {"segment.ms": "60000", "segment.bytes": str(16 * 1024 * 
 def make_app(*, broker: str, rng: KeyedRandomness, partitions: int = 4, app_id: str = "dpstream",
              data_dir: str | Path = "/tmp/dpstream-worker", web_port: int | None = None,
              replication: int = 1, prefix: str = "", emit_override=None,
-             latency_metrics: bool = False, bulk: bool = False) -> faust.App:
+             latency_metrics: bool = False, bulk: bool = False,
+             consumer_thread: bool = False) -> faust.App:
     app = faust.App(
         app_id,
         broker=f"kafka://{broker}",
@@ -128,6 +130,8 @@ def make_app(*, broker: str, rng: KeyedRandomness, partitions: int = 4, app_id: 
         # partitions and notices only at its next metadata refresh: 5 minutes by default.
         consumer_metadata_max_age_ms=METADATA_MAX_AGE_MS,
     )
+    if not consumer_thread:          # the Kafka consumer on this loop (streams/inloop.py)
+        consume_in_loop(app)
     # internal=True: the worker declares (creates) every topic with the shared partition
     # count at start, so producers and consumers never race topic auto-creation.
     raw = dict(key_type=bytes, value_type=bytes, key_serializer="raw", value_serializer="raw",
@@ -242,7 +246,7 @@ def make_app(*, broker: str, rng: KeyedRandomness, partitions: int = 4, app_id: 
     async def _on_revoked(sender, tps, **kwargs) -> None:
         revoked.update(tp.partition for tp in tps if tp.topic == log_name)
 
-    fetching: list = []                  # aiokafka's consumer in faust's thread, once known
+    fetching: list = []                  # aiokafka's consumer under faust's, once known
     paced = [False]                      # fetches wait for BUSY_FETCH_MIN_BYTES (pace_fetches)
 
     @app.on_partitions_assigned.connect
@@ -483,13 +487,15 @@ def hold_full_collections() -> None:
 
 def shorten_thread_switches() -> None:
     """Hand the GIL between threads every SWITCH_INTERVAL seconds instead of CPython's 5 ms.
-    faust runs the Kafka consumer in its own thread, so every fetch it hands over crosses
-    threads, and the consumer thread needs the GIL for each step of a fetch. While the
-    event loop thread computes a batch, each such step waited up to the full interval
-    (the convoy effect). Traced at 3,000 examples/s, fetches of records already on the
-    broker arrived 300-500 ms late, and the worker settled at 1-1.8 s of latency; 1 ms
-    made that rarer. Its main cause, found later, was the fetcher's long poll
-    (``shorten_fetch_wait``); the shorter switch interval stays for the hand-overs."""
+    With faust's consumer in its own thread (``--consumer-thread``; by default it runs on
+    the worker's loop, streams/inloop.py), every fetch it hands over crosses threads, and
+    the consumer thread needs the GIL for each step of a fetch. While the event loop
+    thread computes a batch, each such step waited up to the full interval (the convoy
+    effect). Traced at 3,000 examples/s, fetches of records already on the broker arrived
+    300-500 ms late, and the worker settled at 1-1.8 s of latency; 1 ms made that rarer.
+    Its main cause, found later, was the fetcher's long poll (``shorten_fetch_wait``).
+    The interval still applies to the threads left: heavy batches offloaded with
+    ``asyncio.to_thread`` (Processor), and the consumer thread when chosen."""
     sys.setswitchinterval(SWITCH_INTERVAL)
 
 
@@ -535,10 +541,12 @@ def pace_fetches(consumer, busy: bool) -> None:
     one byte is there (waiting at most FETCH_MAX_WAIT_MS, ``shorten_fetch_wait``). The
     fetcher reads both fields for every request it builds (aiokafka/consumer/fetcher.py
     ``_get_actions_per_node``), so a change takes effect from the next request; both are
-    plain attributes, set from the worker's loop while faust's consumer thread reads them.
+    plain attributes, set from the worker's loop (read by faust's consumer thread when
+    it has one).
 
-    Why: every fetch costs faust's consumer thread about a millisecond of the GIL (the
-    request and response are coded in Python, for every assigned partition), and every
+    Why: every fetch cost faust's consumer (then in its own thread) about a millisecond
+    of the GIL (the request and response are coded in Python, for every assigned
+    partition), and every
     batch the worker's loop a few (two round trips to the broker, the table writes).
     With one-byte fetches a steady stream is fetched a few records at a time. Measured
     (DP-Winnow, 10 s runs, /tmp probe with an instrumented fetcher and applier): at

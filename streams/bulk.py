@@ -99,7 +99,7 @@ class BulkPath:
         The processor takes the records the sequencer appends straight from the
         broker's acknowledgements (streams/app.py apply_fetch); read back from
         ``model-events`` they are dropped unparsed, yet each one cost a fetch in faust's
-        consumer thread and a trip through the drain loop and the applier: half of all
+        consumer and a trip through the drain loop and the applier: half of all
         fetches. A held partition is paused in faust (``pause_partitions``: it leaves
         the set of partitions faust's consumer asks aiokafka for; aiokafka keeps at most
         one fetched batch of it and fetches it no further), and after each batch it is
@@ -264,8 +264,8 @@ def install(app, topics: dict[str, str], apply: ApplyFetch, *, log_topic: str | 
     async def _release_held(consumer, now: float) -> None:
         """Resume held log partitions with no own append for RELEASE_AFTER seconds, so
         records other writers append reach the processor through the consumer again.
-        The consumer first seeks to what the processor applied (faust's ``seek_wait``,
-        in its thread): it stopped where the partition was paused, maybe hours of own
+        The consumer first seeks to what the processor applied (faust's ``seek_wait``):
+        it stopped where the partition was paused, maybe hours of own
         appends ago. A partition not assigned now waits (at most one entry per log
         partition): faust keeps its pause if it comes back. Nothing is released while
         faust rebalances or recovers tables: it pauses every partition then, so that no

@@ -259,7 +259,8 @@ def cmd_worker(args) -> int:
 
     app = make_app(broker=args.broker, rng=rng, partitions=args.partitions, app_id=args.app_id,
                    data_dir=args.data_dir, web_port=args.web_port, prefix=args.prefix,
-                   latency_metrics=args.latency_metrics, bulk=not args.per_record)
+                   latency_metrics=args.latency_metrics, bulk=not args.per_record,
+                   consumer_thread=args.consumer_thread)
     worker = Worker(app, loglevel=args.loglevel, quiet=True)
     from .observe import RepeatFilter
     repeat = RepeatFilter()
@@ -444,6 +445,9 @@ def main(argv=None) -> int:
     p.add_argument("--web-port", type=int, help="serve /status/ and /metrics/ on this port")
     p.add_argument("--loglevel", default="warning", help="default: %(default)s")
     p.add_argument("--prefix", default="", help="prefix of every topic name")
+    p.add_argument("--consumer-thread", action="store_true",
+                   help="run faust's Kafka consumer in its own thread (faust's default) instead "
+                        "of on the worker's event loop (streams/inloop.py)")
     p.add_argument("--latency-metrics", action="store_true",
                    help="export a coarse batch-latency histogram (a timing side channel; off by default)")
     p.add_argument("--per-record", action="store_true",

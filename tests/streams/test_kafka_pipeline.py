@@ -101,9 +101,15 @@ async def uncommitted(bootstrap: str, prefix: str, wait: float = 30.0) -> dict:
         await admin.close()
 
 
-def test_worker_outputs_equal_the_embedded_runtime_event_for_event(kafka_bootstrap, topic_prefix, tmp_path):
-    worker = Worker(kafka_bootstrap, topic_prefix + "-", tmp_path).start()
+@pytest.mark.parametrize("consumer", ["in-loop", "thread"])
+def test_worker_outputs_equal_the_embedded_runtime_event_for_event(kafka_bootstrap, topic_prefix, tmp_path,
+                                                                   consumer):
+    """With faust's consumer on the worker's loop (the default, streams/inloop.py) and in
+    its own thread (--consumer-thread)."""
+    args = ("--consumer-thread",) if consumer == "thread" else ()
+    worker = Worker(kafka_bootstrap, topic_prefix + "-", tmp_path, args=args).start()
     try:
+        assert (b"InLoopConsumerThread" in worker.log.read_bytes()) == (consumer == "in-loop")
         preds, ledger, releases = asyncio.run(feed_in_phases(kafka_bootstrap, topic_prefix + "-"))
         # every input and log record handled is acked: the group's offsets reach the ends
         assert asyncio.run(uncommitted(kafka_bootstrap, topic_prefix + "-")) == {}
