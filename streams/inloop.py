@@ -2,12 +2,16 @@
 
 Why. faust runs aiokafka's consumer in a thread with a second event loop
 (``faust.transport.drivers.aiokafka.AIOKafkaConsumerThread``, a mode
-``QueueServiceThread``), and every call to it crosses threads through a method queue.
-On a CPU-bound worker the two threads convoy on the GIL: profiled at 23,000 DP-Winnow
-examples/s (py-spy, uncontended), the consumer thread did about 17% of a core of work
-but held 41% of the samples, 58% of them in ``epoll`` returns waiting for the GIL, and
-the event loop's thread waited the same way after its own socket writes (6% of its
-samples in ``transport.write``, while perf put all kernel time at 9% of the process).
+``QueueServiceThread``); every call to it crosses threads through a method queue, and
+the two threads share one GIL. Profiled at 23,000 DP-Winnow examples/s (py-spy, ~10 s),
+faust's consumer thread was active in 41% of the samples, 58% of those in its loop's
+selector, its real work (fetch requests and their decoding) about 17% of a core; the
+loop thread showed 6% in socket writes while perf put all kernel time at 9% of the
+process (a run with a busy loop on the other core): most likely hand-overs of the GIL,
+not work. Side by side (bench/throughput.py, two runs
+on one fresh broker): DP-Winnow capacity 51,726 and 50,376 examples/s on the loop
+against 41,079 and 47,271 with the thread; at half capacity p50 7 and 7 ms against 21
+and 17 ms, p99 48 and 46 against 68 and 48 ms.
 
 What changes. ``InLoopConsumerThread`` is faust's consumer-thread class with its thread
 taken out: ``thread_loop`` is the worker's loop, ``start`` serves the service as a task
