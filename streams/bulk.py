@@ -114,7 +114,7 @@ class BulkPath:
         Measured (DP-Winnow, 5,000 examples/s, 10 s runs, /tmp probe): p99 114-176 ms
         (3 runs) when the consumer instead sought past the applied records after every
         batch, 73-140 ms held (4 runs); and those seeks (one per batch) were what set off aiokafka's
-        lost wake-up (streams/app.py ``shorten_fetch_wait``): 11 stalls of 200 ms in
+        lost wake-up (streams/tuning.py ``shorten_fetch_wait``): 11 stalls of 200 ms in
         10 s at 1,000 examples/s in 10 ms ticks, none held."""
         consumer, now, new = self._app.consumer, time.monotonic(), []
         for partition in partitions:

@@ -234,7 +234,9 @@ def cmd_worker(args) -> int:
 
     from dpstream.mechanisms.continual import draw_ahead_in_a_process
 
-    from .app import ensure_topics, hold_full_collections, make_app, shorten_thread_switches
+    from .app import make_app
+    from .topics import ensure_topics
+    from .tuning import hold_full_collections, shorten_thread_switches
     rng = _key()
     try:
         created = asyncio.run(ensure_topics(args.broker, prefix=args.prefix, partitions=args.partitions))

@@ -1,4 +1,13 @@
-"""Topic names, shared by the faust app, the CLI, replay and the tests."""
+"""Topic names, shared by the faust app, the CLI, replay and the tests, and their
+creation on a broker (``ensure_topics``)."""
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+
+logger = logging.getLogger("dpstream.topics")
+METADATA_MAX_AGE_MS = 15_000        # how soon a consumer notices topics it missed at start
 MODELS, EXAMPLES, QUERIES = "models", "examples", "queries"
 MODEL_EVENTS = "model-events"
 PREDICTIONS, LEDGER, RELEASES, REJECTED = "predictions", "ledger", "releases", "rejected"
@@ -10,3 +19,48 @@ ALL = INPUTS + (MODEL_EVENTS,) + OUTPUTS
 def names(prefix: str = "") -> dict[str, str]:
     """Topic names with an optional prefix (several deployments or tests on one cluster)."""
     return {t: prefix + t for t in ALL}
+
+
+async def ensure_topics(broker: str, *, prefix: str = "", partitions: int = 4,
+                        replication: int = 1, wait: float = 60.0) -> list[str]:
+    """Create every dpstream topic that does not exist yet (returns the names created).
+
+    A consumer that subscribes to a topic the broker does not have yet ignores it until
+    its next metadata refresh (5 minutes by default), so a worker started on a fresh
+    broker, before anything was produced, would sit idle. Creating the topics first, with
+    the shared partition count, removes the race (aiokafka's admin client). It then
+    waits until the broker's metadata lists every dpstream topic with a leader for each
+    partition (a broker that just restarted can answer "unknown topic" for seconds after
+    the creation succeeded), at most ``wait`` seconds."""
+    from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+    from aiokafka.errors import TopicAlreadyExistsError
+
+    admin = AIOKafkaAdminClient(bootstrap_servers=broker, request_timeout_ms=10_000)
+    await admin.start()
+    try:
+        existing = set(await admin.list_topics())
+        new = [prefix + t for t in ALL if prefix + t not in existing]
+        if new:
+            try:
+                await admin.create_topics([NewTopic(n, partitions, replication) for n in new])
+            except TopicAlreadyExistsError:
+                pass                              # another worker created them meanwhile
+        names = [prefix + t for t in ALL]
+        start = time.monotonic()
+        while not _all_led(await admin.describe_topics(names)):
+            if time.monotonic() - start > wait:
+                logger.warning("topic metadata still incomplete after %.0f s; starting anyway "
+                               "(consumers refresh it every %d s)", wait, METADATA_MAX_AGE_MS // 1000)
+                break
+            await asyncio.sleep(0.25)
+        if time.monotonic() - start > 1.0:
+            logger.warning("waited %.1f s for the broker to list every topic", time.monotonic() - start)
+        return new
+    finally:
+        await admin.close()
+
+
+def _all_led(topics: list[dict]) -> bool:
+    """Whether a metadata response shows every topic without error, each partition led."""
+    return all(t["error_code"] == 0 and t["partitions"] and
+               all(p["leader"] >= 0 for p in t["partitions"]) for t in topics)

@@ -1,10 +1,10 @@
-"""The worker's interpreter settings (streams/app.py hold_full_collections,
+"""The worker's interpreter settings (streams/tuning.py hold_full_collections,
 shorten_thread_switches)."""
 import gc
 import sys
 import weakref
 
-from dpstream.streams.app import SWITCH_INTERVAL, hold_full_collections, shorten_thread_switches
+from dpstream.streams.tuning import SWITCH_INTERVAL, hold_full_collections, shorten_thread_switches
 
 
 class Node:

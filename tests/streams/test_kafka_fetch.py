@@ -1,4 +1,4 @@
-"""The consumer's fetch wait (streams/app.py shorten_fetch_wait), against a real broker.
+"""The consumer's fetch wait (streams/tuning.py shorten_fetch_wait), against a real broker.
 
 The situation the worker meets on every batch: records of a busy partition are still
 in the consumer's buffer when its fetcher builds the next request, so that request
@@ -11,7 +11,7 @@ import time
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
-from dpstream.streams.app import FETCH_MAX_WAIT_MS, shorten_fetch_wait
+from dpstream.streams.tuning import FETCH_MAX_WAIT_MS, shorten_fetch_wait
 
 from .kafka_helpers import create_topic
 
@@ -64,7 +64,7 @@ def test_a_record_on_a_busy_partition_is_not_held_behind_a_long_poll_of_idle_one
 async def _fetches_while_records_stream_in(bootstrap: str, topic: str, paced: bool) -> tuple[int, int]:
     """(fetch requests sent, records received) while a producer sends a record every
     millisecond or so for 1.5 s and the consumer takes whatever has arrived."""
-    from dpstream.streams.app import pace_fetches
+    from dpstream.streams.tuning import pace_fetches
     await create_topic(bootstrap, topic, 1)
     producer = AIOKafkaProducer(bootstrap_servers=bootstrap, linger_ms=0)
     consumer = AIOKafkaConsumer(topic, bootstrap_servers=bootstrap,
@@ -107,11 +107,11 @@ async def _fetches_while_records_stream_in(bootstrap: str, topic: str, paced: bo
 
 
 def test_paced_fetches_wait_on_the_broker_for_records_to_gather(kafka_bootstrap, topic_prefix):
-    """pace_fetches (streams/app.py): under load a fetch waits on the broker for
+    """pace_fetches (streams/tuning.py): under load a fetch waits on the broker for
     BUSY_FETCH_MIN_BYTES or BUSY_FETCH_MAX_WAIT_MS, so a steady trickle of records costs
     at most about one fetch per BUSY_FETCH_MAX_WAIT_MS, not one per record; nothing is
     lost, and unpaced fetches answer at once again."""
-    from dpstream.streams.app import BUSY_FETCH_MAX_WAIT_MS, BUSY_FETCH_MIN_BYTES
+    from dpstream.streams.tuning import BUSY_FETCH_MAX_WAIT_MS, BUSY_FETCH_MIN_BYTES
     assert BUSY_FETCH_MAX_WAIT_MS <= 20 and BUSY_FETCH_MIN_BYTES > 1
     eager, n_eager = asyncio.run(_fetches_while_records_stream_in(kafka_bootstrap, topic_prefix + "-e", False))
     paced, n_paced = asyncio.run(_fetches_while_records_stream_in(kafka_bootstrap, topic_prefix + "-p", True))
