@@ -124,7 +124,7 @@ class Processor:
             if self.fetch is None:
                 todo.append(record)
                 continue
-            expected = positions.get(p, self.state.get(f"log/{p}", 0))
+            expected = positions[p] if p in positions else self.state.get(f"log/{p}", 0)
             if record.offset < expected:    # handled by a batch whose state is written
                 continue
             if record.offset > expected:
