@@ -199,7 +199,7 @@ def make_app(*, broker: str, rng: KeyedRandomness, partitions: int = 4, app_id: 
         topic's partitions (murmur2 of the key), memoised per key. Order within a
         partition is call order (one producer, ``outputs_producer``)."""
         producer = await outputs_producer()
-        groups: dict[tuple[str, int], list[int]] = {}
+        groups: dict[tuple[str, bytes | None, int], list[int]] = {}      # slot -> item indices
         encoded = []
         for i, (topic, key, value) in enumerate(items):
             slot = placement.get((topic, key)) if key else None     # (name, key bytes, partition)
