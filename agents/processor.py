@@ -216,6 +216,7 @@ class Processor:
             mark, saved = len(outputs.items), self.state.savepoint()
             try:
                 self._apply(record, parsed, outputs, dirty)
+                self._save_after(record, parsed, dirty)
             except _EventFailed as failed:
                 cause = failed.__cause__
                 # the exception's type and where it was raised: its message may quote input
@@ -224,12 +225,19 @@ class Processor:
                 del outputs.items[mark:]
                 self.state.restore(saved)
                 self._skip_failed(failed, parsed, outputs, dirty)
-                continue
-            model_id = parsed[2] if parsed else None
-            if model_id in dirty:
-                handler, partition = dirty[model_id]
-                self._set_partition(partition)
-                handler.save(handler.log_offset)
+
+    def _save_after(self, record: RawRecord, parsed: tuple | None, dirty: dict) -> None:
+        """The event's model's head to the overlay (``_apply_each``'s savepoint); a save
+        that raises fails the event like its handler would."""
+        model_id = parsed[2] if parsed else None
+        if model_id not in dirty:
+            return
+        handler, partition = dirty[model_id]
+        self._set_partition(partition)
+        try:
+            handler.save(handler.log_offset)
+        except Exception as err:    # noqa: BLE001 - rolled back and dead-lettered
+            raise _EventFailed(record, model_id) from err
 
     def _skip_failed(self, failed: _EventFailed, parsed: tuple, outputs: Outputs, dirty: dict) -> None:
         """The failed event's only effects: its dead letter, and its model's offsets moved
