@@ -34,7 +34,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterable, MutableMapping
+from collections.abc import MutableMapping
+from dataclasses import dataclass
 from pathlib import Path
 
 import orjson
@@ -42,11 +43,38 @@ import orjson
 from dpstream.mechanisms.randomness import KeyedRandomness
 from dpstream.schemas import ModelConfig, Rejected
 
-from .handlers import HANDLERS, Outputs
+from .kinds import Handler, Outputs, kind
 from .records import Emit, Fetch, RawRecord, deliver
 
 PREDICTIONS, LEDGER, RELEASES, REJECTED = "predictions", "ledger", "releases", "rejected"
 log = logging.getLogger("dpstream.processor")
+
+
+@dataclass(slots=True)
+class LogEvent:
+    """One parsed ``model-events`` record: the validated event, where its input came from
+    (``source``: "topic:partition:offset"; ``input_partition``: "topic:partition"), and
+    the log record itself."""
+    record: RawRecord
+    event: dict
+    source: str
+    model_id: str
+    input_partition: str
+    input_offset: int
+
+    @property
+    def is_example(self) -> bool:
+        return self.event["type"] == "example"
+
+    def already_applied(self, log_offset: int, sources: dict[str, int]) -> bool:
+        """Whether a model at ``log_offset`` (its last applied log offset) and ``sources``
+        (its last applied offset per input partition) applied this event before: a log
+        record at or before its last applied one (the log was re-delivered), or an input
+        at or before the last applied offset of its input partition (the sequencer
+        re-appended it to the log after a crash). Its outputs were produced then,
+        identically (keyed noise)."""
+        return (self.record.offset <= log_offset
+                or sources.get(self.input_partition, -1) >= self.input_offset)
 
 
 class _EventFailed(Exception):
@@ -79,23 +107,16 @@ class Processor:
         self.rng, self.emit, self.fetch = rng, emit, fetch
         self.base = state
         self.state = Overlay(state)          # handlers write here; flushed on the loop thread
-        self.offload = offload               # apply batches in a worker thread
+        self.offload = offload               # apply heavy batches in a worker thread
         self.owns = owns or (lambda partition: True)
-        self._handlers: dict[str, object] = {}
+        self._handlers: dict[str, Handler] = {}
         self._set_partition = self.state.set_partition
 
-    async def run(self, records: AsyncIterable[RawRecord]) -> None:
-        async for record in records:
-            await self.handle(record)
-
-    def handler(self, model_id: str):
+    def handler(self, model_id: str) -> Handler | None:
         """The model's handler, loaded from the state mapping (None if unregistered)."""
-        return self._handler(model_id)
-
-    def _handler(self, model_id: str):
         h = self._handlers.get(model_id)
         head = self.state.get(f"model/{model_id}/head")
-        if h is None or head is None or h.log_offset != head["seq"]:
+        if h is None or head is None or h.log_offset != head["log_offset"]:
             cfg = self.state.get(f"model/{model_id}/config")
             if cfg is None:
                 return None
@@ -103,20 +124,17 @@ class Processor:
             if key is not None and key != self.rng.fingerprint():
                 raise WrongKey(model_id)
             config = ModelConfig.model_validate(cfg)
-            h = HANDLERS[config.kind](config, self.rng, self.state)
+            h = kind(config.kind)(config, self.rng, self.state)
             h.load(head)
             h.stored = h.live()
             self._handlers[model_id] = h
         return h
 
-    async def handle(self, record: RawRecord) -> None:
-        await self.handle_batch([record])
-
     async def handle_batch(self, records: list[RawRecord]) -> None:
         """Apply ``records`` (in log order); with ``fetch``, first re-read the records of
         each partition the runtime skipped (``log/<partition>``: next expected offset)."""
         outputs = Outputs()
-        dirty: dict[str, tuple[object, int]] = {}        # model id -> (handler, partition)
+        dirty: dict[str, tuple[Handler, int]] = {}        # model id -> (handler, partition)
         positions: dict[int, int] = {}
         todo: list[RawRecord] = []
         for record in records:
@@ -153,7 +171,7 @@ class Processor:
                 self._handlers.pop(model_id, None)
                 continue
             self._set_partition(p)
-            handler.save(handler.log_offset)
+            handler.save()
         for p, position in positions.items():
             self._set_partition(p)
             self.state[f"log/{p}"] = position
@@ -166,12 +184,10 @@ class Processor:
         else:
             fn(*args)
 
-    HEAVY_KINDS = ("predictor", "decision_list")
-
     def _heavy(self, records: list[RawRecord]) -> bool:
         """Whether a batch may hold seconds of work: a registration (calibration) or an
-        event of a predictor (epoch start, LP refits after a hard query) or a decision list
-        (training). Winnow events stay on the loop thread: measured, a thread makes a batch
+        event of a kind whose events may (``Handler.heavy``: epoch starts, refits,
+        training). Other events stay on the loop thread: measured, a thread makes a batch
         of cheap events about 60% slower (the GIL handed back and forth)."""
         seen = set()
         for record in records:
@@ -180,29 +196,37 @@ class Processor:
             seen.add(record.key)
             model_id = (record.key or b"").decode(errors="replace")
             cfg = self.state.get(f"model/{model_id}/config")
-            if cfg is None or cfg["params"]["kind"] in self.HEAVY_KINDS:
+            if cfg is None:
+                return True
+            try:
+                if kind(cfg["params"]["kind"]).heavy:
+                    return True
+            except KeyError:            # a config written behind the sequencer's back
                 return True
         return False
 
+    def _loaded(self, model_id: str, dirty: dict) -> Handler | None:
+        return dirty[model_id][0] if model_id in dirty else self.handler(model_id)
+
     def _apply_all(self, records: list[RawRecord], outputs: Outputs, dirty: dict) -> None:
-        """Apply records in order. Consecutive examples of one model whose handler learns
-        in batches (``on_examples``) are applied together, with the same outputs in the
-        same order as one at a time; anything else flushes the run first. Raises
+        """Apply records in order. Consecutive examples of one model whose kind learns in
+        batches (``Handler.batch_from``) are applied together, with the same outputs in
+        the same order as one at a time; anything else flushes the run first. Raises
         ``_EventFailed`` as soon as a handler raises (``handle_batch`` rolls back)."""
-        run: list[tuple] = []
+        run: list[LogEvent] = []
         for record in records:
-            parsed = self._parse(record)
-            if parsed and run and parsed[2] == run[0][3] and parsed[0]["type"] == "example":
-                run.append((record, *parsed))         # the run's model: known to batch
+            e = self._parse(record)
+            if e is not None and run and e.model_id == run[0].model_id and e.is_example:
+                run.append(e)                     # the run's model: known to batch
                 continue
-            item = (record, *parsed) if parsed and self._learns_in_batches(parsed, dirty) else None
-            if item is not None and (not run or run[0][3] == item[3]):
-                run.append(item)
+            batches = e is not None and self._learns_in_batches(e, dirty)
+            if batches and (not run or run[0].model_id == e.model_id):
+                run.append(e)
                 continue
             self._apply_run(run, outputs, dirty)
-            run = [item] if item is not None else []
-            if item is None:
-                self._apply(record, parsed, outputs, dirty)
+            run = [e] if batches else []
+            if not batches:
+                self._apply(record, e, outputs, dirty)
         self._apply_run(run, outputs, dirty)
 
     def _apply_each(self, records: list[RawRecord], outputs: Outputs, dirty: dict) -> None:
@@ -212,11 +236,11 @@ class Processor:
         becomes a dead letter that counts as applied. The same outputs as ``_apply_all``
         for every event that applies (keyed noise; batches apply as one at a time)."""
         for record in records:
-            parsed = self._parse(record)
+            e = self._parse(record)
             mark, saved = len(outputs.items), self.state.savepoint()
             try:
-                self._apply(record, parsed, outputs, dirty)
-                self._save_after(record, parsed, dirty)
+                self._apply(record, e, outputs, dirty)
+                self._save_after(record, e, dirty)
             except _EventFailed as failed:
                 cause = failed.__cause__
                 # the exception's type and where it was raised: its message may quote input
@@ -224,109 +248,104 @@ class Processor:
                           "dead-lettered", record.source, type(cause).__name__, _raised_at(cause))
                 del outputs.items[mark:]
                 self.state.restore(saved)
-                self._skip_failed(failed, parsed, outputs, dirty)
+                self._skip_failed(e, outputs, dirty)
 
-    def _save_after(self, record: RawRecord, parsed: tuple | None, dirty: dict) -> None:
+    def _save_after(self, record: RawRecord, e: LogEvent | None, dirty: dict) -> None:
         """The event's model's head to the overlay (``_apply_each``'s savepoint); a save
         that raises fails the event like its handler would."""
-        model_id = parsed[2] if parsed else None
-        if model_id not in dirty:
+        if e is None or e.model_id not in dirty:
             return
-        handler, partition = dirty[model_id]
+        handler, partition = dirty[e.model_id]
         self._set_partition(partition)
         try:
-            handler.save(handler.log_offset)
+            handler.save()
         except Exception as err:    # noqa: BLE001 - rolled back and dead-lettered
-            raise _EventFailed(record, model_id) from err
+            raise _EventFailed(record, e.model_id) from err
 
-    def _skip_failed(self, failed: _EventFailed, parsed: tuple, outputs: Outputs, dirty: dict) -> None:
+    def _skip_failed(self, e: LogEvent, outputs: Outputs, dirty: dict) -> None:
         """The failed event's only effects: its dead letter, and its model's offsets moved
         past it (so a restart does not meet it again), on the handler reloaded from the
         state before the event. A model that cannot even load keeps its state."""
-        record, model_id = failed.record, failed.model_id
-        _, source, _, src_topic_part, src_offset = parsed
         outputs.add(REJECTED, None, Rejected(
-            source=source, reason="not applied: the model could not process this event").model_dump())
-        self._handlers.pop(model_id, None)
-        dirty.pop(model_id, None)
+            source=e.source, reason="not applied: the model could not process this event").model_dump())
+        self._handlers.pop(e.model_id, None)
+        dirty.pop(e.model_id, None)
         try:
-            handler = self._handler(model_id)
+            handler = self.handler(e.model_id)
             if handler is None:
                 return
-            handler.head_sources[src_topic_part] = int(src_offset)
-            self._set_partition(record.partition)
-            handler.save(record.offset)
+            handler.head_sources[e.input_partition] = e.input_offset
+            handler.log_offset = e.record.offset
+            self._set_partition(e.record.partition)
+            handler.save()
         except Exception as err:    # noqa: BLE001 - a model whose state cannot load or save
             log.error("model of the event at %s cannot load its state (%s); left as it was",
-                      record.source, type(err).__name__)
-            self._handlers.pop(model_id, None)
+                      e.record.source, type(err).__name__)
+            self._handlers.pop(e.model_id, None)
             return
-        self._handlers[model_id] = handler
-        dirty[model_id] = (handler, record.partition)
+        self._handlers[e.model_id] = handler
+        dirty[e.model_id] = (handler, e.record.partition)
 
     @staticmethod
-    def _parse(record: RawRecord) -> tuple | None:
-        """(event, source, model_id, source partition, source offset) of a log record, or
-        None if it cannot be parsed (``_apply`` then dead-letters it)."""
+    def _parse(record: RawRecord) -> LogEvent | None:
+        """The log record's event, or None if it cannot be parsed (``_apply`` then
+        dead-letters it)."""
         try:
             body = record.body if record.body is not None else orjson.loads(record.value)
             event, source = body["event"], body["source"]
-            model_id = event["model_id"]
             part, offset = source.rsplit(":", 1)
-            return event, source, model_id, part, int(offset)
+            return LogEvent(record, event, source, event["model_id"], part, int(offset))
         except Exception:           # noqa: BLE001 - an input that breaks parsing is a dead letter
             return None
 
-    def _learns_in_batches(self, parsed: tuple, dirty: dict) -> bool:
-        """Whether the record is an example of a loaded model whose handler has
-        ``on_examples`` (else it takes the one-at-a-time path, which also dead-letters)."""
-        event, _, model_id, _, _ = parsed
+    def _learns_in_batches(self, e: LogEvent, dirty: dict) -> bool:
+        """Whether the record is an example of a loaded model whose kind learns in
+        batches (else it takes the one-at-a-time path, which also dead-letters)."""
         try:
-            if event["type"] != "example":
+            if not e.is_example:
                 return False
-            handler = dirty[model_id][0] if model_id in dirty else self._handler(model_id)
+            handler = self._loaded(e.model_id, dirty)
         except Exception:           # noqa: BLE001 - the one-at-a-time path says why
             return False
-        return handler is not None and hasattr(handler, "on_examples")
+        return handler is not None and handler.batch_from is not None
 
-    def _apply_run(self, run: list[tuple], outputs: Outputs, dirty: dict) -> None:
-        """Apply a run of examples of one model: skip the applied ones (the rules of
-        ``_apply_event``), then ``on_examples``; if ``prepare_examples`` refuses the run (an
-        invalid row, found before anything changes), or it is shorter than the handler's
-        ``BATCH_FROM``, apply it one at a time instead."""
+    def _apply_run(self, run: list[LogEvent], outputs: Outputs, dirty: dict) -> None:
+        """Apply a run of examples of one model: skip the applied ones, then
+        ``on_examples``; if ``prepare_examples`` refuses the run (an invalid row, found
+        before anything changes), or it is shorter than the kind's ``batch_from``, apply
+        it one at a time instead."""
         if not run:
             return
-        model_id = run[0][3]
-        handler = dirty[model_id][0] if model_id in dirty else self._handler(model_id)
-        if len(run) < handler.BATCH_FROM:     # numpy's fixed cost exceeds the run's
-            for item in run:
-                self._apply(item[0], item[1:], outputs, dirty)
+        handler = self._loaded(run[0].model_id, dirty)
+        if len(run) < handler.batch_from:     # numpy's fixed cost exceeds the run's
+            for e in run:
+                self._apply(e.record, e, outputs, dirty)
             return
-        log_offset, sources, todo = handler.log_offset, dict(handler.head_sources), []
-        for item in run:
-            record, _, _, _, part, offset = item
-            if record.offset <= log_offset or sources.get(part, -1) >= offset:
+        todo: list[LogEvent] = []
+        log_offset, sources = handler.log_offset, dict(handler.head_sources)
+        for e in run:
+            if e.already_applied(log_offset, sources):      # against the run so far
                 continue
-            todo.append(item)
-            log_offset, sources[part] = record.offset, offset
+            todo.append(e)
+            log_offset, sources[e.input_partition] = e.record.offset, e.input_offset
         if not todo:
             return
-        self._set_partition(todo[0][0].partition)
-        items = [(event, source, record.offset) for record, event, source, *_ in todo]
+        self._set_partition(todo[0].record.partition)
+        items = [(e.event, e.source) for e in todo]
         try:
             prepared = handler.prepare_examples(items)
         except Exception:           # noqa: BLE001 - nothing changed: one at a time, with dead letters
-            for item in run:
-                self._apply(item[0], item[1:], outputs, dirty)
+            for e in run:
+                self._apply(e.record, e, outputs, dirty)
             return
         try:
             handler.on_examples(items, prepared, outputs)
         except Exception as err:    # noqa: BLE001 - rolled back; one at a time finds the event
-            raise _EventFailed(todo[0][0], model_id) from err
+            raise _EventFailed(todo[0].record, handler.model_id) from err
         handler.head_sources.update(sources)
         handler.log_offset = log_offset
-        self._handlers[model_id] = handler
-        dirty[model_id] = (handler, todo[0][0].partition)
+        self._handlers[handler.model_id] = handler
+        dirty[handler.model_id] = (handler, todo[0].record.partition)
 
     def _flush(self) -> None:
         """Write the overlay through, except records of partitions this worker no longer
@@ -334,59 +353,54 @@ class Processor:
         state (a stale, shorter buffer chunk would change an epoch's sample)."""
         self.state.flush(self.owns)
 
-    def _apply(self, record: RawRecord, parsed: tuple | None, outputs: Outputs, dirty: dict) -> None:
+    def _apply(self, record: RawRecord, e: LogEvent | None, outputs: Outputs, dirty: dict) -> None:
         """Apply one log record. The sequencer writes only validated events here, but the
         topic is writable by others: a record this code cannot parse becomes a dead letter
         (source and a fixed reason), as does an event its model cannot apply (a bug must not
         stop every model) or one of a model created under another key."""
-        if parsed is None:
+        if e is None:
             outputs.add(REJECTED, None, Rejected(source=record.source,
                                                  reason="malformed model-events record").model_dump())
             return
-        event, source, model_id, src_topic_part, src_offset = parsed
         try:
-            self._apply_event(record, event, source, model_id, src_topic_part, src_offset,
-                              outputs, dirty)
+            self._apply_event(e, outputs, dirty)
         except WrongKey:
             outputs.add(REJECTED, None, Rejected(
-                source=source, reason="not applied: the model was created under another key "
+                source=e.source, reason="not applied: the model was created under another key "
                 "(its ledger fingerprint differs); restart with the model's key and re-feed").model_dump())
         except Exception as err:    # noqa: BLE001 - one event must never stop every model
             # Processing is deterministic, so replay meets the same exception at the same
             # event: rolled back and dead-lettered by ``_apply_each`` (module docstring).
-            raise _EventFailed(record, model_id) from err
+            raise _EventFailed(record, e.model_id) from err
 
-    def _apply_event(self, record, event, source, model_id, src_topic_part, src_offset,
-                     outputs, dirty) -> None:
-        self._set_partition(record.partition)          # cold records written while applying
-        if event["type"] == "model":
-            if model_id in dirty or f"model/{model_id}/head" in self.state:
+    def _apply_event(self, e: LogEvent, outputs: Outputs, dirty: dict) -> None:
+        self._set_partition(e.record.partition)          # cold records written while applying
+        if e.event["type"] == "model":
+            if e.model_id in dirty or f"model/{e.model_id}/head" in self.state:
                 return                                  # config alone: a crash mid-create
-            config = ModelConfig.model_validate(event)
-            self.state[f"model/{model_id}/config"] = event
-            self.state[f"model/{model_id}/key"] = self.rng.fingerprint()
-            handler = HANDLERS[config.kind](config, self.rng, self.state)
-            handler.create(outputs, record.offset)
+            config = ModelConfig.model_validate(e.event)
+            self.state[f"model/{e.model_id}/config"] = e.event
+            self.state[f"model/{e.model_id}/key"] = self.rng.fingerprint()
+            handler = kind(config.kind)(config, self.rng, self.state)
+            handler.create(outputs)
         else:
-            handler = dirty[model_id][0] if model_id in dirty else self._handler(model_id)
+            handler = self._loaded(e.model_id, dirty)
             if handler is None:  # not created here: its registration was dead-lettered
                 outputs.add(REJECTED, None, Rejected(
-                    source=source, reason="not applied: the model is not registered").model_dump())
+                    source=e.source, reason="not applied: the model is not registered "
+                    "(its registration was refused: see the rejected record of its models "
+                    "input)").model_dump())
                 return
-            # Already applied: a log record at or before the model's last applied one (the
-            # log was re-delivered), or an input at or before the last applied offset of
-            # its input partition (the sequencer re-appended it to the log after a crash).
-            if record.offset <= handler.log_offset or \
-                    handler.head_sources.get(src_topic_part, -1) >= src_offset:
+            if e.already_applied(handler.log_offset, handler.head_sources):
                 return
-            if event["type"] == "example":
-                handler.on_example(event, source, record.offset, outputs)
+            if e.is_example:
+                handler.on_example(e.event, e.source, outputs)
             else:
-                handler.on_query(event, source, record.offset, outputs)
-        handler.head_sources[src_topic_part] = src_offset
-        handler.log_offset = record.offset
-        self._handlers[model_id] = handler
-        dirty[model_id] = (handler, record.partition)
+                handler.on_query(e.event, e.source, outputs)
+        handler.head_sources[e.input_partition] = e.input_offset
+        handler.log_offset = e.record.offset
+        self._handlers[e.model_id] = handler
+        dirty[e.model_id] = (handler, e.record.partition)
 
 
 class Overlay(MutableMapping):
@@ -476,8 +490,3 @@ def _raised_at(err: BaseException | None) -> str:
     if tb is None:
         return "?"
     return f"{'/'.join(Path(tb.tb_frame.f_code.co_filename).parts[-2:])}:{tb.tb_lineno}"
-
-
-async def processor(records: AsyncIterable[RawRecord], state: MutableMapping, emit: Emit,
-                    rng: KeyedRandomness, fetch: Fetch | None = None) -> None:
-    await Processor(rng, state, emit, fetch).run(records)

@@ -3,9 +3,23 @@
 Bad input (malformed JSON, unknown type, wrong dimension, NaN, out-of-domain values,
 unknown model, oversized payload, and anything else a payload can make the parser
 raise) never raises and never changes state: it becomes a ``rejected`` record with its
-source (topic:partition:offset) and a reason. A reason is built only from words the
-schemas fix: field names of the schemas and pydantic's error codes, never an input
-value, a model id, a count or a field name the input made up (``_reason``).
+source (topic:partition:offset) and a reason. For examples and queries a reason is
+built only from words the schemas fix: field names of the schemas and pydantic's error
+codes, never an input value, a model id, a count or a field name the input made up
+(``reason_of``). A registration is public configuration: its reason says what to fix,
+with the values it quotes (``schemas.config.config_error_text``).
+
+Bounded, not rejected: a well-formed example or query whose row has more active
+features than its kind takes is cut to the limit (the lowest indices kept,
+``learners.inputs.bounded_active``: a rule that looks at the row alone), and repeated
+indices are merged; the log holds the row as the model uses it. So the ``rejected``
+topic says nothing about a valid record's content.
+
+Keys: a record's Kafka key decides its partition, and so the order of a model's events;
+an input keyed with another model's id is refused (its order among that model's events
+would not be fixed by one partition). Records without a key are taken (one-partition
+topics, the embedded runtime); key every record by its model id when topics have more
+partitions (``dpstream produce`` does).
 
 State: ``config/<model>`` (the registered ModelConfig, as JSON-able dict) and
 ``src/<topic>:<partition>`` (the last input offset handled): a record at or before it
@@ -15,15 +29,19 @@ is written only after the forwarded record is durable (see ``records.deliver``).
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterable, MutableMapping
+from collections.abc import MutableMapping
 
 from pydantic import ValidationError
 
+from dpstream.learners.inputs import bounded_active
 from dpstream.schemas import LabeledExample, ModelConfig, Query, Rejected
+from dpstream.schemas.config import config_error_text, params_schemas
 
-from .handlers import check_feasible
+from .kinds import BINARY, REAL, kind
 from .records import Emit, Fetch, RawRecord, deliver
 
+UNKNOWN_MODEL = ("unknown model: no registration of it was accepted (a refused registration "
+                 "has its own dead letter, from the models topic, saying why)")
 MAX_PAYLOAD = 512 * 1024          # below the broker's default 1 MiB message limit
 MODEL_EVENTS = "model-events"
 REJECTED = "rejected"
@@ -32,8 +50,8 @@ _KIND_BY_TOPIC = {"models": "model", "examples": "example", "queries": "query"}
 
 
 def _schema_words() -> frozenset[str]:
-    words: set[str] = {"winnow", "predictor", "decision_list", "continual_winnow"}
-    todo = [ModelConfig, LabeledExample, Query]
+    words: set[str] = set(params_schemas())
+    todo = [ModelConfig, LabeledExample, Query, *params_schemas().values()]
     while todo:
         cls = todo.pop()
         for name, field in cls.model_fields.items():
@@ -47,7 +65,7 @@ def _schema_words() -> frozenset[str]:
 _SCHEMA_WORDS = _schema_words()
 
 
-def _reason(err: ValidationError) -> str:
+def reason_of(err: ValidationError) -> str:
     """'invalid: <loc>: <error code>; ...' with loc made of schema field names only (an
     input's own field names become '?', list positions '[]'); the message itself only
     for our own validators' fixed texts (value_error)."""
@@ -86,6 +104,9 @@ def _parse(record: RawRecord, configs: MutableMapping) -> tuple[dict | None, str
         event, reason = _validated(record)
         if event is None:
             return None, reason
+    if record.key is not None and record.key != event.model_id.encode():
+        return None, ("the record's key is not its model_id: key every record by its model "
+                      "id (the key fixes the partition, and so the order of the model's events)")
     return _checked(event, configs)
 
 
@@ -109,39 +130,54 @@ def _validated(record: RawRecord):
     try:
         return model_cls.model_validate(raw), None
     except ValidationError as err:
-        return None, _reason(err)[:500]
+        if model_cls is ModelConfig:        # public configuration: say what to fix
+            return None, f"invalid registration: {config_error_text(err, raw)}"[:500]
+        return None, reason_of(err)[:500]
 
 
 def _checked(event, configs: MutableMapping) -> tuple[dict | None, str | None]:
-    """The checks that need the registered config (or, for a registration, feasibility)."""
+    """The checks that need the registered config (or, for a registration, feasibility),
+    and the bounds: a row is cut to the kind's ``max_active`` (module docstring)."""
     if event.type == "model":
         known = configs.get(f"config/{event.model_id}")
         dumped = event.model_dump(mode="json")
         if known is not None and known != dumped:       # an identical re-registration is a no-op
             return None, "model id already registered with another config"
-        problem = check_feasible(event)
-        return (None, problem) if problem else (dumped, None)
+        problem = kind(event.kind).config_problem(event)
+        return (None, f"infeasible model config: {problem}"[:500]) if problem else (dumped, None)
     cfg = configs.get(f"config/{event.model_id}")
     if cfg is None:
-        return None, "unknown model"
+        return None, UNKNOWN_MODEL
     config = _config(event.model_id, cfg)
-    problem = event.dimension_error(config.dimension, config.binary)
-    if problem:
-        return None, problem
-    if config.kind in ("decision_list", "predictor") and event.active is not None:
-        return None, f"{config.kind} models take dense x"
-    if config.kind == "predictor":
-        problem = config.params.input_error(event.x)
-        if problem:
-            return None, problem
-    if config.kind == "continual_winnow":
-        n_active = len(set(event.active)) if event.active is not None else \
-            sum(v > 0 for v in event.x)
-        if n_active > config.params.max_active:
-            return None, f"too many active features: the model allows {config.params.max_active}"
+    k = kind(config.kind)
+    form = k.input_form(config)
     # model_dump(mode="json", exclude_none=True) of an example or query (its fields are JSON
     # types already, in field order), without the serializer's per-call cost
-    return {k: v for k, v in event.__dict__.items() if v is not None}, None
+    out = {key: v for key, v in event.__dict__.items() if v is not None}
+    if event.features is not None:        # raw features: the declared featuriser, bounded
+        featuriser = k.featuriser(config)
+        if featuriser is None:
+            return None, "raw 'features' need a model that declares its features"
+        del out["features"]
+        out.update(featuriser.row(event.features, form == BINARY))
+        event = event.model_construct(**{**out, "features": None})
+    problem = event.dimension_error(config.dimension, form == BINARY)
+    if problem:
+        return None, problem
+    if form == REAL and event.active is not None:
+        return None, "sparse 'active' features need a model over {-1, +1}^d"
+    problem = k.input_problem(config, event)
+    if problem:
+        return None, problem
+    limit = k.max_active(config)
+    if limit is not None:                 # the row as the model uses it: active, bounded
+        active = event.active if event.active is not None else \
+            [j for j, v in enumerate(event.x) if v > 0]
+        out.pop("x", None)
+        out["active"] = bounded_active(active, limit)
+    elif event.active is not None:
+        out["active"] = sorted(set(event.active))
+    return out, None
 
 
 _CONFIGS: dict[str, tuple[dict, ModelConfig]] = {}
@@ -159,17 +195,6 @@ def _config(model_id: str, cfg: dict) -> ModelConfig:
     config = ModelConfig.model_validate(cfg)
     _CONFIGS[model_id] = (cfg, config)
     return config
-
-
-async def sequencer(records: AsyncIterable[RawRecord], state: MutableMapping, emit: Emit,
-                    fetch: Fetch | None = None) -> None:
-    async for record in records:
-        await sequence_one(record, state, emit, fetch)
-
-
-async def sequence_one(record: RawRecord, state: MutableMapping, emit: Emit,
-                       fetch: Fetch | None = None) -> None:
-    await sequence_batch([record], state, emit, fetch)
 
 
 async def sequence_batch(records: list[RawRecord], state: MutableMapping, emit: Emit,

@@ -8,7 +8,7 @@ validate, check against the registered config, dump to the log record) and appli
 places records as Kafka would (one placement per topic per batch, JSON-encoded like the
 worker's producer) but sends nothing. Printed per event, the fastest of --repeats runs:
 the sequencer, the processor through its batch kernel (``on_examples``), and the
-processor one example at a time (the handler's ``BATCH_FROM`` raised past the batch),
+processor one example at a time (the kind's ``batch_from`` raised past the batch),
 with the ratio of the last two. The models: the throughput bench's DP-Winnow (d =
 1,000, K = 3: frozen after its updates, as most of a long run is), the same with a
 threshold AboveThreshold never reaches (asked every round, never fires: the learning
@@ -30,7 +30,7 @@ import orjson
 import pipeline as P          # bench/pipeline.py: MODEL, payloads
 import throughput as T        # bench/throughput.py: CONTINUAL
 
-from dpstream.agents.handlers import HANDLERS
+from dpstream.agents.kinds import kind
 from dpstream.agents.processor import Processor
 from dpstream.agents.records import RawRecord
 from dpstream.agents.sequencer import sequence_batch
@@ -90,13 +90,13 @@ async def _one_run(model: dict, data: list[bytes], batch: int) -> tuple[float, f
 
 
 def measure(model: dict, data: list[bytes], batch: int, repeats: int, one_at_a_time: bool):
-    handler = HANDLERS[model["params"]["kind"]]
-    saved = handler.BATCH_FROM
-    handler.BATCH_FROM = 10 ** 9 if one_at_a_time else saved
+    handler = kind(model["params"]["kind"])
+    saved = handler.batch_from
+    handler.batch_from = 10 ** 9 if one_at_a_time else saved
     try:
         runs = [asyncio.run(_one_run(model, data, batch)) for _ in range(repeats)]
     finally:
-        handler.BATCH_FROM = saved
+        handler.batch_from = saved
     return min(r[0] for r in runs), min(r[1] for r in runs)
 
 

@@ -1,7 +1,7 @@
 """Worker throughput against what Kafka and faust allow, side by side on one broker.
 
     python bench/throughput.py [--n 30000] [--rss-n 1000000] [--latency-at 300 ...] [--latency-secs 10]
-                               [--capacity-runs 3] [--skip-rss] [--skip-scale-out]
+                               [--capacity-runs 3] [--skip-rss] [--skip-scale-out] [--compare-with REV]
 
 One run measures, on the local broker (scripts/kafka.sh start), n records each:
 1. raw aiokafka consume -> produce (no processing: the floor any Kafka pipeline pays;
@@ -11,9 +11,10 @@ One run measures, on the local broker (scripts/kafka.sh start), n records each:
 3. the dpstream worker (streams/app.py: sequencer -> model-events -> processor ->
    predictions) on DP-Winnow (d = 1,000, 20 active, epsilon 4) and on continual Winnow at
    epsilon 2 (d = 1,000), produce -> the predictions topic, reading whole fetches
-   (streams/bulk.py, the default; the median of --capacity-runs runs), through faust's
-   per-record path (--per-record), and DP-Winnow with faust's consumer in its own thread
-   (--consumer-thread; the default runs it on the worker's loop, streams/inloop.py);
+   (streams/bulk.py; the median of --capacity-runs runs), and DP-Winnow with faust's
+   consumer in its own thread (--consumer-thread; the default runs it on the worker's
+   loop, streams/faust_seam.py); with ``--compare-with REV``, the same two workers as the
+   git revision REV had them, in the same run (its code, this environment);
 4. end-to-end latency (input record timestamp -> prediction record timestamp) of the
    DP-Winnow (also with --consumer-thread) and the continual-Winnow worker at half the
    rate each reached in 3, and of
@@ -79,17 +80,33 @@ def rss_mb(pid: int) -> float:
     return total
 
 
-def start_worker(model: dict, args: tuple[str, ...] = ()) -> tuple[P.Worker, str]:
+def code_at(rev: str) -> dict:
+    """Environment for a worker that runs the code of git revision ``rev``: a ``dpstream``
+    package whose subpackages are that revision's folders, first on PYTHONPATH (ahead of
+    the editable install's finder, which Python consults after the path)."""
+    root = Path(tempfile.mkdtemp(prefix="dpstream-rev-"))
+    archive = subprocess.run(["git", "-C", str(HERE.parent), "archive", rev], check=True,
+                             capture_output=True).stdout
+    subprocess.run(["tar", "-x", "-C", str(root)], input=archive, check=True)
+    package = root / "shim" / "dpstream"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    for name in ("mechanisms", "learners", "agents", "streams", "schemas"):
+        (package / name).symlink_to(root / name)
+    return {"PYTHONPATH": f"{root / 'shim'}:{root}"}
+
+
+def start_worker(model: dict, args: tuple[str, ...] = (), env: dict | None = None) -> tuple[P.Worker, str]:
     prefix = f"wt{uuid.uuid4().hex[:6]}-"
     worker = P.Worker(P.BROKER, prefix, Path(tempfile.mkdtemp(prefix="dpstream-wt-")), "w",
-                      args=args).start()
+                      args=args, env=env).start()
     asyncio.run(P.produce(prefix + "models", [json.dumps(model).encode()]))
     asyncio.run(P.drain(prefix + "model-events", 1, timeout=60))
     return worker, prefix
 
 
-def worker_rate(model: dict, data: list[bytes], args: tuple[str, ...] = ()) -> float:
-    worker, prefix = start_worker(model, args)
+def worker_rate(model: dict, data: list[bytes], args: tuple[str, ...] = (), env: dict | None = None) -> float:
+    worker, prefix = start_worker(model, args, env)
     try:
         asyncio.run(P.produce(prefix + "examples", data))
         _, secs = asyncio.run(P.drain(prefix + "predictions", len(data)))
@@ -176,6 +193,8 @@ def main() -> None:
     ap.add_argument("--rss-n", type=int, default=1_000_000)
     ap.add_argument("--skip-rss", action="store_true")
     ap.add_argument("--skip-scale-out", action="store_true")
+    ap.add_argument("--compare-with", metavar="REV",
+                    help="also run the workers of this git revision, in the same run")
     args = ap.parse_args()
     data = P.payloads(args.n)
 
@@ -191,7 +210,6 @@ def main() -> None:
     rows = [(f"raw aiokafka consume -> produce (median of {len(raw_runs)})", float(np.median(raw_runs)))]
     rows.append(("faust pass-through, per event, defaults", faust_passthrough("default", data)))
     rows.append(("faust pass-through, tuned for bulk", faust_passthrough("tuned", data)))
-    rows.append(("dpstream worker --per-record, DP-Winnow d=1000 eps 4", worker_rate(P.MODEL, data, ("--per-record",))))
     # The capacity that "half capacity" halves: the median of --capacity-runs runs (one
     # run moved by 1.7x between two otherwise equal bench runs).
     dp_runs = [worker_rate(P.MODEL, data) for _ in range(args.capacity_runs)]
@@ -199,11 +217,15 @@ def main() -> None:
     rows.append((f"dpstream worker, DP-Winnow d=1000 eps 4 (median of {len(dp_runs)})", dp_winnow))
     rows.append(("dpstream worker --consumer-thread (faust's consumer thread), DP-Winnow",
                  worker_rate(P.MODEL, data, ("--consumer-thread",))))
-    rows.append(("dpstream worker --per-record, continual Winnow eps 2",
-                 worker_rate(CONTINUAL, data, ("--per-record",))))
     continual_runs = [worker_rate(CONTINUAL, data) for _ in range(args.capacity_runs)]
     continual = float(np.median(continual_runs))
     rows.append((f"dpstream worker, continual Winnow eps 2 (median of {len(continual_runs)})", continual))
+    if args.compare_with:
+        env = code_at(args.compare_with)
+        for name, model in (("DP-Winnow d=1000 eps 4", P.MODEL), ("continual Winnow eps 2", CONTINUAL)):
+            runs = [worker_rate(model, data, env=env) for _ in range(args.capacity_runs)]
+            rows.append((f"dpstream worker at {args.compare_with}, {name} (median of {len(runs)})",
+                         float(np.median(runs))))
     raw = rows[0][1]
     print(f"\nthroughput, {args.n:,} records each (noisy 2-core machine: quote the ratios)")
     print(f"| path | records/s | ratio to raw |\n|---|---|---|")

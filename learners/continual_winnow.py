@@ -6,7 +6,8 @@ K times; its privacy loss has a floor near 2 m K eta^2 whatever the accountant
 (design.md section 7), so it cannot learn at epsilon <= 10 on practical streams.
 
 Learner. Inputs are sparse {0,1} rows given by their active indices (at most
-``max_active - 1`` of them) plus a constant bias feature (index d). Balanced Winnow keeps
+``max_active`` of them count; more are cut, the lowest indices kept) plus a constant
+bias feature (index d), so a row has at most s = max_active + 1 features. Balanced Winnow keeps
 positive and negative weights w+_j ~ exp(+eta A_j), w-_j ~ exp(-eta A_j) and predicts
 sgn(sum over the row's features of (w+_j - w-_j)) = sgn(sum_j sinh(eta A_j)), where
 A = sum over update rounds of y * 1_row (the normaliser is positive and common to all
@@ -26,17 +27,23 @@ examples go to the binary tree mechanism with exact discrete Gaussian noise
 (mechanisms/continual.py); after block b closes, A^ = (previous epochs' final release)
 + (this epoch's noisy prefix estimate). Replace-one neighbours change one block's
 increment by y * 1_row - y' * 1_row' (or one of the two terms alone), at most
-2 sqrt(max_active) in l2: that is the sensitivity. An epoch is ``horizon`` examples; then
+2 sqrt(s) in l2: that is the sensitivity. An epoch is ``horizon`` examples; then
 a new epoch starts a new tree on fresh examples from the released A^ (each example is
 in one epoch; per-example guarantee = one epoch's (epsilon, delta), forever; proof in
-mechanisms/continual.py). Rows with more active features than allowed are rejected by
-the caller (the sensitivity would not hold).
+mechanisms/continual.py). Rows with more active features than allowed are cut to the
+limit by a rule that looks at the row alone (``inputs.bounded_active``), so the
+sensitivity holds for every row, and none is refused.
+
+Ledger: the learner charges each epoch's (epsilon, delta) to a fresh epoch ledger when
+the epoch starts (``ledger``; ``on_charge`` receives each entry).
 
 >>> from dpstream.mechanisms.randomness import KeyedRandomness
->>> params = continual_winnow_parameters(epsilon=4.0, delta=1e-6, d=20, max_active=4,
+>>> params = continual_winnow_parameters(epsilon=4.0, delta=1e-6, d=20, max_active=3,
 ...                                      horizon=1000, block=50)
 >>> model = ContinualWinnow(params=params, rng=KeyedRandomness(bytes(32)), model_id="doc")
 >>> model.learn_one([3, 7], +1).prediction in (-1, 1)
+True
+>>> model.ledger.totals().epsilon <= 4.0
 True
 """
 from __future__ import annotations
@@ -48,10 +55,14 @@ import numpy as np
 
 from dpstream.mechanisms.continual import (TreeNoise, calibrate_tree_sigma2, close_block, tree_epsilon,
                                            tree_levels, tree_rho)
+from dpstream.mechanisms.accounting import Ledger, LedgerState
 from dpstream.mechanisms.errors import ParameterError
 from dpstream.mechanisms.randomness import KeyedRandomness
 
 from .inputs import active_matrix
+from .protocol import Step
+
+TREE_MECHANISM = "tree_aggregation[discrete_gaussian]"
 
 
 @dataclass(frozen=True)
@@ -59,7 +70,7 @@ class ContinualWinnowParameters:
     """Continual Winnow's settings and calibrated noise (our extension; derived from the budget
     by ``continual_winnow_parameters``)."""
     d: int                     # user features; the bias is feature d
-    max_active: int            # s: active features per row, the bias included
+    max_active: int            # active user features per row (the bias not counted)
     block: int                 # B: examples per release
     horizon: int               # T: examples per epoch (a multiple of B)
     eta: float                 # learning rate, in units of the noise scale u
@@ -70,9 +81,14 @@ class ContinualWinnowParameters:
     delta: float
 
     @property
+    def s(self) -> int:
+        """Features per row, the bias included: max_active + 1."""
+        return self.max_active + 1
+
+    @property
     def sensitivity(self) -> float:
         """Replace-one l2 sensitivity of a block increment: 2 sqrt(s)."""
-        return 2.0 * math.sqrt(self.max_active)
+        return continual_winnow_sensitivity(self.max_active)
 
     @property
     def blocks(self) -> int:
@@ -89,17 +105,24 @@ class ContinualWinnowParameters:
         return tree_rho(sigma2=self.sigma2, levels=self.levels, sensitivity=self.sensitivity)
 
 
+def continual_winnow_sensitivity(max_active: int) -> float:
+    """Replace-one l2 sensitivity of one block's increment y * 1_row: 2 sqrt(s), s =
+    max_active + 1 (a row's features, the bias included): replacing an example removes
+    one such term and adds another, each of l2 norm at most sqrt(s)."""
+    return 2.0 * math.sqrt(max_active + 1)
+
+
 def continual_winnow_parameters(*, epsilon: float, delta: float, d: int, max_active: int,
                                 horizon: int = 1_000_000, block: int = 100, eta: float = 1.0,
                                 margin: float = 5.0) -> ContinualWinnowParameters:
     """Parameters that spend (epsilon, delta) per example: the smallest integer noise
     variance whose tree guarantee fits (``mechanisms.continual.calibrate_tree_sigma2``).
-    ``max_active`` counts the bias feature. Defaults (block 100, eta 1, margin 5) come
-    from bench/continual_winnow.py."""
+    ``max_active`` does not count the bias feature. Defaults (block 100, eta 1, margin 5)
+    come from bench/continual_winnow.py."""
     if d < 1:
         raise ParameterError("d", d, ">= 1")
-    if not 2 <= max_active <= d + 1:
-        raise ParameterError("max_active", max_active, f"in [2, d + 1 = {d + 1}] (bias included)")
+    if not 1 <= max_active <= d:
+        raise ParameterError("max_active", max_active, f"in [1, d = {d}] (the bias not counted)")
     if block < 1 or horizon < block or horizon % block:
         raise ParameterError("horizon, block", (horizon, block), "block >= 1 dividing horizon")
     if not (eta > 0 and math.isfinite(eta)):
@@ -107,7 +130,7 @@ def continual_winnow_parameters(*, epsilon: float, delta: float, d: int, max_act
     if not (margin >= 0 and math.isfinite(margin)):
         raise ParameterError("margin", margin, "a finite number >= 0")
     levels = tree_levels(horizon // block)
-    sens = 2.0 * math.sqrt(max_active)
+    sens = continual_winnow_sensitivity(max_active)
     sigma2 = calibrate_tree_sigma2(epsilon=epsilon, delta=delta, levels=levels, sensitivity=sens)
     spent = tree_epsilon(sigma2=sigma2, levels=levels, sensitivity=sens, delta=delta)
     return ContinualWinnowParameters(d, max_active, block, horizon, float(eta), float(margin),
@@ -116,14 +139,16 @@ def continual_winnow_parameters(*, epsilon: float, delta: float, d: int, max_act
 
 @dataclass
 class ContinualWinnowState:
-    """Small counters (every event) and the epoch's tree nodes (on block closes)."""
+    """Small counters (every event), the epoch ledger, and the epoch's tree nodes (on
+    block closes)."""
     epoch: int = 0
     t: int = 0                               # examples seen this epoch
-    b: int = 0                               # blocks closed this epoch (the version)
+    b: int = 0                               # blocks closed this epoch
     inc_idx: list = field(default_factory=list)    # this block's increment, sparse
     inc_val: list = field(default_factory=list)
     mistakes: int = 0                        # private: in-process evaluation only
     updates: int = 0                         # private
+    ledger: LedgerState | None = None        # this epoch's ledger (charged when it starts)
     alpha: dict = field(default_factory=dict)      # closing block -> true node sum (int64)
     offset: np.ndarray | None = None         # released A^ at the end of earlier epochs
 
@@ -132,7 +157,14 @@ class ContinualWinnowState:
         non-zero sums): at most d + 1 entries, and the same however events were batched."""
         self.compact()
         return {"epoch": self.epoch, "t": self.t, "b": self.b, "inc_idx": list(self.inc_idx),
-                "inc_val": list(self.inc_val), "mistakes": self.mistakes, "updates": self.updates}
+                "inc_val": list(self.inc_val), "mistakes": self.mistakes, "updates": self.updates,
+                "ledger": None if self.ledger is None else dict(vars(self.ledger))}
+
+    @classmethod
+    def from_hot_record(cls, r: dict) -> "ContinualWinnowState":
+        r = dict(r)
+        r["ledger"] = None if r["ledger"] is None else LedgerState(**r["ledger"])
+        return cls(**r)
 
     def compact(self) -> None:
         if not self.inc_idx:
@@ -143,28 +175,38 @@ class ContinualWinnowState:
         self.inc_idx, self.inc_val = idx[keep].tolist(), val[keep].tolist()
 
 
-@dataclass(frozen=True)
-class Step:
-    """What one example did: the prediction and update flag are private, ``released`` and
-    ``new_epoch`` are public."""
-    prediction: int            # sgn of the released model on x (private for a labelled x)
-    updated: bool              # this example entered the statistic (private)
-    released: bool             # a block closed: A^ and the version moved (public)
-    new_epoch: bool = False
-
-
 class ContinualWinnow:
     """Predict and learn over explicit state; every decision reads only A^."""
 
     def __init__(self, *, params: ContinualWinnowParameters, rng: KeyedRandomness, model_id: str,
-                 state: ContinualWinnowState | None = None):
+                 state: ContinualWinnowState | None = None, on_charge=None):
         self.params, self.rng, self.model_id = params, rng, model_id
+        self.on_charge = on_charge
         self.dim = params.d + 1
         self.state = state or ContinualWinnowState(offset=np.zeros(self.dim, dtype=np.int64))
         if self.state.offset is None:
             self.state.offset = np.zeros(self.dim, dtype=np.int64)
+        if self.state.ledger is None:
+            self._charge_epoch()
+        self.ledger = Ledger(self.state.ledger, on_entry=[on_charge] if on_charge else [])
         self._noise = TreeNoise(rng, model_id, self.state.epoch, params.sigma2, self.dim)
         self._refresh()
+
+    def _charge_epoch(self) -> None:
+        """A fresh epoch ledger, charged the whole epoch's (epsilon, delta) up front: the
+        tree's releases of this epoch are one mechanism (mechanisms/continual.py)."""
+        p = self.params
+        ledger = Ledger.create(epsilon=p.epsilon, delta=p.delta, rule="basic")
+        if self.on_charge:
+            ledger.on_entry.append(self.on_charge)
+        ledger.charge(TREE_MECHANISM, p.epsilon, p.delta)
+        self.state.ledger = ledger.state
+        self.ledger = ledger
+
+    @property
+    def version(self) -> int:
+        """Releases so far, over all epochs: the released model's version."""
+        return self.state.epoch * self.params.blocks + self.state.b
 
     # ------------------------------------------------------------ released model
     def _refresh(self) -> None:
@@ -177,21 +219,18 @@ class ContinualWinnow:
         self._scaled_ext = p.eta * self._released_ext / p.noise_unit
 
     def _rows(self, actives) -> np.ndarray:
-        """(n, max_active) feature indices: each row's distinct active indices and the bias
-        d, ascending, then the pad slot d + 1 (``active_matrix``). A fixed width makes one
-        row's arithmetic the same alone or in a batch (float sums in the same order).
-        ParameterError if an index is outside [0, d) or a row has more than
-        ``max_active - 1`` distinct indices (the sensitivity bound counts them)."""
+        """(n, s) feature indices: each row's distinct active indices (the lowest
+        ``max_active`` of them, ``bounded_active``) and the bias d, ascending, then the pad
+        slot d + 1 (``active_matrix``). A fixed width makes one row's arithmetic the same
+        alone or in a batch (float sums in the same order). ParameterError if an index is
+        outside [0, d)."""
         p = self.params
         n = len(actives)
-        m = active_matrix(actives, p.d, pad=self.dim, extra=p.d)
-        if n and int((m < self.dim).sum(axis=1).max()) > p.max_active:
-            raise ParameterError("active", "<indices>",
-                                 f"at most {p.max_active - 1} distinct indices (max_active "
-                                 "counts the bias; more would break the sensitivity bound)")
-        out = np.full((n, p.max_active), self.dim, dtype=np.int64)
-        keep = min(m.shape[1], p.max_active)
-        out[:, :keep] = m[:, :keep]
+        m = active_matrix(actives, p.d, pad=self.dim)[:, :p.max_active]   # lowest first
+        out = np.full((n, p.s), self.dim, dtype=np.int64)
+        out[:, :m.shape[1]] = m
+        out[:, -1] = p.d                         # the bias: above every index, below the pad
+        out.sort(axis=1)
         return out
 
     def _decide(self, idx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -222,8 +261,8 @@ class ContinualWinnow:
     def checked(self, actives, ys) -> tuple[np.ndarray, np.ndarray]:
         """(rows, labels) validated for ``learn_rows`` (ParameterError if one is not)."""
         ys = np.asarray(ys, dtype=np.int64).reshape(-1)
-        if ys.size and not np.isin(ys, (-1, 1)).all():
-            raise ParameterError("y", "<labels>", "-1 or +1")
+        if ys.size != len(actives) or (ys.size and not np.isin(ys, (-1, 1)).all()):
+            raise ParameterError("y", "<labels>", "one label per row, each -1 or +1")
         return self._rows(actives), ys
 
     def blocks_left(self) -> int:
@@ -251,6 +290,7 @@ class ContinualWinnow:
                 if len(s.inc_idx) > 4 * self.dim:       # keep memory bounded by the dimension
                     s.compact()
             s.t += stop - start
+            version = self.version
             released = new_epoch = False
             if s.t % p.block == 0:
                 self._close_block()
@@ -258,8 +298,8 @@ class ContinualWinnow:
                 if s.t >= p.horizon:
                     self._next_epoch()
                     new_epoch = True
-            steps.extend(Step(int(pr), bool(u), False) for pr, u in zip(pred[:-1], updated[:-1]))
-            steps.append(Step(int(pred[-1]), bool(updated[-1]), released, new_epoch))
+            steps.extend(Step(int(pr), version) for pr in pred[:-1])
+            steps.append(Step(int(pred[-1]), self.version, released, new_epoch))
             start = stop
         return steps
 
@@ -274,11 +314,13 @@ class ContinualWinnow:
         self._refresh()
 
     def _next_epoch(self) -> None:
-        """The epoch's final release becomes the public offset; a fresh tree on fresh data."""
+        """The epoch's final release becomes the public offset; a fresh tree on fresh data,
+        paid for by a fresh epoch ledger."""
         s = self.state
         s.offset = self.released.astype(np.int64)
         s.epoch += 1
         s.t = s.b = 0
         s.alpha = {}
+        self._charge_epoch()
         self._noise = TreeNoise(self.rng, self.model_id, s.epoch, self.params.sigma2, self.dim)
         self._refresh()

@@ -35,7 +35,7 @@ from dpstream.mechanisms.params import (greedy_cover_advanced_round_epsilon, gre
                                         greedy_cover_round_epsilon)
 from dpstream.mechanisms.randomness import KeyedRandomness
 
-from .decision_list import FeatureFamily, check_labels, check_rows
+from .decision_list import DecisionList, FeatureFamily, check_labels, check_rows
 from .greedy_cover import dp_greedy_cover
 
 ACCOUNTING = ("set_cover", "advanced", "basic")
@@ -51,6 +51,20 @@ def round_epsilon(accounting: str, epsilon: float, delta: float, n_features: int
     if accounting == "basic":
         return greedy_cover_basic_round_epsilon(epsilon, rounds)
     raise ParameterError("accounting", accounting, f"one of {ACCOUNTING}")
+
+
+def private_fit(family: FeatureFamily, X: np.ndarray, y: np.ndarray, *, epsilon: float,
+                delta: float, accounting: str, stream, on_charge=None) -> tuple[DecisionList, Ledger]:
+    """One DP-GreedyCover run (seed 000 Algorithm 3.1) on rows X (bool) and labels y (0/1),
+    charged first: a fresh ledger pays (epsilon, delta) for the whole run, then the run
+    uses the per-round epsilon the chosen analysis gives (``round_epsilon``). ``on_charge``
+    receives the ledger entry before any rule is chosen."""
+    ledger = Ledger.create(epsilon=epsilon, delta=delta, rule="basic")
+    if on_charge is not None:
+        ledger.on_entry.append(on_charge)
+    eps_round = round_epsilon(accounting, epsilon, delta, len(family))
+    ledger.charge(f"dp_greedy_cover[{accounting}]", epsilon, delta)
+    return dp_greedy_cover(family, X, y, epsilon_round=eps_round, stream=stream), ledger
 
 
 class DPDecisionListClassifier:
@@ -86,11 +100,10 @@ class DPDecisionListClassifier:
         y = check_labels(y, X.shape[0])
         rng = KeyedRandomness(self.key) if self.key is not None else KeyedRandomness.from_env()
         self.epsilon_round_ = round_epsilon(self.accounting, self.epsilon, self.delta, len(family))
-        self.ledger_ = Ledger.create(epsilon=self.epsilon, delta=self.delta, rule="basic")
-        self.ledger_.charge(f"dp_greedy_cover[{self.accounting}]", self.epsilon, self.delta)
         self.fit_nonce_ = nonce
         stream = rng.stream("estimator:" + nonce.hex(), "dp_greedy_cover", 0)
-        self.list_ = dp_greedy_cover(family, X, y, epsilon_round=self.epsilon_round_, stream=stream)
+        self.list_, self.ledger_ = private_fit(family, X, y, epsilon=self.epsilon, delta=self.delta,
+                                               accounting=self.accounting, stream=stream)
         return self
 
     def predict(self, X) -> np.ndarray:

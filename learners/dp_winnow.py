@@ -21,6 +21,8 @@ Departures, each on purpose:
 * Predictions are computed in exact integers (w~ is m draws: <w~, x> = <counts, x> / m),
   so a tie is a tie, and ``learn_quiet`` (the rounds between two fires, vectorised)
   predicts exactly as ``learn_one`` does, in any batch.
+* Inputs are binary rows given by their +1 features (``learners.protocol.ActiveRow``);
+  a dense x in {-1, +1}^d is the list of its +1 coordinates.
 * Charges follow a fixed schedule (eps^ per AboveThreshold instance, m draws of
   4 eta each, 2 eta^2-zCDP, per re-sample, see ``mechanisms.params.dp_winnow_guarantee``), each
   made before what it pays for can be released. A refused charge freezes the model
@@ -28,7 +30,7 @@ Departures, each on purpose:
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from fractions import Fraction
 
 import numpy as np
@@ -40,7 +42,8 @@ from dpstream.mechanisms.errors import BudgetExhausted, ParameterError
 from dpstream.mechanisms.params import DPWinnowParameters, dp_winnow_draw_rho
 from dpstream.mechanisms.randomness import KeyedRandomness
 
-from .inputs import BinaryInput, embed, project, sign
+from .inputs import BinaryInput, active_matrix, embed, project, sign
+from .protocol import Step
 from .winnow import decode_array, encode_array
 
 AT_PURPOSE = "dp_winnow/above_threshold"
@@ -104,16 +107,6 @@ class DPWinnowState:
         return cls(**r)
 
 
-@dataclass(frozen=True)
-class RoundResult:
-    """One round of DP-Winnow: its prediction, whether it updated, the version of w~ behind it
-    and the charges made."""
-    prediction: int
-    updated: bool = False
-    version: int = 0                   # number of updates behind the released w~
-    charges: list = field(default_factory=list)
-
-
 class DPWinnow:
     """Seed 000 Algorithm 4.2.
 
@@ -121,7 +114,9 @@ class DPWinnow:
     >>> params = dp_winnow_practical_parameters(eps_hat=0.5, eta=0.2, m=50, K=5, L=3.0, delta=1e-6)
     >>> rng = KeyedRandomness(b"doc-key-012345678900000000000000")
     >>> model = DPWinnow(params=params, d=8, rng=rng, model_id="doc", budget=(params.epsilon, 1e-6))
-    >>> model.learn_one(BinaryInput.from_active([1, 2], 8), +1).prediction in (-1, 1)
+    >>> model.learn_one([1, 2], +1).prediction in (-1, 1)
+    True
+    >>> model.predict_many([[1, 2], [5]]).tolist() in ([1, 1], [1, -1], [-1, 1], [-1, -1])
     True
     """
 
@@ -199,17 +194,43 @@ class DPWinnow:
         self._refresh_tilde()
 
     # ---------------------------------------------------------------- API
-    def margin(self, x: BinaryInput) -> float:
-        """<w~, x> (exact up to the final division)."""
-        if x.d != self.state.d:
-            raise ParameterError("x.d", x.d, f"the model dimension {self.state.d}")
-        c = self._c[:-1]
-        z = int(c @ x.dense) if x.dense is not None else 2 * int(c[x.active].sum()) - self._c_total
-        return z / self._scale
+    def _input(self, active) -> BinaryInput:
+        return BinaryInput.from_active(active, self.state.d)
 
-    def predict_one(self, x: BinaryInput) -> int:
+    def margin(self, active) -> float:
+        """<w~, x> for the row whose +1 features are ``active`` (exact up to the final
+        division)."""
+        x = self._input(active)
+        return (2 * int(self._c[:-1][x.active].sum()) - self._c_total) / self._scale
+
+    def predict_one(self, active) -> int:
         """sgn(<w~, x>): post-processing of the released w~, free."""
-        return sign(self.margin(x))
+        return sign(self.margin(active))
+
+    def predict_many(self, actives) -> np.ndarray:
+        rows = active_matrix(actives, self.state.d, pad=self.state.d)
+        return np.where(2 * self._c[rows].sum(axis=1) - self._c_total >= 0, 1, -1)
+
+    def learn_many(self, actives, ys) -> list[Step]:
+        """``learn_one`` on each row in turn, with the rounds between two AboveThreshold
+        fires through the vectorised kernel (``learn_quiet``): the same steps, state and
+        charges. Raises before learning anything if a row or label is invalid."""
+        d = self.state.d
+        rows = active_matrix(actives, d, pad=d)
+        ys = np.asarray(ys, dtype=np.int64).reshape(-1)
+        if ys.size != len(rows) or (ys.size and not np.isin(ys, (-1, 1)).all()):
+            raise ParameterError("y", "<labels>", "one label per row, each -1 or +1")
+        steps: list[Step] = []
+        a = 0
+        while a < len(ys):
+            version = self.state.k
+            preds = self.learn_quiet(rows[a:], ys[a:], lambda i: {"active": sorted(set(actives[a + i]))})
+            steps.extend(Step(int(p), version) for p in preds)
+            a += len(preds)
+            if a < len(ys):
+                steps.append(self.learn_one(actives[a], int(ys[a])))
+                a += 1
+        return steps
 
     def learn_quiet(self, rows: np.ndarray, ys: np.ndarray, cache_record) -> np.ndarray:
         """``learn_one`` over consecutive rounds, for as long as AboveThreshold does not
@@ -219,8 +240,7 @@ class DPWinnow:
         says one is due. A frozen model applies every round.
 
         ``rows``: ``active_matrix(., d, pad=d)`` of the inputs; ``ys``: labels, -1 or +1;
-        ``cache_record(i)``: ``to_record()`` of input i (the mistake cache keeps the
-        first one as ``learn_one`` would: dense or sparse as it came)."""
+        ``cache_record(i)``: the record the mistake cache keeps of input i."""
         s = self.state
         z = 2 * self._c[rows].sum(axis=1) - self._c_total
         yhat = np.where(z >= 0, 1, -1)
@@ -236,27 +256,28 @@ class DPWinnow:
                 s.cache_x, s.cache_y = cache_record(first), int(ys[first])
         return yhat[:n]
 
-    def learn_one(self, x: BinaryInput, y: int) -> RoundResult:
+    def learn_one(self, active, y: int) -> Step:
         if y not in (-1, 1):
             raise ParameterError("y", y, "-1 or +1")
         s = self.state
-        yhat = self.predict_one(x)
+        x = self._input(active)
+        yhat = self.predict_one(active)
         version = s.k
         s.t += 1
         if yhat != y:
             s.total_mistakes += 1
         if s.frozen:
-            return RoundResult(yhat, False, version)
+            return Step(yhat, version)
         if yhat != y:
             s.mistakes += 1
             if s.cache_x is None:
                 s.cache_x, s.cache_y = x.to_record(), y
         if not self._at.step(s.mistakes):
-            return RoundResult(yhat, False, version)
+            return Step(yhat, version)
         # AboveThreshold fired (k < K holds while not frozen): update, re-sample, restart.
         if not self._charge_or_freeze("weight_draw", 4 * self.params.eta, self.params.m,
                                       dp_winnow_draw_rho(self.params.eta)):
-            return RoundResult(yhat, False, version)
+            return Step(yhat, version)
         if s.cache_x is not None:
             s.u = s.u + s.cache_y * embed(BinaryInput.from_record(s.cache_x, s.d), s.signed)
         self._resample()
@@ -270,4 +291,4 @@ class DPWinnow:
                 self._at = self._make_at()
         if s.frozen:
             self._at = None
-        return RoundResult(yhat, True, s.k)
+        return Step(yhat, s.k, released=True)

@@ -92,6 +92,13 @@ def _all_ints(values) -> bool:
     return all(t is not bool and issubclass(t, (int, np.integer)) for t in set(map(type, values)))
 
 
+def bounded_active(active, limit: int) -> list[int]:
+    """A row's distinct active indices, ascending, cut to the lowest ``limit``: how every
+    layer bounds a row with more active features than a model takes (a rule that looks
+    at the row alone, so a neighbouring dataset's rows are bounded the same way)."""
+    return sorted(set(active))[:limit]
+
+
 def active_matrix(actives, d: int, *, pad: int, extra: int | None = None) -> np.ndarray:
     """(n, width) int64: row i holds the distinct indices of ``actives[i]`` (and ``extra``,
     if given, e.g. a bias slot), ascending, then ``pad`` up to the common width.

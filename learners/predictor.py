@@ -45,6 +45,8 @@ from dpstream.mechanisms.errors import (BudgetExhausted, InfeasibleParameters, P
 from dpstream.mechanisms.params import PredictorBudget, predictor_instance_budget
 from dpstream.mechanisms.randomness import KeyedRandomness
 
+from .protocol import Step
+
 EPOCH_MECHANISM = "between_thresholds_epoch"
 BT_PURPOSE = "predictor/between_thresholds"
 TOP_PURPOSE = "predictor/top_label"
@@ -176,9 +178,24 @@ def keyed_permutation(rng: KeyedRandomness, model_id: str, epoch: int, n: int) -
 
 class PrivatePredictor:
     """Private prediction by subsample-and-aggregate, BetweenThresholds and shrinkage on hard
-    queries (seed 001 Algorithm 2)."""
+    queries (seed 001 Algorithm 2).
+
+    >>> import numpy as np
+    >>> from dpstream.learners.generators import Thresholds
+    >>> config = PredictorConfig(k=100, epsilon=8.0, delta=1e-6, v_max=4)
+    >>> model = PrivatePredictor(config=config, generator=Thresholds(), model_id="doc",
+    ...                          rng=KeyedRandomness(bytes(32)), sample=1000)
+    >>> xs = np.linspace(0, 1, 1000)
+    >>> model.learn_many([[x] for x in xs], [1 if x >= 0.5 else -1 for x in xs])[-1].new_epoch
+    True
+    >>> model.predict_many([[0.1], [0.9]])
+    [-1, 1]
+    >>> model.ledger.totals().epsilon <= 8.0
+    True
+    """
     def __init__(self, *, config: PredictorConfig, generator, rng: KeyedRandomness, model_id: str,
-                 state: PredictorState | None = None, on_charge=None):
+                 state: PredictorState | None = None, on_charge=None, sample: int | None = None,
+                 epochs: bool = True):
         if config.k < 1:
             raise ParameterError("k", config.k, ">= 1")
         self.config, self.generator, self.rng, self.model_id = config, generator, rng, model_id
@@ -189,6 +206,8 @@ class PrivatePredictor:
         self._bt: BetweenThresholds | None = None
         self.on_charge = on_charge          # called with each LedgerEntry as it is charged
         self.ledger = None if self.state.ledger is None else self._ledger(self.state.ledger)
+        self.sample, self.epochs = sample, epochs   # ``learn_one``: examples per epoch, new epochs
+        self._pending: list = []
 
     def _ledger(self, state: LedgerState) -> Ledger:
         """The epoch's ledger (one per epoch: epochs see disjoint samples), publishing each
@@ -274,11 +293,39 @@ class PrivatePredictor:
                                      model_id=self.model_id, state=s.bt,
                                      purpose=f"{BT_PURPOSE}/{s.epoch}")
 
+    # ------------------------------------------------------------ the learner protocol
+    def learn_one(self, x, y: int) -> Step:
+        """Keep a labelled example for the next epoch; once k * m are kept (``sample``) and
+        the model has no epoch or has exhausted one (``epochs``), start an epoch on them.
+        Nothing about the example is released until then (its prediction is None)."""
+        if self.sample is None:
+            raise ParameterError("sample", None, "a sample size (k * m) to buffer examples for")
+        if len(self._pending) < self.sample:           # a full buffer's surplus is dropped
+            self._pending.append((np.asarray(x, dtype=float), int(y)))
+        s = self.state
+        started = len(self._pending) >= self.sample and (s.epoch < 0 or (s.exhausted and self.epochs))
+        if started:
+            X = np.stack([r for r, _ in self._pending])
+            self.start_epoch(X, np.array([t for _, t in self._pending]))
+            self._pending = []
+        return Step(None, s.version, released=started, new_epoch=started)
+
+    def learn_many(self, X, ys) -> list[Step]:
+        return [self.learn_one(x, y) for x, y in zip(X, ys)]
+
+    def predict_one(self, x) -> int | None:
+        """The answer's label (None: not answered). A query is a private release: it may
+        spend budget (a hard query), so this is not free as in the online learners."""
+        return self.answer(x).label
+
+    def predict_many(self, X) -> list[int | None]:
+        return [self.predict_one(x) for x in X]
+
     # ------------------------------------------------------------ queries
     def votes(self, x) -> np.ndarray:
         return self.generator.votes(self.H, x)
 
-    def predict_one(self, x) -> Answer:
+    def answer(self, x) -> Answer:
         s = self.state
         if s.epoch < 0:
             return Answer(None, NO_EPOCH, s.version)

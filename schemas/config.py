@@ -1,11 +1,18 @@
-"""Model registration records (the ``models`` topic and ``dpstream models register``)."""
+"""Model registration records (the ``models`` topic and ``dpstream models register``).
+
+The envelope every registration shares lives here; each kind's ``params`` schema lives
+with the kind (agents/kinds/<kind>.py) and registers itself, so a new kind is one
+module."""
 from __future__ import annotations
 
-from typing import Annotated, Literal, Union
+from difflib import get_close_matches
+from typing import Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, SerializeAsAny, ValidationError, field_validator, model_validator
+from pydantic_core import PydanticCustomError
 
 from .events import ModelId, Strict
+from .features import FeatureField, check_fields, declared_dimension
 
 
 class Budget(Strict):
@@ -13,124 +20,141 @@ class Budget(Strict):
     delta: float = Field(ge=0, lt=1)
 
 
-class WinnowParams(Strict):
-    kind: Literal["winnow"] = "winnow"
-    mode: Literal["theory", "practical"] = "practical"
-    rho: float = Field(default=0.1, gt=0, le=1)
-    T: int = Field(default=1_000_000, ge=1)
-    beta: float = Field(default=0.01, gt=0, lt=1)
-    c: float = Field(default=0.25, gt=0, lt=0.5)
-    signed: bool = False
-    eps_hat: float | None = Field(default=None, gt=0)
-    eta: float | None = Field(default=None, gt=0)
-    m: int | None = Field(default=None, ge=1)
-    K: int | None = Field(default=None, ge=1)
-    L: float | None = Field(default=None, gt=0)
+class KindParams(Strict):
+    """What every model kind's params share: the ``kind`` tag. Each kind's module
+    (agents/kinds/) subclasses this and registers its class (``register_params``)."""
+    kind: str
 
-    @model_validator(mode="after")
-    def _practical_complete(self):
-        if self.mode == "practical" and None in (self.eps_hat, self.eta, self.m, self.K, self.L):
-            raise ValueError("practical mode needs eps_hat, eta, m, K and L")
-        return self
+    def input_form(self) -> str:
+        """"binary" (x in {-1, +1}^d, dense or as active indices) or "real" (dense x in R^d)."""
+        return "binary"
 
 
-class ContinualWinnowParams(Strict):
-    """Continual-release Winnow (our extension, learners/continual_winnow.py): the budget
-    alone fixes the noise; these shape the learner. Rows are sparse {0,1} (``active``) or
-    dense x in {-1,+1}^d (the +1 coordinates are the active ones)."""
-    kind: Literal["continual_winnow"] = "continual_winnow"
-    max_active: int = Field(ge=1, le=10_000)        # active features per row, bias not counted
-    block: int = Field(default=100, ge=1, le=1_000_000)            # examples per release
-    horizon: int = Field(default=1_000_000, ge=1, le=1_000_000_000)  # examples per epoch
-    eta: float = Field(default=1.0, gt=0, le=100)   # learning rate, in noise units
-    margin: float = Field(default=5.0, ge=0, le=1000)  # update below this margin (noise units)
-
-    @model_validator(mode="after")
-    def _blocks_fit(self):
-        if self.horizon % self.block:
-            raise ValueError("horizon must be a multiple of block")
-        return self
+_PARAMS: dict[str, type[KindParams]] = {}
 
 
-#: Hypothesis classes a predictor can be registered with (learners/generators.py): real x for
-#: halfspaces (R^d), thresholds and intervals (d = 1); x in {-1, +1}^d for the monotone
-#: conjunctions and disjunctions and the decision lists; a domain index x = [i] for a finite
-#: class given as its prediction table.
-GENERATORS = ("halfspace", "thresholds", "intervals", "conjunctions", "disjunctions",
-              "decision_lists", "finite")
-BINARY_GENERATORS = ("conjunctions", "disjunctions", "decision_lists")
-FINITE_TABLE_ENTRIES = 100_000   # a finite class travels inside its registration record
+def register_params(cls: type[KindParams]) -> type[KindParams]:
+    """Register a kind's params schema under its ``kind`` tag (its default value)."""
+    _PARAMS[cls.model_fields["kind"].default] = cls
+    return cls
 
 
-class PredictorParams(Strict):
-    kind: Literal["predictor"] = "predictor"
-    generator: Literal[GENERATORS] = "halfspace"
-    adaptive: bool = False                    # halfspaces only: the seed's adaptive generator
-    k: int | None = Field(default=None, ge=1, le=1_000_000)   # blocks
-    m: int | None = Field(default=None, ge=1, le=100_000)     # examples per block; an epoch needs k * m
-    examples: int | None = Field(default=None, ge=1, le=100_000_000)  # or: examples per epoch, and
-    # k, m follow from the budget (learners.predictor.size_predictor)
-    v_max: int = Field(ge=1, le=100_000)
-    epochs: bool = True                       # start a new epoch on fresh data when exhausted
-    accounting: Literal["epoch", "instance"] = "epoch"   # learners/predictor.py
-    hard_query_weight: float = Field(default=10_000.0, gt=0, le=1e6)   # halfspaces: a hard query's
-    # weight against one example's; 1 keeps coin-flip labels from overriding noisy data
-    max_conjunction: int = Field(default=1, ge=1, le=3)     # decision_lists: rule size
-    negations: bool = True                                  # decision_lists: negated literals
-    table: list[list[Literal[-1, 1]]] | None = None         # finite: table[h][i], labels of
-    # hypothesis h on domain point i (the class is public, so it may sit in the config)
-
-    @model_validator(mode="after")
-    def _shape(self):
-        if (self.k is None) != (self.m is None) or (self.k is None) == (self.examples is None):
-            raise ValueError("give either k and m, or examples (k and m then follow from the budget)")
-        if (self.generator == "finite") != (self.table is not None):
-            raise ValueError("the finite generator needs 'table' (and only it takes one)")
-        if self.table is not None:
-            sizes = {len(row) for row in self.table}
-            if not self.table or len(sizes) != 1 or 0 in sizes:
-                raise ValueError("table must be a non-empty list of equally long, non-empty rows")
-            if len(self.table) * sizes.pop() > FINITE_TABLE_ENTRIES:
-                raise ValueError(f"table has more than {FINITE_TABLE_ENTRIES} entries")
-        if self.adaptive and self.generator != "halfspace":
-            raise ValueError("adaptive applies to the halfspace generator only")
-        return self
-
-    def input_error(self, x: list[float]) -> str | None:
-        """Why a dense x is outside this class's domain (None when it is inside); the
-        dimension and the {-1, +1} check of the binary classes are made by the caller."""
-        if self.generator == "finite":
-            n = len(self.table[0])
-            if not (x[0].is_integer() and 0 <= x[0] < n):
-                return f"out of domain: this model needs x = [i] with i an integer in [0, {n})"
-        return None
-
-
-class DecisionListParams(Strict):
-    kind: Literal["decision_list"] = "decision_list"
-    window: int = Field(ge=1, le=10_000_000)  # examples per training window (disjoint)
-    max_conjunction: int = Field(default=1, ge=1, le=3)
-    negations: bool = True
-    accounting: Literal["set_cover", "advanced", "basic"] = "set_cover"
-
-
-Params = Annotated[Union[WinnowParams, ContinualWinnowParams, PredictorParams, DecisionListParams],
-                   Field(discriminator="kind")]
+def params_schemas() -> dict[str, type[KindParams]]:
+    """The registered params schemas by kind name."""
+    return dict(_PARAMS)
 
 
 class ModelConfig(Strict):
+    """A model registration (public configuration). ``params`` is validated by the schema
+    its ``kind`` names, among those the kinds registered (agents/kinds/ registers the
+    built-in ones when ``dpstream.agents`` is imported). With declared ``features``
+    (schemas/features.py) the dimension follows from them and may be left out."""
     type: Literal["model"] = "model"
     model_id: ModelId
-    dimension: int = Field(ge=1, le=10_000_000)
+    dimension: int | None = Field(default=None, ge=1, le=10_000_000)
     budget: Budget
-    params: Params
+    params: SerializeAsAny[KindParams]
+    features: list[FeatureField] | None = None
+
+    @model_validator(mode="after")
+    def _dimension(self):
+        if self.features is None:
+            if self.dimension is None:
+                raise ValueError("give the dimension, or declare features (which fix it)")
+            return self
+        check_fields(self.features)
+        d = declared_dimension(self.features, self.params.input_form() == "binary")
+        if self.dimension is not None and self.dimension != d:
+            raise ValueError(f"dimension {self.dimension} does not match the declared features, "
+                             f"which make {d}: leave the dimension out")
+        if d > 10_000_000:
+            raise ValueError(f"the declared features make dimension {d}, above 10,000,000")
+        object.__setattr__(self, "dimension", d)
+        return self
+
+    @field_validator("params", mode="wrap")
+    @classmethod
+    def _kind_params(cls, value, handler):
+        if isinstance(value, KindParams):
+            return value
+        if not isinstance(value, dict):
+            raise PydanticCustomError("dict_type", "Input should be a valid dictionary")
+        kind = value.get("kind")
+        schema = _PARAMS.get(kind) if isinstance(kind, str) else None
+        if schema is None:
+            raise PydanticCustomError(
+                "union_tag_invalid", "unknown kind {kind}: the kinds are {kinds}",
+                {"kind": repr(kind)[:40] if isinstance(kind, str) else "(none given)",
+                 "kinds": ", ".join(sorted(_PARAMS)) or "none registered (import dpstream.agents)"})
+        return schema.model_validate(value)
 
     @property
     def kind(self) -> str:
         return self.params.kind
 
-    @property
-    def binary(self) -> bool:
-        """Inputs in {-1, +1}^d (Winnow, decision lists, predictors of a binary class) or real
-        (the other predictors)."""
-        return self.params.kind != "predictor" or self.params.generator in BINARY_GENERATORS
+
+def model_config_json_schema() -> dict:
+    """ModelConfig's JSON Schema with ``params`` as one of the registered kinds' schemas."""
+    schema = ModelConfig.model_json_schema()
+    defs = schema.setdefault("$defs", {})
+    defs.pop("KindParams", None)
+    options = []
+    for name, cls in sorted(_PARAMS.items()):
+        sub = cls.model_json_schema(ref_template="#/$defs/{model}")
+        defs.update(sub.pop("$defs", {}))
+        defs[cls.__name__] = sub
+        options.append({"$ref": f"#/$defs/{cls.__name__}"})
+    schema["properties"]["params"] = {
+        "oneOf": options, "discriminator": {"propertyName": "kind", "mapping": {
+            name: f"#/$defs/{cls.__name__}" for name, cls in sorted(_PARAMS.items())}}}
+    return schema
+
+
+def config_error_text(err: ValidationError, raw: object = None) -> str:
+    """What is wrong with a registration, in words that say what to fix: each problem's
+    place (``params.max_active``), what was given, and what is allowed (the bound, the
+    known fields, the kinds). ``raw``: the registration as parsed JSON, if it was (it
+    tells which kind's fields an unknown field was meant to be). A registration is public
+    configuration, so its values may be quoted; only scalars of fields the schemas know
+    are, cut to 40 characters."""
+    known = _schema_fields()
+    kind = raw.get("params", {}).get("kind") if isinstance(raw, dict) and \
+        isinstance(raw.get("params"), dict) else None
+    parts = []
+    for e in err.errors(include_url=False):
+        loc = [p for p in e["loc"] if not isinstance(p, int)]
+        where = ".".join(map(str, loc)) or "registration"
+        value = e.get("input")
+        if e["type"] == "extra_forbidden":
+            fields = _fields_at(tuple(loc[:-1]), kind)
+            guess = get_close_matches(str(loc[-1]), fields, n=1)
+            hint = f"did you mean '{guess[0]}'? " if guess else ""
+            parts.append(f"{'.'.join(map(str, loc[:-1])) or 'registration'}: unknown field "
+                         f"'{str(loc[-1])[:40]}' ({hint}allowed: {', '.join(fields)})")
+            continue
+        text = "missing (required)" if e["type"] == "missing" else e["msg"].removeprefix("Value error, ")
+        shown = e["type"] != "missing" and all(str(p) in known for p in loc) and \
+            isinstance(value, (int, float, str, bool))
+        got = repr(value[:40]) if isinstance(value, str) else repr(value)
+        parts.append(f"{where}: {text}" + (f" (got {got})" if shown else ""))
+    return "; ".join(dict.fromkeys(parts))
+
+
+def _schema_fields() -> set[str]:
+    names = set(ModelConfig.model_fields) | set(Budget.model_fields)
+    for cls in _PARAMS.values():
+        names |= set(cls.model_fields)
+    return names
+
+
+def _fields_at(loc: tuple, kind) -> list[str]:
+    """The fields a registration may have at ``loc`` (for an unknown field's hint)."""
+    if not loc:
+        return list(ModelConfig.model_fields)
+    if loc == ("budget",):
+        return list(Budget.model_fields)
+    if loc == ("params",) and kind in _PARAMS:
+        return list(_PARAMS[kind].model_fields)
+    if len(loc) == 2 and loc[0] == "features":
+        return ["name", "type", "lower", "upper", "bins", "edges", "vocabulary", "hash_buckets"]
+    return []

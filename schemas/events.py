@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 from typing import Annotated, Literal
 
-from pydantic import (AfterValidator, BaseModel, ConfigDict, Field, WithJsonSchema,
+from pydantic import (AfterValidator, BaseModel, ConfigDict, Field, JsonValue, WithJsonSchema,
                       field_validator, model_validator)
 from pydantic import Strict as PydanticStrict
 
@@ -37,13 +37,19 @@ class Strict(BaseModel):
 
 
 class Features(Strict):
+    """A row: dense ``x``, sparse ``active`` indices, or raw named ``features`` for a model
+    that declares them (learners/features.py turns them into ``x`` or ``active``)."""
     x: list[float] | None = Field(default=None, max_length=1_000_000)
     active: list[int] | None = Field(default=None, max_length=100_000)
+    # any JSON values: the featuriser reads the declared fields and bounds them; the rest is
+    # ignored, so no valid record is refused for what it carries beside them
+    features: dict[str, JsonValue] | None = Field(default=None, max_length=1_000)
 
     @model_validator(mode="after")
     def _one_of(self):
-        if (self.x is None) == (self.active is None):
-            raise ValueError("exactly one of 'x' (dense) or 'active' (sparse) is required")
+        if sum(v is not None for v in (self.x, self.active, self.features)) != 1:
+            raise ValueError("exactly one of 'x' (dense), 'active' (sparse) or 'features' (raw, "
+                             "for a model that declares them) is required")
         if self.x is not None and not all(map(math.isfinite, self.x)):
             raise ValueError("x contains NaN or infinite values")
         if self.active and min(self.active) < 0:
@@ -51,7 +57,10 @@ class Features(Strict):
         return self
 
     def dimension_error(self, d: int, binary: bool) -> str | None:
-        """Why these features do not fit a model of dimension d (None when they do)."""
+        """Why these features do not fit a model of dimension d (None when they do; raw
+        ``features`` always fit: the featuriser bounds them)."""
+        if self.features is not None:
+            return None
         if self.x is not None:
             if len(self.x) != d:
                 return f"wrong dimension: the model expects x with {d} entries"

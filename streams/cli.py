@@ -6,10 +6,15 @@
     dpstream produce --topic T --file F.jsonl      dpstream consume --topic T
     dpstream models register F.json | list | show ID
     dpstream export --out DIR          dpstream replay [--dir DIR]
+    dpstream audit-report --dir DIR --out REPORT [--internal]
     dpstream schemas --out DIR
 
 The secret key comes from $DPSTREAM_SECRET_KEY or the file named by
 $DPSTREAM_SECRET_KEY_FILE, never from a flag (flags land in shell history and ps).
+The broker is --broker, else $DPSTREAM_KAFKA_BOOTSTRAP, else 127.0.0.1:9092.
+
+Every command fails with one line on stderr and a non-zero exit, never a traceback,
+for what a user can get wrong (a missing file, an unreachable broker, a bad config).
 """
 from __future__ import annotations
 
@@ -25,15 +30,46 @@ from dpstream.mechanisms.errors import MissingKeyError
 from dpstream.mechanisms.randomness import KeyedRandomness
 
 from . import topics
+from .kafka import DEFAULT_BOOTSTRAP, Kafka
 
-DEFAULT_BROKER = "127.0.0.1:9092"
+
+class Failed(Exception):
+    """A user-facing failure: ``main`` prints ``dpstream <command>: <message>`` on stderr
+    and exits with ``code``."""
+
+    def __init__(self, message: str, code: int = 1):
+        super().__init__(message)
+        self.code = code
 
 
 def _key() -> KeyedRandomness:
     try:
         return KeyedRandomness.from_env()
     except MissingKeyError as err:
-        sys.exit(f"dpstream: {err}")
+        raise Failed(str(err), 2) from None
+
+
+def _kafka(args) -> Kafka:
+    """The connection settings of a command: --broker, else $DPSTREAM_KAFKA_BOOTSTRAP."""
+    return Kafka(args.broker or os.environ.get("DPSTREAM_KAFKA_BOOTSTRAP") or DEFAULT_BOOTSTRAP)
+
+
+def _unreachable(kafka: Kafka, err: BaseException) -> Failed:
+    return Failed(f"cannot reach the Kafka broker at {kafka.bootstrap} ({type(err).__name__}); "
+                  "is it running? (scripts/kafka.sh start, or set --broker / "
+                  "DPSTREAM_KAFKA_BOOTSTRAP)")
+
+
+def _broker_call(kafka: Kafka, coro):
+    """Run a coroutine that talks to the broker; a connection failure is one line."""
+    from aiokafka.errors import KafkaConnectionError, KafkaError
+    try:
+        return asyncio.run(coro)
+    except (KafkaConnectionError, ConnectionError, OSError, asyncio.TimeoutError) as err:
+        raise _unreachable(kafka, err) from None
+    except KafkaError as err:
+        raise Failed(f"the broker at {kafka.bootstrap} refused ({type(err).__name__}: "
+                     f"{str(err)[:200]})") from None
 
 
 def cmd_demo(args) -> int:
@@ -67,44 +103,92 @@ def cmd_demo(args) -> int:
     return 0
 
 
-def _read_jsonl(path: str | None):
+def _read_lines(path: str | None) -> list[bytes]:
+    """The non-empty lines of a JSONL file (Failed, exit 2, if it cannot be read)."""
     if not path:
         return []
-    with open(path, "rb") as fh:
-        return [line.rstrip(b"\n") for line in fh if line.strip()]
-
-
-def cmd_run(args) -> int:
-    from .embedded import EmbeddedRuntime, SqliteState
-    rng = _key()
-    state = SqliteState(args.state) if args.state else None
-    rt = EmbeddedRuntime(rng, state)
-    items = [(topics.MODELS, r) for r in _read_models(args.models)]
-    items += [(topics.EXAMPLES, r) for r in _read_jsonl(args.examples)]
-    items += [(topics.QUERIES, r) for r in _read_jsonl(args.queries)]
-    asyncio.run(rt.feed_all(items))
-    if state is not None:
-        state.commit()
-    out = Path(args.out)
-    write_export(out, rt.log, rt.outputs)
-    print(f"dpstream run: {len(items)} inputs -> "
-          + ", ".join(f"{len(rt.outputs[t])} {t}" for t in topics.OUTPUTS) + f" in {out}")
-    if items and len(rt.outputs[topics.REJECTED]) == len(items):
-        print("dpstream run: every input was rejected (see rejected.jsonl)", file=sys.stderr)
-        return 1
-    return 0
+    try:
+        with open(path, "rb") as fh:
+            return [line.rstrip(b"\r\n") for line in fh if line.strip()]
+    except OSError as err:
+        raise Failed(f"cannot read {path}: {err.strerror}", 2) from None
 
 
 def _read_models(path: str | None) -> list[bytes]:
     """Model configs from a JSON file (one object or a list, any layout) or JSONL."""
     if not path:
         return []
-    text = Path(path).read_bytes()
+    try:
+        text = Path(path).read_bytes()
+    except OSError as err:
+        raise Failed(f"cannot read {path}: {err.strerror}", 2) from None
     try:
         value = json.loads(text)
     except ValueError:
-        return _read_jsonl(path)
+        return _read_lines(path)
     return [json.dumps(v).encode() for v in (value if isinstance(value, list) else [value])]
+
+
+def cmd_run(args) -> int:
+    from .embedded import EmbeddedRuntime, SqliteState
+    items = [(topics.MODELS, r) for r in _read_models(args.models)]
+    items += [(topics.EXAMPLES, r) for r in _read_lines(args.examples)]
+    items += [(topics.QUERIES, r) for r in _read_lines(args.queries)]
+    rng = _key()
+    state = SqliteState(args.state) if args.state else None
+    rt = EmbeddedRuntime(rng, state)
+    progress = Progress("dpstream run", len(items), quiet=args.quiet)
+    asyncio.run(rt.feed_all(items, progress.advance))
+    progress.done()
+    if state is not None:
+        state.commit()
+    out = Path(args.out)
+    write_export(out, rt.log, rt.outputs)
+    print(f"dpstream run: {len(items)} inputs -> "
+          + ", ".join(f"{len(rt.outputs[t])} {t}" for t in topics.OUTPUTS) + f" in {out}")
+    refused = [r for r in rt.outputs[topics.REJECTED] if r["source"].startswith(topics.MODELS + ":")]
+    for r in refused:
+        print(f"dpstream run: registration at {r['source']} refused: {r['reason']}", file=sys.stderr)
+    if items and len(rt.outputs[topics.REJECTED]) == len(items):
+        print("dpstream run: every input was rejected (see rejected.jsonl)", file=sys.stderr)
+        return 1
+    return 1 if refused else 0
+
+
+class Progress:
+    """A progress bar on a terminal; a line every few seconds when output is piped."""
+
+    EVERY = 5.0
+
+    def __init__(self, label: str, total: int, *, quiet: bool = False):
+        import time
+        self.label, self.total, self.done_n, self.quiet = label, total, 0, quiet
+        self.t0 = self.last = time.monotonic()
+        self.bar = None
+        if not quiet and sys.stderr.isatty() and total > 5_000:
+            from rich.progress import (BarColumn, MofNCompleteColumn, Progress as Bar,
+                                       TextColumn, TimeRemainingColumn)
+            self.bar = Bar(TextColumn(label), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
+                           transient=True)
+            self.bar.start()
+            self.task = self.bar.add_task(label, total=total)
+
+    def advance(self, n: int = 1) -> None:
+        import time
+        self.done_n += n
+        if self.bar is not None:
+            self.bar.update(self.task, completed=self.done_n)
+            return
+        now = time.monotonic()
+        if not self.quiet and self.total > 5_000 and now - self.last >= self.EVERY:
+            self.last = now
+            rate = self.done_n / max(now - self.t0, 1e-9)
+            print(f"{self.label}: {self.done_n:,}/{self.total:,} ({rate:,.0f}/s)", file=sys.stderr,
+                  flush=True)
+
+    def done(self) -> None:
+        if self.bar is not None:
+            self.bar.stop()
 
 
 def _owner_only(path: Path):
@@ -114,11 +198,18 @@ def _owner_only(path: Path):
     return os.fdopen(fd, "w")
 
 
+def owner_only_dir(out: Path) -> Path:
+    """``out`` created (or tightened) to mode 0700: readable by its owner only."""
+    out.mkdir(parents=True, exist_ok=True, mode=0o700)
+    os.chmod(out, 0o700)
+    return out
+
+
 def write_export(out: Path, log: list[dict], outputs: dict) -> None:
     """The layout `dpstream export` and `dpstream run` write and `dpstream replay --dir` reads.
     ``model-events.jsonl`` holds raw features and labels: the directory is created 0700
     and every file 0600 (owner only)."""
-    out.mkdir(parents=True, exist_ok=True, mode=0o700)
+    owner_only_dir(out)
     with _owner_only(out / f"{topics.MODEL_EVENTS}.jsonl") as fh:
         for rec in log:
             fh.write(json.dumps(rec) + "\n")
@@ -148,16 +239,17 @@ def read_export(src: Path) -> tuple[list[dict], dict]:
     return log, {t: load(t) for t in topics.OUTPUTS}
 
 
-async def _export_kafka(broker: str, prefix: str, timeout: float) -> tuple[list[dict], dict]:
+async def _export_kafka(kafka: Kafka, prefix: str, timeout: float) -> tuple[list[dict], dict]:
     log = [{"partition": r.partition, "offset": r.offset, "value": json.loads(r.value)}
-           for r in await read_topic(broker, prefix + topics.MODEL_EVENTS, timeout=timeout)]
-    outputs = {t: [json.loads(r.value) for r in await read_topic(broker, prefix + t, timeout=timeout)]
+           for r in await read_topic(kafka, prefix + topics.MODEL_EVENTS, timeout=timeout)]
+    outputs = {t: [json.loads(r.value) for r in await read_topic(kafka, prefix + t, timeout=timeout)]
                for t in topics.OUTPUTS}
     return log, outputs
 
 
 def cmd_export(args) -> int:
-    log, outputs = asyncio.run(_export_kafka(args.broker, args.prefix, args.timeout))
+    kafka = _kafka(args)
+    log, outputs = _broker_call(kafka, _export_kafka(kafka, args.prefix, args.timeout))
     write_export(Path(args.out), log, outputs)
     print(f"dpstream export: {len(log)} model events, "
           + ", ".join(f"{len(v)} {k}" for k, v in outputs.items()) + f" -> {args.out}")
@@ -170,12 +262,13 @@ def cmd_replay(args) -> int:
         if args.dir:
             log, outputs = read_export(Path(args.dir))
         else:
-            log, outputs = asyncio.run(_export_kafka(args.broker, args.prefix, args.timeout))
+            kafka = _kafka(args)
+            log, outputs = _broker_call(kafka, _export_kafka(kafka, args.prefix, args.timeout))
             if not log:
-                raise NothingToAudit(f"no model events on {args.prefix}{topics.MODEL_EVENTS} at {args.broker}")
+                raise NothingToAudit(f"no model events on {args.prefix}{topics.MODEL_EVENTS} at "
+                                     f"{kafka.bootstrap}")
     except NothingToAudit as err:
-        print(f"dpstream replay: {err}: nothing verified", file=sys.stderr)
-        return 2
+        raise Failed(f"{err}: nothing verified", 2) from None
     if args.no_key:
         problems = verify_public(outputs)
         print("\n".join(problems) if problems else
@@ -183,47 +276,42 @@ def cmd_replay(args) -> int:
               "predictions are consistent (no key: releases themselves not recomputed)")
         return 1 if problems else 0
     models = set(args.model) if args.model else None
+    rng = _key()
+    progress = Progress("replay", len(log))
     try:
-        if len(log) > 10_000 and sys.stderr.isatty():
-            import time
-
-            from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
-                                       TimeRemainingColumn)
-            with Progress(TextColumn("replay"), BarColumn(), MofNCompleteColumn(),
-                          TextColumn("{task.fields[rate]}"), TimeRemainingColumn()) as bar:
-                task = bar.add_task("replay", total=len(log), rate="")
-                seen, t0 = [0], time.perf_counter()
-
-                def tick():
-                    seen[0] += 1
-                    if seen[0] % 1000 == 0 or seen[0] == len(log):
-                        rate = seen[0] / max(time.perf_counter() - t0, 1e-9)
-                        bar.update(task, completed=seen[0], rate=f"{rate:,.0f} events/s")
-
-                report = asyncio.run(replay(_key(), log, outputs, models, tick))
-        else:
-            report = asyncio.run(replay(_key(), log, outputs, models))
+        report = asyncio.run(replay(rng, log, outputs, models, progress.advance))
     except WrongKeyError as err:
-        print(f"dpstream replay: {err}", file=sys.stderr)
-        return 2
+        raise Failed(str(err), 2) from None
+    finally:
+        progress.done()
     print(report.summary())
     return 0 if report.ok else 1
 
 
 def cmd_audit_report(args) -> int:
+    from .replay import replay
     from .report import build_report
     if args.internal and args.no_key:
-        sys.exit("dpstream audit-report: --internal recomputes mistakes with the key; drop --no-key")
+        raise Failed("--internal recomputes mistakes with the key; drop --no-key", 2)
     try:
         log, outputs = read_export(Path(args.dir))
     except NothingToAudit as err:
-        print(f"dpstream audit-report: {err}: no report written", file=sys.stderr)
-        return 2
+        raise Failed(f"{err}: no report written", 2) from None
     summary, mistakes = None, ({} if args.internal else None)
+    rng = None
     if not args.no_key:
-        from .replay import replay
-        summary = asyncio.run(replay(_key(), log, outputs, mistakes=mistakes)).summary()
-    path = build_report(log, outputs, Path(args.out), summary, mistakes)
+        try:
+            rng = KeyedRandomness.from_env()
+        except MissingKeyError:
+            if args.internal:
+                raise Failed("--internal needs the key ($DPSTREAM_SECRET_KEY or "
+                             "$DPSTREAM_SECRET_KEY_FILE)", 2) from None
+            print("dpstream audit-report: no key configured: writing the keyless report "
+                  "(releases marked not verified)", file=sys.stderr)
+    if rng is not None:
+        summary = asyncio.run(replay(rng, log, outputs, mistakes=mistakes)).summary()
+    out = owner_only_dir(Path(args.out)) if args.internal else Path(args.out)
+    path = build_report(log, outputs, out, summary, mistakes, private=args.internal)
     form = "INTERNAL (contains information about the private examples)" if args.internal else "public"
     print(f"dpstream audit-report: {path} ({form})")
     return 0
@@ -234,49 +322,50 @@ def cmd_worker(args) -> int:
 
     from dpstream.mechanisms.continual import draw_ahead_in_a_process
 
-    from .app import make_app
+    from .app import WorkerApp
+    from .faust_seam import contract
+    from .observe import quiet_startup_logs
     from .topics import ensure_topics
     from .tuning import hold_full_collections, shorten_thread_switches
     rng = _key()
-    try:
-        created = asyncio.run(ensure_topics(args.broker, prefix=args.prefix, partitions=args.partitions))
-    except Exception as err:              # noqa: BLE001 - report, do not trace back
-        print(f"dpstream worker: cannot reach the Kafka broker at {args.broker}: "
-              f"{type(err).__name__}", file=sys.stderr)
-        return 1
+    problems = contract()
+    if problems:
+        raise Failed("the installed faust / mode / aiokafka lack what the worker relies on "
+                     f"(streams/faust_seam.py): {'; '.join(problems)}")
+    kafka = _kafka(args)
+    created = _broker_call(kafka, ensure_topics(kafka, prefix=args.prefix, partitions=args.partitions))
     if created:
         print(f"dpstream worker: created {len(created)} topic(s) with {args.partitions} partitions",
               file=sys.stderr)
 
     class Worker(faust.Worker):
+        def on_setup_root_logger(self, logger, level) -> None:
+            if not self.stdout.isatty():
+                self.spinner = None           # no terminal escape codes in a log file
+            super().on_setup_root_logger(logger, level)
+            quiet_startup_logs(logger, level)
+
         async def on_startup_finished(self) -> None:
             await super().on_startup_finished()
             hold_full_collections()
             shorten_thread_switches()
             draw_ahead_in_a_process()
-            print(f"dpstream worker ready: broker {args.broker}, topic prefix {args.prefix!r}, "
-                  f"{args.partitions} partitions, key fingerprint {rng.fingerprint()}"
-                  + (f", status on :{args.web_port}/status/" if args.web_port else ""),
-                  file=sys.stderr, flush=True)
+            logging.getLogger("dpstream").info(
+                "dpstream worker ready: broker %s, topic prefix %r, %d partitions, key fingerprint %s%s",
+                kafka.bootstrap, args.prefix, args.partitions, rng.fingerprint(),
+                f", status on :{args.web_port}/status/" if args.web_port else "")
 
-    app = make_app(broker=args.broker, rng=rng, partitions=args.partitions, app_id=args.app_id,
-                   data_dir=args.data_dir, web_port=args.web_port, prefix=args.prefix,
-                   latency_metrics=args.latency_metrics, bulk=not args.per_record,
-                   consumer_thread=args.consumer_thread)
-    worker = Worker(app, loglevel=args.loglevel, quiet=True)
-    from .observe import RepeatFilter
-    repeat = RepeatFilter()
-    for name in ("aiokafka", "faust", "mode"):          # outages repeat the same lines
-        logging.getLogger(name).addFilter(repeat)
+    worker_app = WorkerApp(kafka=kafka, rng=rng, partitions=args.partitions, app_id=args.app_id,
+                           data_dir=args.data_dir, web_port=args.web_port, prefix=args.prefix,
+                           latency_metrics=args.latency_metrics, consumer_thread=args.consumer_thread)
+    worker = Worker(worker_app.app, loglevel=args.loglevel, quiet=True)
     worker.execute_from_commandline()
     return 0
 
 
-async def _produce(broker: str, topic: str, lines) -> int:
-    from aiokafka import AIOKafkaProducer
-    producer = AIOKafkaProducer(bootstrap_servers=broker, acks="all", enable_idempotence=True)
+async def _produce(kafka: Kafka, topic: str, lines, sent: list) -> None:
+    producer = kafka.producer(acks="all", enable_idempotence=True)
     await producer.start()
-    n = 0
     try:
         for line in lines:
             try:
@@ -284,37 +373,65 @@ async def _produce(broker: str, topic: str, lines) -> int:
             except (ValueError, AttributeError):
                 key = None
             await producer.send(topic, key=key.encode() if isinstance(key, str) else None, value=line)
-            n += 1
+            sent[0] += 1
         await producer.flush()
     finally:
         await producer.stop()
-    return n
+
+
+def check_record(topic: str, line: bytes) -> str | None:
+    """Why a record would be dead-lettered for its form alone (None when it would not):
+    the checks that need no registered model, made locally before sending."""
+    from pydantic import ValidationError
+
+    from dpstream.agents.sequencer import reason_of
+    from dpstream.schemas import LabeledExample, ModelConfig, Query
+    from dpstream.schemas.config import config_error_text
+    cls = {topics.MODELS: ModelConfig, topics.EXAMPLES: LabeledExample, topics.QUERIES: Query}[topic]
+    try:
+        raw = json.loads(line)
+    except ValueError as err:
+        return f"not JSON ({err})"
+    if not isinstance(raw, dict):
+        return "not a JSON object"
+    kind = raw.get("type")
+    expected = {topics.MODELS: "model", topics.EXAMPLES: "example", topics.QUERIES: "query"}[topic]
+    if kind is not None and kind != expected:
+        return f"a record of type {kind!r} on the {topic} topic (it takes {expected!r} records)"
+    try:
+        cls.model_validate({**raw, "type": expected})
+    except ValidationError as err:
+        return config_error_text(err, raw) if cls is ModelConfig else reason_of(err)
+    return None
 
 
 def cmd_produce(args) -> int:
     if args.topic not in topics.INPUTS:
-        print(f"dpstream produce: --topic must be one of {', '.join(topics.INPUTS)} "
-              "(the worker writes every other topic)", file=sys.stderr)
-        return 2
+        raise Failed(f"--topic must be one of {', '.join(topics.INPUTS)} (the worker writes "
+                     "every other topic)", 2)
+    lines = _read_lines(args.file)
+    if not args.no_check:
+        for i, line in enumerate(lines, 1):
+            problem = check_record(args.topic, line)
+            if problem:
+                raise Failed(f"{args.file} line {i} would be dead-lettered on {args.topic}: "
+                             f"{problem}; nothing sent (--no-check sends anyway; the worker's "
+                             f"verdicts are on the {topics.REJECTED} topic)")
+    kafka = _kafka(args)
+    sent = [0]
     try:
-        lines = _read_jsonl(args.file)
-        n = asyncio.run(_produce(args.broker, args.prefix + args.topic, lines))
-    except OSError as err:
-        print(f"dpstream produce: cannot read {args.file}: {err.strerror}", file=sys.stderr)
-        return 2
-    except Exception as err:              # noqa: BLE001 - one line, not a traceback
-        print(f"dpstream produce: stopped ({type(err).__name__}); records before it were sent",
-              file=sys.stderr)
-        return 1
-    print(f"dpstream produce: {n} records -> {args.prefix}{args.topic}", file=sys.stderr)
+        _broker_call(kafka, _produce(kafka, args.prefix + args.topic, lines, sent))
+    except Failed as err:
+        raise Failed(f"{err} after {sent[0]} of {len(lines)} records were sent") from None
+    print(f"dpstream produce: {sent[0]} records -> {args.prefix}{args.topic} (dead letters, "
+          f"if any, appear on {args.prefix}{topics.REJECTED})", file=sys.stderr)
     return 0
 
 
-async def read_topic(broker: str, topic: str, *, timeout: float = 5.0, limit: int | None = None):
+async def read_topic(kafka: Kafka, topic: str, *, timeout: float = 5.0, limit: int | None = None):
     """Every record of ``topic`` from the beginning until ``timeout`` s without news."""
-    from aiokafka import AIOKafkaConsumer
-    consumer = AIOKafkaConsumer(topic, bootstrap_servers=broker, auto_offset_reset="earliest",
-                                enable_auto_commit=False, group_id=None)
+    consumer = kafka.consumer(topic, auto_offset_reset="earliest", enable_auto_commit=False,
+                              group_id=None)
     await consumer.start()
     out = []
     try:
@@ -330,8 +447,9 @@ async def read_topic(broker: str, topic: str, *, timeout: float = 5.0, limit: in
 
 
 def cmd_consume(args) -> int:
-    records = asyncio.run(read_topic(args.broker, args.prefix + args.topic, timeout=args.timeout,
-                                     limit=args.max))
+    kafka = _kafka(args)
+    records = _broker_call(kafka, read_topic(kafka, args.prefix + args.topic, timeout=args.timeout,
+                                             limit=args.max))
     for r in records:
         sys.stdout.write(r.value.decode() + "\n")
     return 0
@@ -341,70 +459,89 @@ def cmd_models(args) -> int:
     if args.action == "register":
         return _register(args)
     if args.action == "show" and not args.target:
-        print("dpstream models show: name the model id", file=sys.stderr)
-        return 2
+        raise Failed("name the model id", 2)
     # Configs come from the `models` topic (registrations only, never the model-events log,
     # which holds raw features); the first valid registration of an id is the one in force.
     from pydantic import ValidationError
 
     from dpstream.schemas import ModelConfig
+    kafka = _kafka(args)
     models = {}
-    for r in asyncio.run(read_topic(args.broker, args.prefix + topics.MODELS, timeout=args.timeout)):
+    for r in _broker_call(kafka, read_topic(kafka, args.prefix + topics.MODELS, timeout=args.timeout)):
         try:
             cfg = ModelConfig.model_validate_json(r.value)
         except (ValidationError, ValueError):
             continue
-        models.setdefault(cfg.model_id, cfg.model_dump(mode="json"))
+        models.setdefault(cfg.model_id, cfg)
     spent = {}
-    for r in asyncio.run(read_topic(args.broker, args.prefix + topics.LEDGER, timeout=args.timeout)):
+    for r in _broker_call(kafka, read_topic(kafka, args.prefix + topics.LEDGER, timeout=args.timeout)):
         e = json.loads(r.value)
         spent[e["model_id"]] = e
     if args.action == "show" and args.target not in models:
-        print(f"dpstream models show: no registration for that id on {args.prefix}{topics.MODELS}",
-              file=sys.stderr)
-        return 1
+        raise Failed(f"no registration for that id on {args.prefix}{topics.MODELS}")
     for mid, cfg in sorted(models.items()):
         if args.action == "show" and mid != args.target:
             continue
         e = spent.get(mid)
-        used = f"eps {e['spent_epsilon']:.6g} / {cfg['budget']['epsilon']:g} (epoch {e['epoch']})" if e \
-            else "eps 0"
-        print(f"{mid:24s} {cfg['params']['kind']:14s} d={cfg['dimension']:<8d} {used}")
+        used = (f"eps {e['spent_epsilon']:.6g} of {cfg.budget.epsilon:g} (epoch {e['epoch']})" if e
+                else f"eps 0 of {cfg.budget.epsilon:g} (nothing charged yet)")
+        print(f"{mid:24s} {cfg.kind:16s} d={cfg.dimension:<8d} {used}")
     return 0
 
 
-def _register(args) -> int:
-    """Validate a registration locally (schema and feasibility, as the worker will) and
-    send it only when it would be accepted."""
+def parse_registrations(path: str) -> list:
+    """The model configs of a file (one JSON object, a list, or JSONL), each validated as
+    the worker will: schema, then feasibility (``Handler.config_problem``). Failed with
+    what to fix (the line and column of a JSON error; the field, value and allowed range
+    of a schema error) on the first that fails."""
     from pydantic import ValidationError
 
-    from dpstream.agents.handlers import check_feasible
-    from dpstream.agents.sequencer import _reason
+    from dpstream.agents.kinds import kind
     from dpstream.schemas import ModelConfig
-    if not args.target:
-        print("dpstream models register: name a model config file (JSON)", file=sys.stderr)
-        return 2
+    from dpstream.schemas.config import config_error_text
     try:
-        config = ModelConfig.model_validate_json(Path(args.target).read_bytes())
+        text = Path(path).read_text()
     except OSError as err:
-        print(f"dpstream models register: cannot read {args.target}: {err.strerror}", file=sys.stderr)
-        return 2
-    except ValidationError as err:
-        print(f"dpstream models register: {_reason(err)}", file=sys.stderr)
-        return 1
-    problem = check_feasible(config)
-    if problem:
-        print(f"dpstream models register: {problem}", file=sys.stderr)
-        return 1
-    line = json.dumps(config.model_dump(mode="json")).encode()
+        raise Failed(f"cannot read {path}: {err.strerror}", 2) from None
     try:
-        asyncio.run(_produce(args.broker, args.prefix + topics.MODELS, [line]))
-    except Exception as err:              # noqa: BLE001
-        print(f"dpstream models register: cannot reach the broker at {args.broker} "
-              f"({type(err).__name__})", file=sys.stderr)
-        return 1
-    print(f"dpstream models: registration of {config.model_id} ({config.kind}) sent; "
-          f"watch `dpstream consume --topic rejected` if the worker refuses it")
+        docs = [(0, json.loads(text))]
+    except ValueError as whole:
+        docs = []
+        for i, line in enumerate(text.splitlines(), 1):
+            if not line.strip():
+                continue
+            try:
+                docs.append((i, json.loads(line)))
+            except ValueError as err:
+                where = f"line {whole.lineno}, column {whole.colno}" if i == 1 else f"line {i}"
+                raise Failed(f"{path}: not JSON at {where}: {getattr(err, 'msg', err)}") from None
+    configs = []
+    for line, doc in docs:
+        for raw in doc if isinstance(doc, list) else [doc]:
+            at = f"{path}" + (f" line {line}" if line else "")
+            try:
+                config = ModelConfig.model_validate(raw)
+            except ValidationError as err:
+                raise Failed(f"{at}: {config_error_text(err, raw)}") from None
+            problem = kind(config.kind).config_problem(config)
+            if problem:
+                raise Failed(f"{at}: infeasible model config for {config.model_id}: {problem}")
+            configs.append(config)
+    return configs
+
+
+def _register(args) -> int:
+    """Validate registrations locally (schema and feasibility, as the worker will) and
+    send them only when every one would be accepted."""
+    if not args.target:
+        raise Failed("name a model config file (JSON, a list, or JSONL)", 2)
+    configs = parse_registrations(args.target)
+    kafka = _kafka(args)
+    lines = [json.dumps(c.model_dump(mode="json")).encode() for c in configs]
+    _broker_call(kafka, _produce(kafka, args.prefix + topics.MODELS, lines, [0]))
+    for config in configs:
+        print(f"dpstream models: registration of {config.model_id} ({config.kind}) sent; "
+              f"refusals appear on {args.prefix}{topics.REJECTED}")
     return 0
 
 
@@ -428,7 +565,7 @@ def main(argv=None) -> int:
     p.add_argument("--fraud-events", type=int, default=20_000, help="default: %(default)s")
     p.add_argument("--queries", type=int, default=5_000, help="risk-score queries (default: %(default)s)")
     p.add_argument("--json", help="also write the summary as JSON to this file")
-    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.add_argument("--quiet", action="store_true", help="no progress output")
     p.set_defaults(fn=cmd_demo)
     p = sub.add_parser("run", help="the embedded runtime over files (no Kafka)")
     p.add_argument("--models", help="model configs: a JSON file (object or list) or JSONL")
@@ -436,34 +573,38 @@ def main(argv=None) -> int:
     p.add_argument("--queries", help="queries, JSONL")
     p.add_argument("--out", required=True, help="export directory written (0700, files 0600)")
     p.add_argument("--state", help="SQLite file for state that survives restarts")
+    p.add_argument("--quiet", action="store_true", help="no progress output")
     p.set_defaults(fn=cmd_run)
+
+    def broker(parser):
+        parser.add_argument("--broker", help=f"bootstrap servers (default: $DPSTREAM_KAFKA_BOOTSTRAP "
+                            f"or {DEFAULT_BOOTSTRAP})")
+        parser.add_argument("--prefix", default="", help="prefix of every topic name")
+
     p = sub.add_parser("worker", help="run a faust worker against a Kafka broker")
-    p.add_argument("--broker", default=DEFAULT_BROKER, help="default: %(default)s")
+    broker(p)
     p.add_argument("--partitions", type=int, default=4,
                    help="partitions of topics it creates; fixes how many workers can share "
                         "the load (default: %(default)s)")
     p.add_argument("--app-id", default="dpstream", help="faust app id / consumer group (default: %(default)s)")
     p.add_argument("--data-dir", default="/tmp/dpstream-worker", help="default: %(default)s")
     p.add_argument("--web-port", type=int, help="serve /status/ and /metrics/ on this port")
-    p.add_argument("--loglevel", default="warning", help="default: %(default)s")
-    p.add_argument("--prefix", default="", help="prefix of every topic name")
+    p.add_argument("--loglevel", default="info", help="default: %(default)s")
     p.add_argument("--consumer-thread", action="store_true",
                    help="run faust's Kafka consumer in its own thread (faust's default) instead "
-                        "of on the worker's event loop (streams/inloop.py)")
+                        "of on the worker's event loop (streams/faust_seam.py); a fallback")
     p.add_argument("--latency-metrics", action="store_true",
                    help="export a coarse batch-latency histogram (a timing side channel; off by default)")
-    p.add_argument("--per-record", action="store_true",
-                   help="consume through faust's per-record stream path instead of whole fetches "
-                        "(streams/bulk.py; slower, kept for comparison)")
     p.set_defaults(fn=cmd_worker)
     for name, fn in (("produce", cmd_produce), ("consume", cmd_consume)):
         p = sub.add_parser(name, help="send a JSONL file to an input topic" if name == "produce"
                            else "print a topic's records from the start")
-        p.add_argument("--broker", default=DEFAULT_BROKER, help="default: %(default)s")
-        p.add_argument("--prefix", default="", help="prefix of every topic name")
+        broker(p)
         p.add_argument("--topic", required=True)
         if name == "produce":
             p.add_argument("--file", required=True, help="JSONL, one record per line")
+            p.add_argument("--no-check", action="store_true",
+                           help="send without checking each record's form locally first")
         else:
             p.add_argument("--timeout", type=float, default=5.0,
                            help="stop after this many seconds without a new record (default: %(default)s)")
@@ -472,20 +613,17 @@ def main(argv=None) -> int:
     p = sub.add_parser("models", help="register, list or show models")
     p.add_argument("action", choices=["register", "list", "show"])
     p.add_argument("target", nargs="?")
-    p.add_argument("--broker", default=DEFAULT_BROKER)
-    p.add_argument("--prefix", default="", help="prefix of every topic name")
+    broker(p)
     p.add_argument("--timeout", type=float, default=3.0)
     p.set_defaults(fn=cmd_models)
     p = sub.add_parser("export", help="write the log and output topics to JSONL files")
-    p.add_argument("--broker", default=DEFAULT_BROKER)
-    p.add_argument("--prefix", default="")
+    broker(p)
     p.add_argument("--timeout", type=float, default=5.0)
     p.add_argument("--out", required=True)
     p.set_defaults(fn=cmd_export)
     p = sub.add_parser("replay", help="recompute every release with the key and compare")
     p.add_argument("--dir", help="an export directory (default: read the topics from Kafka)")
-    p.add_argument("--broker", default=DEFAULT_BROKER)
-    p.add_argument("--prefix", default="")
+    broker(p)
     p.add_argument("--timeout", type=float, default=5.0)
     p.add_argument("--model", action="append", help="only these model ids (repeatable)")
     p.add_argument("--no-key", action="store_true", help="verify only the public record")
@@ -498,10 +636,16 @@ def main(argv=None) -> int:
                    help="add exact online mistakes (private statistics; for the data owner only)")
     p.set_defaults(fn=cmd_audit_report)
     p = sub.add_parser("schemas", help="write JSON Schemas of every event")
-    p.add_argument("--out", default="schemas-json")
+    p.add_argument("--out", required=True, help="directory to write them to")
     p.set_defaults(fn=cmd_schemas)
     args = ap.parse_args(argv)
-    return args.fn(args)
+    try:
+        return args.fn(args)
+    except Failed as err:
+        print(f"dpstream {args.cmd}: {err}", file=sys.stderr)
+        return err.code
+    except KeyboardInterrupt:
+        return 130
 
 
 if __name__ == "__main__":

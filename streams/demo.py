@@ -118,11 +118,13 @@ def baselines(cfg: dict, labelled: list, query_truths: list) -> dict:
     return out
 
 
-def summarise(rt: EmbeddedRuntime, truths: list, labelled: dict) -> list[dict]:
+def summarise(rt: EmbeddedRuntime, truth: dict, labelled: dict) -> list[dict]:
+    """One row per model. ``truth``: source ("topic:0:offset") -> true label of each input;
+    ``labelled``: model -> [(features, label)] of its examples, in order."""
     rows = []
     for cfg in MODELS:
         mid = cfg["model_id"]
-        preds = [(p, t) for p, t in zip(rt.outputs["predictions"], truths) if p["model_id"] == mid]
+        preds = [(p, truth[p["source"]]) for p in rt.outputs["predictions"] if p["model_id"] == mid]
         queries = [(p, t) for p, t in preds if p["kind"] == "query"]
         answered = [(p, t) for p, t in queries if p["label"] is not None]
         ledger = [e for e in rt.outputs["ledger"] if e["model_id"] == mid]
@@ -135,9 +137,8 @@ def summarise(rt: EmbeddedRuntime, truths: list, labelled: dict) -> list[dict]:
             "queries answered": f"{len(answered)}/{len(queries)}",
             "query accuracy": (sum(p["label"] == t for p, t in answered) / len(answered)) if answered else float("nan"),
             # computed in-process from the learner (where the data is), never from the topic
-            "online mistakes": getattr(handler, "internal_mistakes", lambda: None)(),
-            "updates / hard queries": (sum(p["updated"] for p, _ in preds) if cfg["params"]["kind"] != "predictor"
-                                       else sum(p["status"] == "hard_query" for p, _ in preds)),
+            "online mistakes": handler.internal_mistakes(),
+            "updates / hard queries": sum(p["updated"] or p["status"] == "hard_query" for p, _ in preds),
             **baselines(cfg, labelled[mid], [t for _, t in queries]),
             "status": last["status"],
         })
@@ -148,28 +149,21 @@ def run_demo(n_fraud: int = 20_000, n_queries: int = 5_000, progress: bool = Tru
     rng, keyed = demo_key()
     items = list(events(n_fraud, n_queries))
     rt = EmbeddedRuntime(rng)
-    truths, labelled = [], {cfg["model_id"]: [] for cfg in MODELS}
-
-    async def go(advance):
-        for topic, payload, truth in items:
-            n_before = len(rt.outputs["predictions"])
-            await rt.feed(topic, payload)
-            if len(rt.outputs["predictions"]) > n_before:
-                truths.append(truth)
-                if topic == "examples":
-                    labelled[payload["model_id"]].append((payload.get("active", payload.get("x")), truth))
-            advance()
-
+    truth, labelled, offsets = {}, {cfg["model_id"]: [] for cfg in MODELS}, {}
+    for topic, payload, label in items:
+        offsets[topic] = offsets.get(topic, -1) + 1
+        truth[f"{topic}:0:{offsets[topic]}"] = label
+        if topic == "examples":
+            labelled[payload["model_id"]].append((payload.get("active", payload.get("x")), label))
+    feed = [(topic, payload) for topic, payload, _ in items]
     if progress:
-        from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
-                                   TimeElapsedColumn, TimeRemainingColumn)
-        with Progress(TextColumn("[bold]dpstream demo"), BarColumn(), MofNCompleteColumn(),
-                      TimeElapsedColumn(), TimeRemainingColumn(), transient=False) as bar:
-            task = bar.add_task("events", total=len(items))
-            asyncio.run(go(lambda: bar.advance(task)))
+        from .cli import Progress
+        bar = Progress("dpstream demo", len(feed))
+        asyncio.run(rt.feed_all(feed, bar.advance))
+        bar.done()
     else:
-        asyncio.run(go(lambda: None))
-    rows = summarise(rt, truths, labelled)
+        asyncio.run(rt.feed_all(feed))
+    rows = summarise(rt, truth, labelled)
     rows.append({"_key_source": "configured" if keyed else "public demo key (not private)",
                  "_rejected": len(rt.outputs["rejected"]),
                  "_meaning": [f"{cfg['model_id']}: " + epsilon_meaning(cfg["budget"]["epsilon"],

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from dpstream.agents.processor import Processor
 from dpstream.agents.records import RawRecord
-from dpstream.agents.sequencer import MODEL_EVENTS, sequence_one
+from dpstream.agents.sequencer import MODEL_EVENTS, sequence_batch
 from dpstream.mechanisms.randomness import KeyedRandomness
 
 
@@ -49,6 +49,13 @@ class SqliteState(MutableMapping):
 
 
 class EmbeddedRuntime:
+    """The sequencer and the processor over records fed in order, in batches of up to
+    ``BATCH`` records, as the worker applies a fetch: the sequencer validates a batch and
+    appends its log records, then the processor applies them through the same batch
+    kernels. Outputs per topic are in the order a one-record-at-a-time run gives them."""
+
+    BATCH = 500
+
     def __init__(self, rng: KeyedRandomness, state: MutableMapping | None = None):
         self.rng = rng
         self.state = {} if state is None else state
@@ -65,25 +72,42 @@ class EmbeddedRuntime:
         else:
             self.outputs[topic].append(value)
 
-    async def feed(self, topic: str, payload: bytes | str | dict, key: str | None = None) -> None:
-        """One input record on ``topic`` (models, examples or queries)."""
+    def _record(self, topic: str, payload: bytes | str | dict, key: str | None) -> RawRecord:
         if isinstance(payload, dict):
             payload = json.dumps(payload)
         if isinstance(payload, str):
             payload = payload.encode()
         self.offsets[topic] += 1
-        record = RawRecord(topic, 0, self.offsets[topic], key.encode() if key else None, payload)
-        await sequence_one(record, self.state, self._emit)
-        while self._pending:
-            mkey, value = self._pending.pop(0)
-            self.log_offset += 1
-            self.state["embedded/log_offset"] = self.log_offset
-            self.log.append({"partition": 0, "offset": self.log_offset, "value": value})
-            await self.processor.handle(RawRecord(MODEL_EVENTS, 0, self.log_offset, mkey.encode(),
-                                                  json.dumps(value).encode()))
+        return RawRecord(topic, 0, self.offsets[topic], key.encode() if key else None, payload)
+
+    async def feed(self, topic: str, payload: bytes | str | dict, key: str | None = None) -> None:
+        """One input record on ``topic`` (models, examples or queries)."""
+        await self._apply([self._record(topic, payload, key)])
 
     async def feed_all(self, items: Iterable[tuple[str, bytes | str | dict]], progress=None) -> None:
+        """Input records (topic, payload) in order, ``BATCH`` at a time; ``progress(n)``
+        after each batch of n."""
+        batch: list[RawRecord] = []
         for topic, payload in items:
-            await self.feed(topic, payload)
+            batch.append(self._record(topic, payload, None))
+            if len(batch) >= self.BATCH:
+                await self._apply(batch)
+                if progress is not None:
+                    progress(len(batch))
+                batch = []
+        if batch:
+            await self._apply(batch)
             if progress is not None:
-                progress()
+                progress(len(batch))
+
+    async def _apply(self, records: list[RawRecord]) -> None:
+        await sequence_batch(records, self.state, self._emit)
+        appended = []
+        for mkey, value in self._pending:
+            self.log_offset += 1
+            self.log.append({"partition": 0, "offset": self.log_offset, "value": value})
+            appended.append(RawRecord(MODEL_EVENTS, 0, self.log_offset, mkey.encode(), b"", body=value))
+        self._pending.clear()
+        self.state["embedded/log_offset"] = self.log_offset
+        if appended:
+            await self.processor.handle_batch(appended)

@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka import TopicPartition
 
 from dpstream.agents.records import RawRecord
 
@@ -25,13 +25,13 @@ class GapNotFilled(RuntimeError):
     pass
 
 
-async def read_range(bootstrap: str, topic: str, partition: int, start: int, end: int, *,
+async def read_range(kafka, topic: str, partition: int, start: int, end: int, *,
                      name: str | None = None, timeout: float = 30.0) -> list[RawRecord]:
     """Records of ``topic``/``partition`` with ``start <= offset < end`` (``name`` is the
-    topic's name on the broker when it differs, e.g. with a prefix)."""
+    topic's name on the broker when it differs, e.g. with a prefix); ``kafka``: the
+    connection settings (streams/kafka.py)."""
     tp = TopicPartition(name or topic, partition)
-    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, group_id=None,
-                                enable_auto_commit=False, auto_offset_reset="earliest")
+    consumer = kafka.consumer(group_id=None, enable_auto_commit=False, auto_offset_reset="earliest")
     await consumer.start()
     out: list[RawRecord] = []
     try:
@@ -47,7 +47,7 @@ async def read_range(bootstrap: str, topic: str, partition: int, start: int, end
                        for r in batch.get(tp, []) if start <= r.offset < end)
     finally:
         await consumer.stop()
-    log.warning("re-read %d record(s) of %s[%d] offsets %d..%d not handed over (dropped by the "
+    log.info("re-read %d record(s) of %s[%d] offsets %d..%d not handed over (dropped by the "
                 "runtime, or a backlog a crash left)",
                 len(out), tp.topic, partition, start, end - 1)
     return out

@@ -17,38 +17,23 @@ import time
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
+from dpstream.agents.kinds import kind
 from dpstream.mechanisms.accounting import spent
+from dpstream.schemas import ModelConfig
 
 
 def status_of(config: dict, head: dict) -> dict:
-    """Public summary of one model from its config and head record."""
-    kind = config["params"]["kind"]
-    budget = config["budget"]
-    out = {"kind": kind, "dimension": config["dimension"], "events": head.get("n", 0),
-           "budget_epsilon": budget["epsilon"], "budget_delta": budget["delta"]}
-    ledger = None
-    if kind == "winnow":
-        s = head["learner"]
-        ledger = s["ledger"]
-        out.update(epoch=0, rounds=s["t"], updates=s["k"], frozen=s["frozen"],
-                   exhausted=s["exhausted"])
-    elif kind == "continual_winnow":
-        s = head["learner"]
-        ledger = head["ledger"]
-        out.update(epoch=s["epoch"], releases_this_epoch=s["b"], exhausted=False)
-    elif kind == "predictor":
-        s = head["predictor"]
-        ledger = s["ledger"]
-        out.update(epoch=s["epoch"], rounds=s["queries"], hard_queries=s["tops"],
-                   hypothesis_version=s["version"], exhausted=s["exhausted"],
-                   buffered_examples=head.get("buffer_n", 0))
-    else:
-        ledger = head.get("ledger")
-        out.update(epoch=head.get("epoch", head.get("window")), releases=head["version"],
-                   buffered_examples=head["buffer_n"], exhausted=False)
+    """Public summary of one model from its config and head record: the fields every
+    kind has, then the kind's own (``Handler.status``)."""
+    cfg = ModelConfig.model_validate(config)
+    budget = cfg.budget
+    out = {"kind": cfg.kind, "dimension": cfg.dimension, "events": head.get("n", 0),
+           "budget_epsilon": budget.epsilon, "budget_delta": budget.delta}
+    fields, ledger = kind(cfg.kind).status(cfg, head)
+    out.update(fields)
     total = spent(ledger)
     out["spent_epsilon"], out["spent_delta"] = total.epsilon, total.delta
-    out["left_epsilon"] = max(0.0, budget["epsilon"] - out["spent_epsilon"])
+    out["left_epsilon"] = max(0.0, budget.epsilon - out["spent_epsilon"])
     return out
 
 
@@ -101,6 +86,47 @@ class RepeatFilter(logging.Filter):
         if held:
             record.msg = f"{record.msg} (and {held} more like it in the last {self.window:g}s)"
         return True
+
+
+# Lines aiokafka and faust log at ERROR while a consumer group forms on a fresh broker
+# (the group coordinator is elected after the first join request): expected at start.
+STARTUP_NOISE = ("GroupCoordinatorNotAvailable", "Marking the coordinator dead",
+                 "Heartbeat session expired", "Timer commit is overlapping", "coordinator dead",
+                 "NotCoordinator", "Heartbeat failed")
+STARTUP_WINDOW = 90.0        # seconds after the worker starts in which those lines are expected
+
+
+class StartupNoise(logging.Filter):
+    """Logs the lines a fresh consumer group always produces at start (STARTUP_NOISE) at
+    INFO for the first STARTUP_WINDOW seconds, so that ERROR means something is wrong;
+    after that they keep their level (a coordinator lost mid-run is worth an ERROR)."""
+
+    def __init__(self, window: float = STARTUP_WINDOW):
+        super().__init__()
+        self.until = time.monotonic() + window
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno >= logging.WARNING and time.monotonic() < self.until:
+            text = str(record.msg)
+            if any(n in text for n in STARTUP_NOISE) or (
+                    record.args and any(n in str(a) for a in record.args for n in STARTUP_NOISE)):
+                record.levelno, record.levelname = logging.INFO, "INFO"
+        return True
+
+
+def quiet_startup_logs(root: logging.Logger, level: int) -> None:
+    """The worker's log policy, set up with the root logger: the libraries' INFO chatter
+    off (aiokafka, faust and mode log at WARNING and above unless the worker runs at
+    DEBUG), expected start-up noise at INFO (``StartupNoise``), and a line an outage
+    repeats tens of thousands of times once per 10 s (``RepeatFilter``). The filters sit
+    on the root's handlers, which every library logger's records reach."""
+    if level > logging.DEBUG:
+        for name in ("aiokafka", "faust", "mode"):
+            logging.getLogger(name).setLevel(logging.WARNING)
+    noise, repeat = StartupNoise(), RepeatFilter()
+    for handler in root.handlers:
+        handler.addFilter(noise)
+        handler.addFilter(repeat)
 
 
 class Metrics:

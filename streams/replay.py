@@ -9,10 +9,10 @@ fails at once instead of producing a storm of mismatches.
 """
 from __future__ import annotations
 
-import json
 from collections import defaultdict
 from dataclasses import dataclass, field
 
+from dpstream.agents.kinds import KINDS
 from dpstream.agents.processor import Processor
 from dpstream.agents.records import RawRecord
 from dpstream.mechanisms.randomness import KeyedRandomness
@@ -20,6 +20,7 @@ from dpstream.mechanisms.randomness import KeyedRandomness
 from .topics import LEDGER, MODEL_EVENTS, PREDICTIONS, RELEASES
 
 COMPARED = (PREDICTIONS, LEDGER, RELEASES)
+BATCH = 500                      # log records applied at a time (as the worker's batches)
 IGNORED_FIELDS = ("source",)     # transport positions, not releases
 
 
@@ -89,9 +90,9 @@ async def replay(rng: KeyedRandomness, log: list[dict], published: dict[str, lis
                  ) -> ReplayReport:
     """``log``: model-events records {partition, offset, value}; ``published``: the output
     topics' values. Only models in ``models`` are compared (all when None). With a dict
-    ``mistakes``, each online learner's exact cumulative mistakes after every labelled
-    example are collected into it as {model: [(seq, mistakes)]}: a private statistic, for
-    the internal audit report only."""
+    ``mistakes``, each online learner's exact cumulative mistakes are collected into it
+    after every batch of BATCH log records as {model: [(seq, mistakes)]}: a private
+    statistic, for the internal audit report only. ``progress(n)`` after each batch."""
     check_key(rng, [e for e in published.get(LEDGER, [])
                     if models is None or e["model_id"] in models])
     recomputed: dict[str, list] = defaultdict(list)
@@ -100,21 +101,24 @@ async def replay(rng: KeyedRandomness, log: list[dict], published: dict[str, lis
         recomputed[topic].append(value)
 
     processor = Processor(rng, {}, emit)
-    n = 0
-    for rec in sorted(log, key=lambda r: (r["partition"], r["offset"])):
-        value = rec["value"]
-        if models is not None and value["event"]["model_id"] not in models:
-            continue
-        model_id = value["event"]["model_id"]
-        await processor.handle(RawRecord(MODEL_EVENTS, rec["partition"], rec["offset"],
-                                         model_id.encode(), json.dumps(value).encode()))
-        n += 1
-        if mistakes is not None and value["event"]["type"] == "example":
-            handler = processor.handler(model_id)
-            if handler is not None and hasattr(handler, "internal_mistakes"):
-                mistakes.setdefault(model_id, []).append((handler.events - 1, handler.internal_mistakes()))
+    selected = [r for r in sorted(log, key=lambda r: (r["partition"], r["offset"]))
+                if models is None or r["value"]["event"]["model_id"] in models]
+    for a in range(0, len(selected), BATCH):
+        chunk = selected[a:a + BATCH]
+        await processor.handle_batch([
+            RawRecord(MODEL_EVENTS, r["partition"], r["offset"],
+                      r["value"]["event"]["model_id"].encode(), b"", body=r["value"])
+            for r in chunk])
+        if mistakes is not None:            # each model's cumulative mistakes after the batch
+            for model_id in dict.fromkeys(r["value"]["event"]["model_id"] for r in chunk
+                                          if r["value"]["event"]["type"] == "example"):
+                handler = processor.handler(model_id)
+                done = handler.internal_mistakes() if handler is not None else None
+                if done is not None:
+                    mistakes.setdefault(model_id, []).append((handler.events - 1, done))
         if progress is not None:
-            progress()
+            progress(len(chunk))
+    n = len(selected)
     topics = {}
     for topic in COMPARED:
         pub = [v for v in published.get(topic, []) if models is None or v["model_id"] in models]
@@ -197,9 +201,9 @@ def _check_predictions(published: dict[str, list[dict]]) -> list[str]:
     for e in published.get(LEDGER, []):
         epochs_at[e["model_id"]].append((e["seq"], e["epoch"]))
         charge_seqs[e["model_id"]].append(e["seq"])
-    winnows = _winnow_models(published.get(LEDGER, []))
+    online = _online_models(published.get(LEDGER, []))
     for model, by_seq in preds.items():
-        winnow = model in winnows
+        winnow = model in online
         prev, exhausted_at = None, None
         for seq in sorted(by_seq):
             p = by_seq[seq]
@@ -225,8 +229,8 @@ def _check_predictions(published: dict[str, list[dict]]) -> list[str]:
     return problems
 
 
-def _winnow_models(ledger: list[dict]) -> set[str]:
-    """Models whose ledger shows an online learner's mechanisms: DP-Winnow's or continual
-    Winnow's (their versions move exactly with the released updates)."""
-    return {e["model_id"] for e in ledger if e["mechanism"] in
-            ("above_threshold", "weight_draw", "tree_aggregation[discrete_gaussian]")}
+def _online_models(ledger: list[dict]) -> set[str]:
+    """Models whose ledger shows an online learner's mechanisms (kinds with
+    ``Handler.online``: their versions move exactly with the released updates)."""
+    mechanisms = {m for k in KINDS.values() if k.online for m in k.mechanisms}
+    return {e["model_id"] for e in ledger if e["mechanism"] in mechanisms}

@@ -19,6 +19,7 @@ import base64
 import html
 import io
 import math
+import os
 from collections import defaultdict
 from datetime import datetime, timezone
 from pathlib import Path
@@ -28,6 +29,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
+from dpstream.agents.kinds import kind  # noqa: E402
 from dpstream.schemas import ModelConfig  # noqa: E402
 
 
@@ -40,62 +42,10 @@ def _version() -> str:
 
 
 def parameter_rows(config: ModelConfig) -> list[tuple[str, str, str]]:
-    """(parameter, value, where it comes from)."""
-    from dpstream.agents.handlers import predictor_config, winnow_parameters  # noqa: F401
-    p, b = config.params, config.budget
-    rows = [("budget (eps, delta)", f"({b.epsilon:g}, {b.delta:g})", "model registration")]
-    if p.kind == "winnow":
-        w = winnow_parameters(config)
-        src = "seed 000 Thm 11 + Lemma 14 (solved jointly)" if w.source == "theorem-11" else "user (practical mode)"
-        rows += [("eps^ (AboveThreshold)", f"{w.eps_hat:.4g}", src),
-                 ("eta", f"{w.eta:.4g}", src), ("m (draws per w~)", str(w.m),
-                                                  "Hoeffding, design.md s.4" if w.source == "theorem-11" else src),
-                 ("K (update cap)", f"{w.K:.4g}", src), ("L (threshold)", f"{w.L:.4g}",
-                                                          "8 ln(2T^2/beta)/eps^" if w.source == "theorem-11" else src),
-                 ("guaranteed eps", f"{w.epsilon:.4g}", "Thm 11 composition (mechanisms.params.dp_winnow_guarantee)")]
-    elif p.kind == "continual_winnow":
-        from dpstream.learners.continual_winnow import continual_winnow_parameters
-        c = continual_winnow_parameters(epsilon=b.epsilon, delta=b.delta, d=config.dimension,
-                                        max_active=p.max_active + 1, horizon=p.horizon,
-                                        block=p.block, eta=p.eta, margin=p.margin)
-        src = "registration"
-        rows += [("block B, horizon T per epoch", f"{c.block}, {c.horizon}", src),
-                 ("max active s (bias included)", str(c.max_active), src),
-                 ("sensitivity 2 sqrt(s)", f"{c.sensitivity:.4g}", "replace-one (learners/continual_winnow.py)"),
-                 ("tree levels", str(c.levels), "ceil(log2(T/B)) + 1"),
-                 ("noise variance sigma^2", str(c.sigma2),
-                  "smallest integer meeting the budget (mechanisms.continual.calibrate_tree_sigma2)"),
-                 ("rho (zCDP) per epoch", f"{c.rho:.4g}", "levels * Delta^2 / (2 sigma^2)"),
-                 ("guaranteed eps per example", f"{c.epsilon:.4g}",
-                  "dp-accounting RDP conversion; epochs on disjoint examples compose in parallel"),
-                 ("eta, margin (noise units)", f"{c.eta:g}, {c.margin:g}", src)]
-    elif p.kind == "predictor":
-        pc = predictor_config(config)
-        cal = pc.calibration()
-        from dpstream.agents.handlers import predictor_shape
-        k, m = predictor_shape(config)
-        rows += [("k blocks x m", f"{k} x {m}", "registration" if p.k else
-                  "sized from the budget (learners.predictor.size_predictor)"),
-                 ("v_max hard queries per epoch", str(p.v_max), "registration")]
-        if p.accounting == "epoch":
-            rows += [("epoch guarantee (eps, delta)", f"{cal.epsilon:.4g}, {cal.delta:.3g}",
-                      "one supermartingale per epoch (mechanisms.bt_epoch), charged once"),
-                     ("psi, c_top per hard query", f"{cal.psi:.4g}, {cal.c_top:.4g}",
-                      "eps = psi ln(1/delta) + v_max c_top")]
-        else:
-            budget = pc.budget()
-            rows += [("eps_BT, delta_BT", f"{budget.eps_bt:.4g}, {budget.delta_bt:.3g}",
-                      "seed 001 Thm 3 over v_max (mechanisms.params.predictor_instance_budget)")]
-        rows += [("thresholds A, B", f"{cal.lower:g}, {cal.upper:g}", "3k/8, 5k/8 (seed 001 Claim 2)"),
-                 ("noise scale b", f"{float(cal.scale):.4g}", f"{p.accounting} calibration")]
-    else:
-        from dpstream.learners.decision_list_classifier import round_epsilon
-        from dpstream.learners.decision_list import FeatureFamily
-        fam = FeatureFamily(config.dimension, p.max_conjunction, p.negations)
-        rows += [("window", str(p.window), "registration"),
-                 ("per-round eps", f"{round_epsilon(p.accounting, b.epsilon, b.delta, len(fam)):.4g}",
-                  f"{p.accounting} analysis (mechanisms.params)")]
-    return rows
+    """(parameter, value, where it comes from): the budget, then the kind's own rows."""
+    b = config.budget
+    return [("budget (eps, delta)", f"({b.epsilon:g}, {b.delta:g})", "model registration"),
+            *kind(config.kind).parameter_rows(config)]
 
 
 def _png(fig) -> bytes:
@@ -127,21 +77,34 @@ def model_figures(model_id, preds, ledger, budget_eps, mistakes=None):
     timeline = _png(fig)
     fig, ax = plt.subplots(figsize=(8, 3))
     ax.set_xlim(0, last_seq)
-    ax.step([e["seq"] for e in ledger], [e["spent_epsilon"] for e in ledger], where="post",
-            label="eps spent (running total)")
-    ax.axhline(budget_eps, color="tab:red", ls="--", label="budget cap")
-    ax.set_yscale("symlog", linthresh=1.0)
+    spent = [e["spent_epsilon"] for e in ledger]
+    ax.axhline(budget_eps, color="tab:red", ls=":", lw=1, label=f"budget cap (eps = {budget_eps:g})",
+               zorder=1)
+    if spent:
+        ax.step([e["seq"] for e in ledger] + [last_seq], spent + spent[-1:], where="post", lw=2.5,
+                color="tab:blue", label="eps spent this epoch (running total)", zorder=2)
+    ax.set_ylim(0, 1.15 * max([budget_eps, *spent]))
+    ax.set_ylabel("epsilon")
     ax.set_xlabel("model event (seq)")
-    ax.set_title(f"{model_id}: cumulative privacy budget (symlog)")
+    ax.set_title(f"{model_id}: privacy budget spent against its cap")
     ax.legend(loc="lower right", fontsize=8)
     return timeline, _png(fig)
 
 
 def build_report(log: list[dict], outputs: dict, out: Path, replay_summary: str | None = None,
-                 mistakes: dict | None = None) -> Path:
+                 mistakes: dict | None = None, private: bool = False) -> Path:
     """Write ``out/report.html``. Public unless ``mistakes`` ({model: [(seq, cumulative)]},
-    from a keyed replay) is given; the log is read only for the model configs."""
+    from a keyed replay) is given; the log is read only for the model configs.
+    ``private``: every file is written readable by its owner only (0600), as exports are."""
     out.mkdir(parents=True, exist_ok=True)
+
+    def write(path: Path, data: bytes) -> None:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600 if private else 0o644)
+        if private:
+            os.fchmod(fd, 0o600)
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+
     configs = {}
     for rec in sorted(log, key=lambda r: (r["partition"], r["offset"])):
         ev = rec["value"]["event"]
@@ -158,8 +121,8 @@ def build_report(log: list[dict], outputs: dict, out: Path, replay_summary: str 
         ledger = [ledger_by[model_id][k] for k in sorted(ledger_by[model_id])]
         curve = (mistakes or {}).get(model_id)
         timeline, budget = model_figures(model_id, preds, ledger, cfg.budget.epsilon, curve)
-        (out / f"{model_id}-timeline.png").write_bytes(timeline)
-        (out / f"{model_id}-budget.png").write_bytes(budget)
+        write(out / f"{model_id}-timeline.png", timeline)
+        write(out / f"{model_id}-budget.png", budget)
         numbers = {
             "events": len(preds) + 1,
             "queries": sum(p["kind"] == "query" for p in preds),
@@ -187,8 +150,8 @@ def build_report(log: list[dict], outputs: dict, out: Path, replay_summary: str 
                    f"model by another changes the probability of anything it released by at most a "
                    f"factor e^{cfg.budget.epsilon:g} = {math.exp(min(cfg.budget.epsilon, 700)):,.3g}, "
                    f"except with probability {cfg.budget.delta:g}"
-                   + (" (per example, each epoch on its own examples)" if cfg.kind in
-                      ("continual_winnow", "predictor", "decision_list") else "") + ".</p>")
+                   + (" (per example, each epoch on its own examples)"
+                      if kind(cfg.kind).epochs_on_fresh_examples else "") + ".</p>")
         img = lambda data, alt: (f'<img alt="{alt}" class="figure" '  # noqa: E731
                                  f'src="data:image/png;base64,{base64.b64encode(data).decode()}">')
         sections.append(f"""
@@ -226,5 +189,5 @@ td,th{{border:1px solid #ccc;padding:2px 8px;text-align:left}} img{{display:bloc
 </table>
 {verified}{''.join(sections)}</body></html>"""
     path = out / "report.html"
-    path.write_text(page)
+    write(path, page.encode())
     return path

@@ -21,7 +21,7 @@ def names(prefix: str = "") -> dict[str, str]:
     return {t: prefix + t for t in ALL}
 
 
-async def ensure_topics(broker: str, *, prefix: str = "", partitions: int = 4,
+async def ensure_topics(kafka, *, prefix: str = "", partitions: int = 4,
                         replication: int = 1, wait: float = 60.0) -> list[str]:
     """Create every dpstream topic that does not exist yet (returns the names created).
 
@@ -32,10 +32,10 @@ async def ensure_topics(broker: str, *, prefix: str = "", partitions: int = 4,
     waits until the broker's metadata lists every dpstream topic with a leader for each
     partition (a broker that just restarted can answer "unknown topic" for seconds after
     the creation succeeded), at most ``wait`` seconds."""
-    from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+    from aiokafka.admin import NewTopic
     from aiokafka.errors import TopicAlreadyExistsError
 
-    admin = AIOKafkaAdminClient(bootstrap_servers=broker, request_timeout_ms=10_000)
+    admin = kafka.admin(request_timeout_ms=10_000)
     await admin.start()
     try:
         existing = set(await admin.list_topics())
@@ -56,6 +56,18 @@ async def ensure_topics(broker: str, *, prefix: str = "", partitions: int = 4,
         if time.monotonic() - start > 1.0:
             logger.warning("waited %.1f s for the broker to list every topic", time.monotonic() - start)
         return new
+    finally:
+        await admin.close()
+
+
+async def create_topic(kafka, name: str, partitions: int, replication: int = 1) -> None:
+    """Create one topic (tests and benches make their own)."""
+    from aiokafka.admin import NewTopic
+    admin = kafka.admin()
+    await admin.start()
+    try:
+        await admin.create_topics([NewTopic(name, num_partitions=partitions,
+                                            replication_factor=replication)])
     finally:
         await admin.close()
 

@@ -1,11 +1,13 @@
 """The worker's interpreter and consumer settings, each with the trace that chose it:
 the collector's full passes held for idle moments, the GIL switch interval, and the
-fetch waits of aiokafka's consumer (streams/app.py and cli.py apply them;
+fetch waits of aiokafka's consumer (streams/app.py and cli.py apply them, through streams/faust_seam.py;
 bench/throughput.py and the traces in the docstrings measure them)."""
 from __future__ import annotations
 
 import gc
 import sys
+
+from . import faust_seam as seam
 
 FULL_GC_CHECK, FULL_GC_AT_MOST = 10.0, 60.0    # seconds (hold_full_collections)
 SWITCH_INTERVAL = 0.001             # seconds a thread holds the GIL (shorten_thread_switches)
@@ -36,7 +38,7 @@ def hold_full_collections() -> None:
 def shorten_thread_switches() -> None:
     """Hand the GIL between threads every SWITCH_INTERVAL seconds instead of CPython's 5 ms.
     With faust's consumer in its own thread (``--consumer-thread``; by default it runs on
-    the worker's loop, streams/inloop.py), every fetch it hands over crosses threads, and
+    the worker's loop, streams/faust_seam.py), every fetch it hands over crosses threads, and
     the consumer thread needs the GIL for each step of a fetch. While the event loop
     thread computes a batch, each such step waited up to the full interval (the convoy
     effect). Traced at 3,000 examples/s, fetches of records already on the broker arrived
@@ -77,9 +79,8 @@ def shorten_fetch_wait(consumer) -> None:
     waits for the full timeout with nothing left to wake it. Traced in the worker
     (an instrumented fetcher, 1,000 examples/s in 10 ms ticks): 11 such waits in 10 s,
     each holding every input for 200 ms (p99 latency 229 ms; 45 ms with the bound)."""
-    fetcher = consumer._fetcher
-    fetcher._fetch_max_wait_ms = FETCH_MAX_WAIT_MS
-    fetcher._fetcher_timeout = FETCH_MAX_WAIT_MS / 1000
+    seam.set_fetch_wait(consumer, max_wait_ms=FETCH_MAX_WAIT_MS, min_bytes=1,
+                        idle_timeout_s=FETCH_MAX_WAIT_MS / 1000)
 
 
 def pace_fetches(consumer, busy: bool) -> None:
@@ -104,6 +105,5 @@ def pace_fetches(consumer, busy: bool) -> None:
     instead of 0.75 (p99 32 ms), at 300/s p99 30 ms. An idle worker keeps the 50 ms
     long poll (an idle fetch every 10 ms cost 13.6% of a core): the first record after
     a pause is fetched as soon as it lands, and pacing starts with its batch."""
-    fetcher = consumer._fetcher
-    fetcher._fetch_min_bytes = BUSY_FETCH_MIN_BYTES if busy else 1
-    fetcher._fetch_max_wait_ms = BUSY_FETCH_MAX_WAIT_MS if busy else FETCH_MAX_WAIT_MS
+    seam.set_fetch_wait(consumer, min_bytes=BUSY_FETCH_MIN_BYTES if busy else 1,
+                        max_wait_ms=BUSY_FETCH_MAX_WAIT_MS if busy else FETCH_MAX_WAIT_MS)

@@ -57,7 +57,8 @@ def test_an_example_contributes_to_one_epoch_only():
     handler = rt.processor.handler("cw")
     s = handler.model.state
     assert s.epoch == 2 and s.b == 0 and s.alpha == {}
-    offset = handler._read_vector("offset", 2, dim=31)
+    from dpstream.agents.kinds.storage import model_key, read_vector
+    offset = read_vector(rt.state, lambda c: model_key("cw", "offset", 2, c), 31)
     assert np.array_equal(offset, s.offset)
     assert np.array_equal(handler.model.released, offset.astype(float))
 
@@ -83,12 +84,19 @@ def test_a_restart_from_persisted_state_gives_the_uninterrupted_outputs(tmp_path
             [json.dumps(v, sort_keys=True) for v in full[topic]], topic
 
 
-def test_rows_beyond_the_active_cap_are_dead_lettered_without_their_count():
-    rt = run([("models", CONFIG), ("examples", {"model_id": "cw", "active": list(range(9)), "y": 1}),
-              ("queries", {"model_id": "cw", "x": [1.0] * 30})])
-    assert len(rt.outputs["rejected"]) == 2 and not rt.outputs["predictions"]
-    for r in rt.outputs["rejected"]:
-        assert r["reason"] == "too many active features: the model allows 5"
+def test_rows_beyond_the_active_cap_are_bounded_not_dead_lettered():
+    """A well-formed row with more active features than max_active (5 here) is cut to its
+    lowest 5 distinct indices at the edge, and the log holds the row as the model uses it:
+    no dead letter says anything about it, and its outputs are those of the cut row."""
+    wide = [("examples", {"model_id": "cw", "active": [8, 0, 3, 3, 1, 7, 2, 4, 6, 5], "y": 1}),
+            ("queries", {"model_id": "cw", "x": [1.0] * 30})]
+    cut = [("examples", {"model_id": "cw", "active": [0, 1, 2, 3, 4], "y": 1}),
+           ("queries", {"model_id": "cw", "active": [0, 1, 2, 3, 4]})]
+    rt, ref = run([("models", CONFIG), *wide]), run([("models", CONFIG), *cut])
+    assert not rt.outputs["rejected"] and len(rt.outputs["predictions"]) == 2
+    assert [r["value"]["event"]["active"] for r in rt.log[1:]] == [[0, 1, 2, 3, 4]] * 2
+    assert [{k: v for k, v in p.items() if k != "source"} for p in rt.outputs["predictions"]] == \
+        [{k: v for k, v in p.items() if k != "source"} for p in ref.outputs["predictions"]]
 
 
 def test_examples_applied_in_batches_give_the_outputs_and_state_of_one_at_a_time():

@@ -16,7 +16,7 @@ import pytest
 
 from dpstream.agents.processor import Processor
 from dpstream.agents.records import RawRecord
-from dpstream.agents.sequencer import MODEL_EVENTS, sequence_one
+from dpstream.agents.sequencer import MODEL_EVENTS, sequence_batch
 from dpstream.mechanisms.continual import tree_levels
 from dpstream.mechanisms.randomness import KeyedRandomness
 from dpstream.streams.embedded import EmbeddedRuntime
@@ -34,8 +34,8 @@ def workload():
           ("models", {"model_id": "dl", "dimension": 6, "budget": {"epsilon": 2.0, "delta": 1e-6},
                       "params": {"kind": "decision_list", "window": 100}}),
           ("models", {"model_id": "p", "dimension": 1, "budget": {"epsilon": 8.0, "delta": 1e-6},
-                      "params": {"kind": "predictor", "generator": "thresholds", "k": 900, "m": 1,
-                                 "v_max": 20}}),
+                      "params": {"kind": "predictor", "generator": "thresholds", "k": 90, "m": 10,
+                                 "v_max": 10}}),
           ("models", {"model_id": "c", "dimension": 20, "budget": {"epsilon": 2.0, "delta": 1e-6},
                       "params": {"kind": "continual_winnow", "max_active": 4, "block": 25,
                                  "horizon": 300}})]          # 3 epochs, 12 releases each
@@ -62,13 +62,13 @@ def log_and_expected():
     log = [RawRecord(MODEL_EVENTS, 0, r["offset"], r["value"]["event"]["model_id"].encode(),
                      json.dumps(r["value"]).encode()) for r in rt.log]
     state = {}
-    asyncio.run(Processor(RNG, state, Broker().emit).run(_aiter(log)))
+    asyncio.run(_one_at_a_time(Processor(RNG, state, Broker().emit), log))
     return log, rt.outputs, state
 
 
-async def _aiter(items):
-    for item in items:
-        yield item
+async def _one_at_a_time(processor, records):
+    for record in records:
+        await processor.handle_batch([record])
 
 
 class Crash(Exception):
@@ -96,11 +96,11 @@ async def crash_then_restart(log, fail_at, restart_from):
     with pytest.raises(Crash):
         p = Processor(RNG, state, broker.emit)
         for rec in log:
-            await p.handle(rec)
+            await p.handle_batch([rec])
     broker.fail_at = None
     p = Processor(RNG, state, broker.emit)         # a new worker: tables restored, no cache
     for rec in log[restart_from:]:                 # from the last committed input offset
-        await p.handle(rec)
+        await p.handle_batch([rec])
     return broker.durable, state
 
 
@@ -132,7 +132,7 @@ async def _ordered_calls(log):
     p = Processor(RNG, {}, emit)
     for i, rec in enumerate(log):
         before = len(order)
-        await p.handle(rec)
+        await p.handle_batch([rec])
         calls += [(i, t) for t in order[before:]]
     return calls
 
@@ -167,7 +167,7 @@ def test_records_the_runtime_drops_are_re_read_from_the_log(log_and_expected):
         p = Processor(RNG, state, broker.emit, fetch)
         for i, rec in enumerate(log):
             if i not in dropped:
-                await p.handle(rec)
+                await p.handle_batch([rec])
         return state, broker.durable
 
     state, out = asyncio.run(go())
@@ -194,7 +194,7 @@ async def test_the_sequencer_re_reads_dropped_input_records():
 
         for i, rec in enumerate(records):
             if i not in skip:
-                await sequence_one(rec, state, emit, fetch)
+                await sequence_batch([rec], state, emit, fetch)
         return out
 
     async def fetch(topic, partition, start, end):

@@ -5,11 +5,12 @@ import asyncio
 import copy
 import json
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from dpstream.agents.records import RawRecord
-from dpstream.agents.sequencer import MODEL_EVENTS, REJECTED, sequence_one
+from dpstream.agents.sequencer import MODEL_EVENTS, REJECTED, sequence_batch
 
 CONFIG = {"type": "model", "model_id": "w1", "dimension": 8, "budget": {"epsilon": 2.0, "delta": 1e-6},
           "params": {"kind": "continual_winnow", "max_active": 4, "block": 100,
@@ -34,7 +35,7 @@ def check_one(payload: bytes, topic: str) -> None:
     async def emit(t, key, value):
         out.append((t, value))
 
-    asyncio.run(sequence_one(RawRecord(topic, 0, 5, None, payload), state, emit))
+    asyncio.run(sequence_batch([RawRecord(topic, 0, 5, None, payload)], state, emit))
     assert len(out) == 1
     t, value = out[0]
     if t == REJECTED:
@@ -51,12 +52,14 @@ def test_arbitrary_bytes_never_stop_the_sequencer(payload, topic):
 
 
 @SETTINGS
+@pytest.mark.slow
 @given(json_values, st.sampled_from(["models", "examples", "queries"]))
 def test_arbitrary_json_never_stops_the_sequencer(value, topic):
     check_one(json.dumps(value).encode(), topic)
 
 
 @SETTINGS
+@pytest.mark.slow
 @given(event_like, st.sampled_from(["models", "examples", "queries"]))
 def test_event_shaped_records_with_arbitrary_values_never_stop_the_sequencer(value, topic):
     check_one(json.dumps(value).encode(), topic)

@@ -90,7 +90,7 @@ async def test_each_generator_answers_most_queries_correctly_and_restores_after_
     ("finite", [20.0], "integer in [0, 20)"),
     ("finite", [2.5], "integer in [0, 20)"),
     ("conjunctions", [1.0, 0.0, 1.0, 1.0, -1.0, 1.0], "{-1, +1}^d"),
-    ("decision_lists", None, "take dense x"),
+    ("halfspace", None, "sparse 'active' features need a model over {-1, +1}^d"),
 ])
 async def test_an_input_outside_the_class_domain_is_dead_lettered(generator, x, needle):
     rt = EmbeddedRuntime(RNG)

@@ -9,9 +9,8 @@ import re
 import numpy as np
 
 from dpstream.agents.records import RawRecord
-from dpstream.agents.sequencer import sequence_one
+from dpstream.agents.sequencer import sequence_batch
 from dpstream.learners.dp_winnow import DPWinnow
-from dpstream.learners.inputs import BinaryInput
 from dpstream.mechanisms.audit import epsilon_lower_bound
 from dpstream.mechanisms.params import dp_winnow_practical_parameters
 from dpstream.mechanisms.randomness import KeyedRandomness
@@ -23,7 +22,7 @@ WINNOW = {"model_id": "w", "dimension": 8, "budget": {"epsilon": 50.0, "delta": 
           "params": {"kind": "winnow", "mode": "practical", "eps_hat": 1.0, "eta": 0.2, "m": 50,
                      "K": 5, "L": 2.0}}
 PREDICTOR = {"model_id": "p", "dimension": 1, "budget": {"epsilon": 8.0, "delta": 1e-6},
-             "params": {"kind": "predictor", "generator": "thresholds", "k": 400, "m": 2, "v_max": 4}}
+             "params": {"kind": "predictor", "generator": "thresholds", "k": 80, "m": 10, "v_max": 4}}
 DLIST = {"model_id": "dl", "dimension": 4, "budget": {"epsilon": 2.0, "delta": 1e-6},
          "params": {"kind": "decision_list", "window": 50}}
 
@@ -74,7 +73,7 @@ def test_published_outputs_do_not_change_when_only_example_labels_are_unreleased
 def _example_record_label(model_id: str, x: np.ndarray, new_path: bool):
     params = dp_winnow_practical_parameters(eps_hat=1.0, eta=0.2, m=50, K=5, L=2.0, delta=1e-6)
     model = DPWinnow(params=params, d=x.size, rng=RNG, model_id=model_id)
-    xi = BinaryInput.from_dense(x)
+    xi = np.flatnonzero(x > 0).tolist()
     if new_path:                                   # what the handler publishes now
         model.learn_one(xi, +1)
         return 0
@@ -110,7 +109,7 @@ def test_dead_letters_of_a_tiny_input_space_cannot_be_matched_by_hashing_candida
 
         async def emit(topic, key, value):
             out.append((topic, value))
-        asyncio.run(sequence_one(RawRecord("examples", 0, 7, b"w", payload), dict(state), emit))
+        asyncio.run(sequence_batch([RawRecord("examples", 0, 7, None, payload)], dict(state), emit))
         (topic, value), = out
         assert topic == "rejected"
         letters.add(json.dumps(value, sort_keys=True))
@@ -133,8 +132,8 @@ def test_rejection_reasons_carry_no_input_values():
 
         async def emit(topic, key, value):
             out.append(value)
-        asyncio.run(sequence_one(RawRecord("examples", 0, 0, None, json.dumps(case).encode()),
-                                 dict(state), emit))
+        asyncio.run(sequence_batch([RawRecord("examples", 0, 0, None, json.dumps(case).encode())],
+                                   dict(state), emit))
         reason = out[0]["reason"]
         for needle in ("secret-model-name", "mystery_field_xyz", "12345", "13"):
             assert needle not in reason, (case, reason)

@@ -22,18 +22,18 @@ def rows(n, d=40, seed=0):
 
 def test_parameters_spend_the_budget_and_no_more():
     for eps in (0.5, 1.0, 4.0):
-        p = continual_winnow_parameters(epsilon=eps, delta=1e-6, d=1000, max_active=21,
+        p = continual_winnow_parameters(epsilon=eps, delta=1e-6, d=1000, max_active=20,
                                         horizon=100_000, block=100)
         assert p.epsilon <= eps
         looser = tree_epsilon(sigma2=p.sigma2 - 1, levels=p.levels, sensitivity=p.sensitivity,
                               delta=1e-6)
         assert looser > eps                       # sigma2 is the smallest integer that fits
-        assert p.sensitivity == pytest.approx(2 * np.sqrt(21))
+        assert p.sensitivity == pytest.approx(2 * np.sqrt(21))     # 20 features and the bias
 
 
 def test_batches_give_the_same_steps_and_state_as_single_events():
     actives, ys = rows(3000)
-    p = continual_winnow_parameters(epsilon=2.0, delta=1e-6, d=40, max_active=7, horizon=1000, block=50)
+    p = continual_winnow_parameters(epsilon=2.0, delta=1e-6, d=40, max_active=6, horizon=1000, block=50)
     one = ContinualWinnow(params=p, rng=RNG, model_id="m")
     many = ContinualWinnow(params=p, rng=RNG, model_id="m")
     singles = [one.learn_one(a, y) for a, y in zip(actives, ys)]
@@ -49,7 +49,7 @@ def test_decisions_read_only_the_released_statistic():
     """Within a block nothing the model predicts moves, whatever it learns: predictions
     are post-processing of the last release."""
     actives, ys = rows(200)
-    p = continual_winnow_parameters(epsilon=2.0, delta=1e-6, d=40, max_active=7, horizon=1000, block=100)
+    p = continual_winnow_parameters(epsilon=2.0, delta=1e-6, d=40, max_active=6, horizon=1000, block=100)
     m = ContinualWinnow(params=p, rng=RNG, model_id="m")
     m.learn_many(actives[:100], ys[:100])               # first release
     probe = [a for a in actives[:50]]
@@ -62,7 +62,7 @@ def test_decisions_read_only_the_released_statistic():
 
 def test_it_learns_a_sparse_disjunction_at_epsilon_four():
     actives, ys = rows(40_000, d=100, seed=3)
-    p = continual_winnow_parameters(epsilon=4.0, delta=1e-6, d=100, max_active=7,
+    p = continual_winnow_parameters(epsilon=4.0, delta=1e-6, d=100, max_active=6,
                                     horizon=40_000, block=100)
     m = ContinualWinnow(params=p, rng=RNG, model_id="learns")
     steps = m.learn_many(actives, ys)
@@ -71,28 +71,27 @@ def test_it_learns_a_sparse_disjunction_at_epsilon_four():
     assert late < majority / 10, (late, majority)
 
 
-def test_rows_beyond_the_cap_and_bad_labels_are_refused():
-    p = continual_winnow_parameters(epsilon=2.0, delta=1e-6, d=40, max_active=4, horizon=100, block=10)
+def test_rows_beyond_the_cap_are_cut_and_bad_inputs_refused():
+    """A row with more active features than max_active is bounded, not refused: its lowest
+    max_active distinct indices count (a rule that looks at the row alone)."""
+    p = continual_winnow_parameters(epsilon=2.0, delta=1e-6, d=40, max_active=3, horizon=100, block=10)
     m = ContinualWinnow(params=p, rng=RNG, model_id="m")
-    with pytest.raises(ParameterError):
-        m.learn_one([1, 2, 3, 4], 1)            # 4 + bias > 4
+    assert m._rows([[9, 4, 1, 2, 2]]).tolist() == m._rows([[1, 2, 4]]).tolist()
     with pytest.raises(ParameterError):
         m.learn_one([1, 2], 0)
     with pytest.raises(ParameterError):
         m.learn_one([40], 1)
-    assert m.learn_one([1, 2, 2, 3], 1).prediction in (-1, 1)     # duplicates are one feature
+    assert m.learn_one([1, 2, 2, 3, 7, 9], 1).prediction in (-1, 1)
 
 
 def _row_by_definition(active, d: int, max_active: int) -> np.ndarray | None:
-    """One row as the learner defines it: the distinct indices and the bias d, ascending,
-    padded with d + 1; None if the row must be refused."""
+    """One row as the learner defines it: the lowest max_active distinct indices and the
+    bias d, ascending, padded with d + 1; None if the row must be refused."""
     a = np.asarray(active, dtype=np.int64)
     if a.size and (a.min() < 0 or a.max() >= d):
         return None
-    row = np.unique(np.append(a, d))
-    if row.size > max_active:
-        return None
-    out = np.full(max_active, d + 1, dtype=np.int64)
+    row = np.append(np.unique(a)[:max_active], d)
+    out = np.full(max_active + 1, d + 1, dtype=np.int64)
     out[:row.size] = row
     return out
 
@@ -102,8 +101,8 @@ def _row_by_definition(active, d: int, max_active: int) -> np.ndarray | None:
 def test_a_batch_of_rows_is_each_row_by_definition_or_refused(actives):
     """The batch's rows (one vectorised pass on the worker's hot path) equal each row
     built alone by definition; the batch is refused iff some row is (an index out of
-    range, or more distinct indices than the sensitivity bound counts)."""
-    p = continual_winnow_parameters(epsilon=2.0, delta=1e-6, d=10, max_active=5, horizon=100, block=10)
+    range); rows with more distinct indices than max_active are cut, not refused."""
+    p = continual_winnow_parameters(epsilon=2.0, delta=1e-6, d=10, max_active=4, horizon=100, block=10)
     m = ContinualWinnow(params=p, rng=RNG, model_id="rows")
     expected = [_row_by_definition(a, p.d, p.max_active) for a in actives]
     if any(e is None for e in expected):
@@ -111,6 +110,6 @@ def test_a_batch_of_rows_is_each_row_by_definition_or_refused(actives):
             m._rows(actives)
     else:
         got = m._rows(actives)
-        assert got.shape == (len(actives), p.max_active)
+        assert got.shape == (len(actives), p.s)
         for row, e in zip(got, expected):
             assert row.tolist() == e.tolist()

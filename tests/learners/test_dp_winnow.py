@@ -18,8 +18,14 @@ def practical(K=8, L=4.0, m=60, eps_hat=0.5, eta=0.25):
                                           rho=0.2, T=10_000, beta=0.05)
 
 
+def act(x) -> list[int]:
+    """A BinaryInput's +1 features: the learner's input type."""
+    import numpy as np
+    return x.active.tolist() if x.active is not None else np.flatnonzero(x.dense > 0).tolist()
+
+
 def run(model, data):
-    return [(r.prediction, r.updated, r.version) for r in (model.learn_one(x, y) for x, y in data)]
+    return [(r.prediction, r.released, r.version) for r in (model.learn_one(act(x), y) for x, y in data)]
 
 
 @settings(max_examples=10, deadline=None)
@@ -115,34 +121,32 @@ def test_released_weights_have_at_most_m_nonzeros():
 
 def test_bad_inputs_raise():
     model = DPWinnow(params=practical(), d=10, rng=RNG, model_id="bad")
-    from dpstream.learners.inputs import BinaryInput
     with pytest.raises(ParameterError):
-        model.learn_one(BinaryInput.from_active([1], 11), 1)
+        model.learn_one([10], 1)
     with pytest.raises(ParameterError):
-        model.learn_one(BinaryInput.from_active([1], 10), 0)
+        model.learn_one([1], 0)
 
 
 def run_in_batches(model, data, batch):
     """As ``run``, through the batch kernel: ``learn_quiet`` over each stretch in which
     AboveThreshold stays below, ``learn_one`` at each round where it fires (the
-    handler's loop, agents/handlers.py ``WinnowHandler.on_examples``)."""
+    handler's loop, agents/kinds/winnow.py ``WinnowKind.on_examples``)."""
     import numpy as np
     from dpstream.learners.inputs import active_matrix
     d, out = model.state.d, []
     for a in range(0, len(data), batch):
         chunk = data[a:a + batch]
-        rows = active_matrix([x.active.tolist() if x.active is not None else
-                              np.flatnonzero(x.dense > 0).tolist() for x, _ in chunk], d, pad=d)
+        rows = active_matrix([act(x) for x, _ in chunk], d, pad=d)
         ys = np.array([y for _, y in chunk])
         i = 0
         while i < len(chunk):
             k = model.state.k
-            preds = model.learn_quiet(rows[i:], ys[i:], lambda j: chunk[i + j][0].to_record())
+            preds = model.learn_quiet(rows[i:], ys[i:], lambda j: {"active": act(chunk[i + j][0])})
             out += [(int(p), False, k) for p in preds]
             i += len(preds)
             if i < len(chunk):
-                r = model.learn_one(*chunk[i])
-                out.append((r.prediction, r.updated, r.version))
+                r = model.learn_one(act(chunk[i][0]), chunk[i][1])
+                out.append((r.prediction, r.released, r.version))
                 i += 1
     return out
 
@@ -166,6 +170,8 @@ def test_learning_in_batches_gives_the_rounds_and_state_of_one_at_a_time(seed, K
 
     one, many = model(), model()
     assert run_in_batches(many, data, batch) == run(one, data)
+    assert [(s.prediction, s.released, s.version) for s in
+            model().learn_many([act(x) for x, _ in data], [y for _, y in data])] == run(model(), data)
     assert many.state.to_record() == one.state.to_record()
     assert one.state.k > 0 or one.state.exhausted   # it reached updates, or ran out first
 
@@ -182,6 +188,6 @@ def test_predictions_are_the_sign_of_the_released_weights_inner_product():
             w = np.full(s.u.size, 1.0 / s.u.size) if s.tilde_idx.size == 0 else np.zeros(s.u.size)
             if s.tilde_idx.size:
                 w[s.tilde_idx] = s.tilde_cnt / model.params.m
-            assert model.margin(x) == pytest.approx(float(w @ embed(x, signed)), abs=1e-12)
-            model.learn_one(x, y)
+            assert model.margin(act(x)) == pytest.approx(float(w @ embed(x, signed)), abs=1e-12)
+            model.learn_one(act(x), y)
         assert model.state.k > 0

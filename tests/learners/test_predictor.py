@@ -36,7 +36,7 @@ def test_thresholds_predictor_answers_accurately_with_few_hard_queries():
     p = thresholds_model()
     assert p.config.accuracy_margin(T=3000, beta=0.01) > 0
     Q = uniform("q", 2, 3000)
-    answers = [p.predict_one(q) for q in Q]
+    answers = [p.answer(q) for q in Q]
     labels = np.array([a.label for a in answers])
     assert np.mean(labels == np.where(Q >= 0.3, 1, -1)) > 0.93
     assert p.state.tops <= 2 * math.log2(3000) + 8
@@ -46,7 +46,7 @@ def test_thresholds_predictor_answers_accurately_with_few_hard_queries():
 def test_epoch_accounting_charges_once_and_caps_the_epoch_at_v_max_hard_queries():
     p = thresholds_model(model_id="thr-epoch", v_max=3, eps=2.0, accounting="epoch")
     Q = uniform("q", 5, 3000)
-    answers = [p.predict_one(q) for q in Q]
+    answers = [p.answer(q) for q in Q]
     assert p.state.ledger.charges == 1 and p.state.ledger.sum_eps <= 2.0
     assert sum(a.status == HARD for a in answers) <= 3
     if p.state.tops == 3:                          # after the cap: no answer, no new charge
@@ -65,13 +65,14 @@ def test_finite_class_hard_queries_stay_within_log2_of_the_labelings_plus_slack(
     p = PrivatePredictor(config=config, generator=gen, rng=RNG, model_id="finite")
     p.start_epoch(X, target[X])
     queries = s.below(200, size=3000)          # oblivious: fixed before the run
-    answers = [p.predict_one(q) for q in queries]
+    answers = [p.answer(q) for q in queries]
     labelings = gen.distinct_labelings(np.unique(queries))
     assert p.state.tops <= 2 * math.log2(labelings) + 8
     assert all(a.status in (ANSWERED, HARD) for a in answers)
     assert np.mean([a.label == target[q] for a, q in zip(answers, queries)]) > 0.95
 
 
+@pytest.mark.slow
 def test_adaptive_halfspace_stream_has_at_most_d_plus_1_hard_queries():
     d, k = 2, 1200
     s = data_stream("half", 0)
@@ -87,21 +88,21 @@ def test_adaptive_halfspace_stream_has_at_most_d_plus_1_hard_queries():
         # adaptive adversary: ask where the current ensemble is most split
         split = [abs(int((p.votes(x) == 1).sum()) - k / 2) for x in pool]
         x = pool[int(np.argmin(split))]
-        p.predict_one(x)
+        p.answer(x)
     assert p.state.tops <= d + 1
 
 
 def test_same_key_reproduces_every_answer_and_restored_state_continues_identically():
     Q = uniform("q", 3, 800)
     full = thresholds_model("replay")
-    out_full = [full.predict_one(q) for q in Q]
+    out_full = [full.answer(q) for q in Q]
     first = thresholds_model("replay")
-    out = [first.predict_one(q) for q in Q[:400]]
+    out = [first.answer(q) for q in Q[:400]]
     record = first.state.to_record()
     second = PrivatePredictor(config=first.config, generator=Thresholds(), rng=RNG,
                               model_id="replay", state=PredictorState.from_record(record))
     second.restore(first.blocks, first.H.tolist())
-    out += [second.predict_one(q) for q in Q[400:]]
+    out += [second.answer(q) for q in Q[400:]]
     assert out == out_full
     assert second.state.to_record() == full.state.to_record()
 
@@ -109,13 +110,13 @@ def test_same_key_reproduces_every_answer_and_restored_state_continues_identical
 def test_exhaustion_stops_answers_and_a_new_epoch_on_fresh_data_resumes():
     p = thresholds_model("exhaust", v_max=2)
     Q = 0.2 + 0.3 * uniform("near", 4, 3000)     # around the boundary: hard until exhausted
-    answers = [p.predict_one(q) for q in Q]
+    answers = [p.answer(q) for q in Q]
     assert p.state.exhausted and answers[-1].status == EXHAUSTED and answers[-1].label is None
     assert p.state.instances == 2
     assert Ledger_total(p) <= 8.0
     X = uniform("fresh", 9, 3000 * 40)
     p.start_epoch(X, np.where(X >= 0.3, 1, -1))
-    assert p.predict_one(0.9).label == 1 and p.state.epoch == 1
+    assert p.answer(0.9).label == 1 and p.state.epoch == 1
 
 
 def Ledger_total(p):

@@ -19,18 +19,18 @@ KEY_HEX = "0f1e2d3c4b5a69788796a5b4c3d2e1f00123456789abcdeffedcba9876543210"
 class Worker:
     def __init__(self, bootstrap: str, prefix: str, tmp: Path, name: str = "w",
                  web_port: int | None = None, args: tuple[str, ...] = (),
-                 env: dict[str, str] | None = None):
+                 env: dict[str, str] | None = None, command: tuple[str, ...] = ("-m", "dpstream.streams.cli")):
         self.bootstrap, self.prefix, self.dir = bootstrap, prefix, tmp / name
-        self.web_port, self.args, self.env = web_port, args, env or {}
+        self.web_port, self.args, self.env, self.command = web_port, args, env or {}, command
         self.dir.mkdir(parents=True, exist_ok=True)
         self.log = self.dir / "worker.log"
         self.proc: subprocess.Popen | None = None
 
     def start(self, timeout: float = 90.0) -> "Worker":
-        env = dict(os.environ, DPSTREAM_SECRET_KEY=KEY_HEX, PYTHONPATH=str(ROOT), **self.env)
+        env = {**os.environ, "DPSTREAM_SECRET_KEY": KEY_HEX, "PYTHONPATH": str(ROOT), **self.env}
         self._log_fh = open(self.log, "ab")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "dpstream.streams.cli", "worker", "--broker", self.bootstrap,
+            [sys.executable, *self.command, "worker", "--broker", self.bootstrap,
              "--prefix", self.prefix, "--app-id", f"{self.prefix}app", "--loglevel", "info",
              "--data-dir", str(self.dir / "data")]
             + (["--web-port", str(self.web_port)] if self.web_port else []) + list(self.args),
@@ -60,13 +60,9 @@ class Worker:
 
 
 async def create_topic(bootstrap: str, topic: str, partitions: int) -> None:
-    from aiokafka.admin import AIOKafkaAdminClient, NewTopic
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
-    await admin.start()
-    try:
-        await admin.create_topics([NewTopic(topic, num_partitions=partitions, replication_factor=1)])
-    finally:
-        await admin.close()
+    from dpstream.streams.kafka import Kafka
+    from dpstream.streams.topics import create_topic as create
+    await create(Kafka(bootstrap), topic, partitions)
 
 
 async def produce(bootstrap: str, topic: str, payloads) -> None:

@@ -22,11 +22,12 @@ def test_run_over_the_shipped_example_files_writes_every_output_topic(tmp_path, 
     assert sum(p["label"] is not None for p in queries) == 2_000
 
 
-def test_run_without_a_key_fails_clearly(tmp_path, monkeypatch):
+def test_run_without_a_key_fails_clearly(tmp_path, monkeypatch, capsys):
     monkeypatch.delenv("DPSTREAM_SECRET_KEY", raising=False)
     monkeypatch.delenv("DPSTREAM_SECRET_KEY_FILE", raising=False)
-    with pytest.raises(SystemExit, match="no secret key"):
-        main(["run", "--models", str(ROOT / "examples/card-fraud.model.json"), "--out", str(tmp_path)])
+    assert main(["run", "--models", str(ROOT / "examples/card-fraud.model.json"),
+                 "--out", str(tmp_path)]) == 2
+    assert "no secret key" in capsys.readouterr().err
 
 
 def test_schemas_command_writes_valid_json_schemas(tmp_path):
@@ -37,6 +38,7 @@ def test_schemas_command_writes_valid_json_schemas(tmp_path):
     assert "x" not in schema["properties"] and "active" not in schema["properties"]
 
 
+@pytest.mark.slow
 def test_demo_runs_end_to_end_on_a_small_stream(capsys):
     assert main(["demo", "--fraud-events", "2000", "--queries", "300", "--quiet"]) == 0
     out = capsys.readouterr().out
@@ -96,9 +98,17 @@ def test_keyless_replay_catches_a_ledger_cut_short(tmp_path, monkeypatch, capsys
 
 @pytest.mark.parametrize("config, exit_code, needle", [
     ({"model_id": "m", "budget": {"epsilon": 1.0, "delta": 1e-6},
-      "params": {"kind": "continual_winnow", "max_active": 3}}, 1, "dimension: missing"),
+      "params": {"kind": "continual_winnow", "max_active": 3}}, 1,
+     "registration: give the dimension, or declare features"),
     ({"model_id": "m", "dimension": 10, "budget": {"epsilon": -1.0, "delta": 1e-6},
-      "params": {"kind": "continual_winnow", "max_active": 3}}, 1, "epsilon: greater_than"),
+      "params": {"kind": "continual_winnow", "max_active": 3}}, 1,
+     "budget.epsilon: Input should be greater than 0 (got -1.0)"),
+    ({"model_id": "m", "dimension": 10, "budget": {"epsilon": 1.0, "delta": 1e-6},
+      "params": {"kind": "continual_winnow", "max_activ": 3}}, 1,
+     "params: unknown field 'max_activ' (did you mean 'max_active'?"),
+    ({"model_id": "m", "dimension": 10, "budget": {"epsilon": 1.0, "delta": 1e-6},
+      "params": {"kind": "dp_winnow"}}, 1,
+     "unknown kind 'dp_winnow': the kinds are continual_winnow, decision_list, predictor, winnow"),
     ({"model_id": "m", "dimension": 200_000, "budget": {"epsilon": 1.0, "delta": 1e-6},
       "params": {"kind": "winnow", "eps_hat": 1, "eta": 0.1, "m": 10, "K": 2, "L": 2}}, 1, "record limit"),
 ])
@@ -128,9 +138,9 @@ def test_repeated_log_lines_are_held_back_and_counted():
 
 def test_status_lists_only_the_models_this_worker_owns():
     from dpstream.streams.observe import collect_status, model_partition
-    cfg = {"params": {"kind": "continual_winnow"}, "budget": {"epsilon": 1.0, "delta": 1e-6},
-           "dimension": 4}
-    head = {"n": 3, "learner": {"epoch": 0, "b": 1}, "ledger": {"budget_epsilon": 1.0, "budget_delta": 1e-6}}
+    cfg = {"model_id": "m", "params": {"kind": "continual_winnow", "max_active": 2},
+           "budget": {"epsilon": 1.0, "delta": 1e-6}, "dimension": 4}
+    head = {"n": 3, "learner": {"epoch": 0, "b": 1, "ledger": {"budget_epsilon": 1.0, "budget_delta": 1e-6}}}
     state = {f"model/{m}/{k}": v for m in ("a", "b") for k, v in (("config", cfg), ("head", head))}
     mine = model_partition("a", 4)
     shown = collect_status(state, lambda m: model_partition(m, 4) == mine)

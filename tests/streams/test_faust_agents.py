@@ -1,12 +1,15 @@
-"""The faust agents in faust's own test harness (agent.test_context(), no broker):
-the same runtime-agnostic agents, driven through faust streams, tables and events."""
+"""The worker's faust app without a broker: the bulk path's ``apply_fetch`` (what the
+worker runs on every fetch) over faust's own tables in memory, with outputs collected
+instead of produced."""
 import asyncio
 import json
 
 import pytest
 
+from dpstream.agents.records import RawRecord
 from dpstream.mechanisms.randomness import KeyedRandomness
-from dpstream.streams.app import make_app
+from dpstream.streams.app import WorkerApp
+from dpstream.streams.kafka import Kafka
 
 MODEL = {"type": "model", "model_id": "w1", "dimension": 10,
          "budget": {"epsilon": 100.0, "delta": 1e-6},
@@ -14,53 +17,51 @@ MODEL = {"type": "model", "model_id": "w1", "dimension": 10,
 
 
 @pytest.fixture
-def app_and_outputs():
+def worker():
     collected = []
 
     async def collect(topic, key, value):
         collected.append((topic, key, value))
 
-    app = make_app(broker="127.0.0.1:1", rng=KeyedRandomness(b"faust-agent-tests-key-0000000000"),
-                   emit_override=collect, app_id="dpstream-test")
-    app.finalize()
-    app.conf.store = "memory://"
-    app.flow_control.resume()
-    return app, collected
+    w = WorkerApp(kafka=Kafka("127.0.0.1:1"), rng=KeyedRandomness(b"faust-agent-tests-key-0000000000"),
+                  emit_override=collect, app_id="dpstream-test")
+    w.app.finalize()
+    w.app.conf.store = "memory://"
+    return w, collected
 
 
-async def test_sequencer_agent_forwards_valid_events_and_dead_letters_the_rest(app_and_outputs):
-    app, out = app_and_outputs
-    async with app.dpstream["sequencer"].test_context() as agent:
-        await agent.put(key=b"w1", value=json.dumps(MODEL).encode())
-        await agent.put(key=b"w1", value=json.dumps(
-            {"type": "example", "model_id": "w1", "active": [1, 4], "y": 1}).encode())
-        await agent.put(key=b"w1", value=b"{broken")
-        await agent.put(key=b"w1", value=json.dumps(
-            {"type": "query", "model_id": "w1", "active": [12]}).encode())
+def record(topic, offset, value, key=b"w1"):
+    return RawRecord(topic, 0, offset, key, json.dumps(value).encode() if isinstance(value, dict) else value)
+
+
+async def test_the_bulk_path_sequences_valid_inputs_and_dead_letters_the_rest(worker):
+    w, out = worker
+    assert await w.apply_fetch({
+        "models": [record("models", 0, MODEL)],
+        "examples": [record("examples", 0, {"model_id": "w1", "active": [1, 4], "y": 1}),
+                     record("examples", 1, b"{broken")],
+        "queries": [record("queries", 0, {"model_id": "w1", "active": [12]})]})
     topics = [t for t, _, _ in out]
     assert topics == ["model-events", "model-events", "rejected", "rejected"]
     assert out[1][2]["event"]["active"] == [1, 4] and out[1][1] == "w1"
     assert out[2][2]["reason"] == "malformed JSON" and "broken" not in json.dumps(out[2][2])
     assert "wrong dimension" in out[3][2]["reason"]
+    assert w.sequencer_view.get("src/examples:0") == 1      # state written through the table
 
 
-async def test_processor_agent_registers_predicts_and_charges(app_and_outputs):
-    app, out = app_and_outputs
+async def test_the_bulk_path_applies_the_log_registers_predicts_and_charges(worker):
+    w, out = worker
     events = [{"source": "models:0:0", "event": MODEL},
               {"source": "examples:0:0", "event": {"type": "example", "model_id": "w1",
                                                     "active": [2], "y": 1}},
               {"source": "queries:0:0", "event": {"type": "query", "model_id": "w1", "active": [2]}},
               {"source": "queries:0:0", "event": {"type": "query", "model_id": "w1", "active": [2]}}]
-    async with app.dpstream["processor_agent"].test_context() as agent:
-        for e in events:
-            await agent.put(key=b"w1", value=json.dumps(e).encode())
-        for _ in range(400):          # a registration is applied off the event loop: wait for it
-            if sum(topic == "predictions" for topic, _, _ in out) >= 2:
-                break
-            await asyncio.sleep(0.05)
+    assert await w.apply_fetch({"model-events": [record("model-events", i, e) for i, e in enumerate(events)]})
     by_topic = {}
     for topic, _, value in out:
         by_topic.setdefault(topic, []).append(value)
     assert [p["kind"] for p in by_topic["predictions"]] == ["example", "query"]   # re-delivery skipped
     assert by_topic["ledger"][0]["mechanism"] == "above_threshold"
     assert by_topic["predictions"][-1]["epsilon_spent"] == by_topic["ledger"][-1]["spent_epsilon"]
+    assert w.model_view.get("log/0") == 4           # the processor's next log offset
+    assert w.status()["models"]["w1"]["events"] == 3      # the registration, the example, the query

@@ -11,6 +11,7 @@ import pytest
 
 from dpstream.mechanisms.randomness import KeyedRandomness
 from dpstream.streams.cli import _export_kafka
+from dpstream.streams.kafka import Kafka
 from dpstream.streams.embedded import EmbeddedRuntime
 from dpstream.streams.replay import replay, verify_public
 
@@ -104,7 +105,7 @@ async def uncommitted(bootstrap: str, prefix: str, wait: float = 30.0) -> dict:
 @pytest.mark.parametrize("consumer", ["in-loop", "thread"])
 def test_worker_outputs_equal_the_embedded_runtime_event_for_event(kafka_bootstrap, topic_prefix, tmp_path,
                                                                    consumer):
-    """With faust's consumer on the worker's loop (the default, streams/inloop.py) and in
+    """With faust's consumer on the worker's loop (the default, streams/faust_seam.py) and in
     its own thread (--consumer-thread)."""
     args = ("--consumer-thread",) if consumer == "thread" else ()
     worker = Worker(kafka_bootstrap, topic_prefix + "-", tmp_path, args=args).start()
@@ -118,7 +119,7 @@ def test_worker_outputs_equal_the_embedded_runtime_event_for_event(kafka_bootstr
     assert len(preds) >= len(examples()) + len(queries())
     assert_same_as_embedded(preds, ledger, releases)
     # the audit path: export the topics, recompute every release with the key
-    log, outputs = asyncio.run(_export_kafka(kafka_bootstrap, topic_prefix + "-", 3.0))
+    log, outputs = asyncio.run(_export_kafka(Kafka(kafka_bootstrap), topic_prefix + "-", 3.0))
     report = asyncio.run(replay(KeyedRandomness(bytes.fromhex(KEY_HEX)), log, outputs))
     assert report.ok and report.topics["predictions"].matched == len(examples()) + len(queries())
     assert verify_public(outputs) == []          # and the keyless checks raise no false alarm
@@ -151,7 +152,7 @@ def test_kill_9_inside_a_large_bulk_fetch_then_restart_changes_nothing(kafka_boo
     """Every example is in the log before the worker that processes them starts, so it
     reads them in fetches of thousands of records (streams/bulk.py, applied 500 at a
     time) and is killed inside the first ones; the restarted worker's outputs equal the
-    embedded runtime's, and the per-record path (--per-record) is not what ran."""
+    embedded runtime's."""
     prefix = topic_prefix + "-"
     registrar = Worker(kafka_bootstrap, prefix, tmp_path, "registrar").start()
     workers = [registrar]
@@ -165,7 +166,6 @@ def test_kill_9_inside_a_large_bulk_fetch_then_restart_changes_nothing(kafka_boo
         workers.append(first)
         asyncio.run(read_all(kafka_bootstrap, prefix + "predictions", until=200, timeout=120, idle=0.2))
         first.kill()
-        assert "--per-record" not in first.args
         second = Worker(kafka_bootstrap, prefix, tmp_path, "second").start()
         workers.append(second)
         asyncio.run(read_all(kafka_bootstrap, prefix + "predictions", until=len(ex), timeout=180))
@@ -181,10 +181,11 @@ def test_kill_9_inside_a_large_bulk_fetch_then_restart_changes_nothing(kafka_boo
 
 
 def test_a_consumer_that_stops_delivering_does_not_stop_the_worker(kafka_bootstrap, topic_prefix, tmp_path):
-    """faust's consumer is made to hand over nothing after 300 records (fault injection,
-    streams/bulk.py); the worker's tail check reads the rest from the log itself."""
+    """faust's consumer is made to hand over nothing after 300 records (fault injection by
+    the test harness, tests/streams/stalling_worker.py); the worker's tail check reads the
+    rest from the log itself."""
     worker = Worker(kafka_bootstrap, topic_prefix + "-", tmp_path,
-                    env={"DPSTREAM_FAULT_STALL_AFTER": "300"}).start()
+                    command=("-m", "tests.streams.stalling_worker", "300")).start()
     try:
         preds, ledger, releases = asyncio.run(feed_in_phases(kafka_bootstrap, topic_prefix + "-"))
     finally:

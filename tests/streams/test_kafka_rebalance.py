@@ -15,7 +15,7 @@ from .kafka_helpers import KEY_HEX, Worker, per_model, produce, read_all
 pytestmark = pytest.mark.kafka
 DATA = KeyedRandomness(b"kafka-rebalance-data-not-secret0")
 MODELS = [{"model_id": f"slow-{i}", "dimension": 3, "budget": {"epsilon": 4.0, "delta": 1e-6},
-           "params": {"kind": "predictor", "generator": "halfspace", "k": 1000, "m": 3,
+           "params": {"kind": "predictor", "generator": "halfspace", "k": 300, "m": 10,
                       "v_max": 8, "hard_query_weight": 1.0}} for i in range(4)]
 
 

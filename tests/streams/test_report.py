@@ -38,7 +38,7 @@ def run_two_models():
     winnow = {"model_id": "w", "dimension": 20, "budget": {"epsilon": 1e5, "delta": 1e-6},
               "params": {"kind": "winnow", "eps_hat": 1.0, "eta": 0.1, "m": 100, "K": 30, "L": 2.0}}
     pred = {"model_id": "p", "dimension": 1, "budget": {"epsilon": 8.0, "delta": 1e-6},
-            "params": {"kind": "predictor", "generator": "thresholds", "k": 900, "m": 3, "v_max": 10}}
+            "params": {"kind": "predictor", "generator": "thresholds", "k": 270, "m": 10, "v_max": 10}}
 
     async def go():
         await rt.feed("models", winnow)

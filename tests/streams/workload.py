@@ -17,7 +17,7 @@ def models():
         {"model_id": "rules", "dimension": 8, "budget": {"epsilon": 2.0, "delta": 1e-6},
          "params": {"kind": "decision_list", "window": 300}},
         {"model_id": "score", "dimension": 1, "budget": {"epsilon": 8.0, "delta": 1e-6},
-         "params": {"kind": "predictor", "generator": "thresholds", "k": 900, "m": 3, "v_max": 20}},
+         "params": {"kind": "predictor", "generator": "thresholds", "k": 270, "m": 10, "v_max": 20}},
     ]
 
 

@@ -1,0 +1,288 @@
+"""What a model kind is, and the machinery every kind's handler shares.
+
+A kind is one class, a subclass of :class:`Handler`, in one module of this package:
+
+* class attributes and classmethods describe the kind from its public registration:
+  ``name``, its params schema ``Params``, ``heavy`` (its batches may take seconds, so
+  they run off the event loop), ``input_form`` (binary or real features),
+  ``max_active`` (a bound on a row's active features, applied by truncation),
+  ``config_problem`` (why a registration cannot run: record sizes, infeasible
+  parameters), ``input_problem`` (why an input is outside the kind's domain),
+  ``status`` and ``parameter_rows`` (its rows in ``/status/``, metrics and the audit
+  report);
+* an instance processes one model's events over the state mapping: ``create`` or
+  ``load``, then ``on_example`` / ``on_query`` (and ``on_examples`` for a run of
+  examples, if the kind learns in batches), ``save`` once per batch.
+
+The registry (``__init__``) maps names to these classes; nothing else in the code
+branches on a kind's name.
+
+Cold records are retired once no state can read them again: every cold write goes
+through ``Handler._put``, and ``_write_head`` deletes, right after the head, each record
+this handler wrote or loaded that the new head no longer needs (``live``). A node of a
+continual-release tree that left the prefix's decomposition, a hypothesis set of an
+older version, the sample of a finished epoch: without this a worker's store and its
+changelog grow with every block and every epoch, forever. (A record leaves ``live``
+only when another is written, so heads of batches that wrote no cold record skip the
+check.) Crash order: the deletions follow the head that drops them in the same
+changelog partition (one producer, one request in flight per partition: aiokafka
+``Sender`` mutes a partition while its batch is in flight), so a restart that finds a
+deletion also finds that head; a restart from an older head finds every record the
+older head reads (none was deleted before the newer head). Deletions are a function of
+the head and the log, so re-applying a batch after a crash deletes the same records.
+"""
+from __future__ import annotations
+
+from typing import ClassVar
+
+from dpstream.learners.features import Featuriser
+from dpstream.mechanisms.accounting import Ledger, LedgerEntry, LedgerState, spent
+from dpstream.mechanisms.randomness import KeyedRandomness
+from dpstream.schemas import LedgerEntryEvent, ModelConfig
+from dpstream.schemas.config import KindParams
+from dpstream.schemas.events import Features
+
+from .storage import BIT_BYTES, FLOAT_BYTES, chunk_keys, model_key, rows_per_record
+
+BINARY, REAL = "binary", "real"
+_FEATURISERS: dict[str, tuple[ModelConfig, Featuriser]] = {}
+
+
+def _featuriser(model_id: str, config: ModelConfig) -> Featuriser:
+    """A model's featuriser, built once per registration (a bounded cache)."""
+    hit = _FEATURISERS.get(model_id)
+    if hit is None or hit[0] != config:
+        if len(_FEATURISERS) >= 10_000:
+            _FEATURISERS.clear()
+        hit = _FEATURISERS[model_id] = (config, Featuriser(config.features))
+    return hit[1]
+
+
+class Outputs:
+    """The records one batch emits, in order: (topic, key, value)."""
+
+    def __init__(self):
+        self.items: list[tuple[str, str | None, dict]] = []
+
+    def add(self, topic: str, key: str | None, value: dict) -> None:
+        self.items.append((topic, key, value))
+
+
+class Handler:
+    """A model kind (class level) and the processor of one model's events (instance)."""
+
+    name: ClassVar[str]
+    Params: ClassVar[type[KindParams]]
+    heavy: ClassVar[bool] = False       # a batch may take seconds: applied off the event loop
+    batch_from: ClassVar[int | None] = None   # shortest run of examples ``on_examples`` takes
+    #: an online learner: its published version moves exactly with the ``updated`` flags of
+    #: its records, and it charges nothing after ``budget_exhausted`` (replay --no-key checks)
+    online: ClassVar[bool] = False
+    #: the ledger mechanism names this kind charges (replay --no-key tells kinds apart by them)
+    mechanisms: ClassVar[tuple[str, ...]] = ()
+    #: whether an epoch is a disjoint stretch of examples (the report says the guarantee is
+    #: per example, each epoch on its own examples)
+    epochs_on_fresh_examples: ClassVar[bool] = False
+
+    # ------------------------------------------------------------ the kind, from its config
+    @staticmethod
+    def input_form(config: ModelConfig) -> str:
+        """BINARY (x in {-1, +1}^d, dense or as active indices) or REAL (dense x in R^d):
+        what the kind's params say (``KindParams.input_form``)."""
+        return config.params.input_form()
+
+    @classmethod
+    def max_active(cls, config: ModelConfig) -> int | None:
+        """The most active features a row may have (more are cut, lowest indices kept);
+        None: no bound."""
+        return None
+
+    @staticmethod
+    def featuriser(config: ModelConfig) -> Featuriser | None:
+        """The declared features' featuriser (None when the model declares none)."""
+        return None if config.features is None else _featuriser(config.model_id, config)
+
+    @classmethod
+    def config_problem(cls, config: ModelConfig) -> str | None:
+        """Why a registration cannot run (None when it can): its state would not fit in
+        bounded records, or its parameters are infeasible at its budget."""
+        return None
+
+    @classmethod
+    def input_problem(cls, config: ModelConfig, features: Features) -> str | None:
+        """Why well-shaped features are outside this kind's domain (None when inside)."""
+        return None
+
+    @classmethod
+    def status(cls, config: ModelConfig, head: dict) -> tuple[dict, dict | LedgerState | None]:
+        """(the kind's public status fields, its current ledger record) from a head record."""
+        raise NotImplementedError
+
+    @classmethod
+    def parameter_rows(cls, config: ModelConfig) -> list[tuple[str, str, str]]:
+        """(parameter, value, where it comes from) for the audit report."""
+        return []
+
+    @classmethod
+    def buffer_chunk(cls, config: ModelConfig) -> int:
+        """Buffered rows per record: 256, fewer for wide rows."""
+        binary = cls.input_form(config) == BINARY
+        return rows_per_record(config.dimension + 1, BIT_BYTES if binary else FLOAT_BYTES, 256)
+
+    # ------------------------------------------------------------ one model's events
+    def __init__(self, config: ModelConfig, rng: KeyedRandomness, state):
+        self.config, self.rng, self.state = config, rng, state
+        self.model_id = config.model_id
+        self.log_offset = -1                # last applied offset of the model-events log
+        self.head_sources: dict[str, int] = {}   # last applied offset per input partition
+        self.events = 0                     # events applied to this model (runtime-independent)
+        self.event_seq = -1                 # the event being handled: its outputs' ``seq``
+        self._out: Outputs | None = None
+        self.epoch = 0
+        self.stored: set[str] = set()       # cold records written or read since the last head
+        self._put_since_head = False
+        self.chunk = self.buffer_chunk(config)
+
+    def key(self, *parts) -> str:
+        return model_key(self.model_id, *parts)
+
+    def create(self, outputs: Outputs) -> None:
+        raise NotImplementedError
+
+    def load(self, head: dict) -> None:
+        raise NotImplementedError
+
+    def save(self) -> None:
+        """Write the head (and the cold records that changed) for ``log_offset``."""
+        raise NotImplementedError
+
+    def live(self) -> set[str]:
+        """The cold records a load of the current state reads."""
+        raise NotImplementedError
+
+    def on_example(self, event: dict, source: str, outputs: Outputs) -> None:
+        raise NotImplementedError
+
+    def on_query(self, event: dict, source: str, outputs: Outputs) -> None:
+        raise NotImplementedError
+
+    def prepare_examples(self, items: list[tuple[dict, str]]):
+        """A run of examples (event, source) checked and converted for ``on_examples``;
+        raises, having changed nothing, if one is invalid (the processor then applies
+        them one at a time, dead-lettering that one)."""
+        raise NotImplementedError
+
+    def on_examples(self, items: list[tuple[dict, str]], prepared, outputs: Outputs) -> None:
+        """The same state and outputs, in the same order, as ``on_example`` on each."""
+        raise NotImplementedError
+
+    def internal_mistakes(self) -> int | None:
+        """Online mistakes so far (a private statistic, for in-process evaluation and the
+        internal audit report only); None for kinds that do not learn online."""
+        return None
+
+    # ------------------------------------------------------------ outputs
+    def _charged(self, entry: LedgerEntry) -> None:
+        """Publish a ledger entry (``Ledger.on_entry``): made before the release it pays for."""
+        b = self.config.budget
+        self._out.add("ledger", self.model_id, LedgerEntryEvent(
+            model_id=self.model_id, seq=self.event_seq, epoch=self.epoch,
+            budget_epsilon=b.epsilon, budget_delta=b.delta,
+            key_fingerprint=self.rng.fingerprint(), **entry.as_dict()).model_dump())
+
+    def _begin(self, outputs: Outputs) -> None:
+        """Start handling one event: its outputs carry the model's own event counter as
+        ``seq`` (the same in every runtime, unlike log offsets)."""
+        self.event_seq, self._out = self.events, outputs
+        self.events += 1
+
+    def _predict(self, kind, source, event, label, status, version, updated=False) -> None:
+        """One ``Prediction`` record, built as the dict ``Prediction(...).model_dump()``
+        gives (one per event on the hot path: no model object per record; the tests
+        validate every emitted record against the schema)."""
+        self._out.add("predictions", self.model_id, self._prediction(
+            kind, source, event, label, status, version, updated, float(self.spent())))
+
+    def _predict_rows(self, outputs: Outputs, items, status: str, version: int) -> None:
+        """``_begin`` then ``_predict`` (an example's record: no label, not updated) for
+        each of ``items`` (event, source), between which the model did not move."""
+        if not items:
+            return
+        spent_eps, seq = float(self.spent()), self.events
+        self.events += len(items)
+        add = outputs.add
+        for i, (event, source) in enumerate(items):
+            add("predictions", self.model_id, self._prediction(
+                "example", source, event, None, status, version, False, spent_eps, seq + i))
+        self.event_seq, self._out = seq + len(items) - 1, outputs
+
+    def _prediction(self, kind, source, event, label, status, version, updated, spent_eps,
+                    seq=None) -> dict:
+        return {"model_id": self.model_id, "source": source,
+                "seq": self.event_seq if seq is None else seq, "kind": kind,
+                "query_id": event.get("query_id"), "label": None if label is None else int(label),
+                "status": status, "version": int(version), "epsilon_spent": spent_eps,
+                "epsilon_left": max(0.0, self.config.budget.epsilon - spent_eps),
+                "updated": bool(updated)}
+
+    # ------------------------------------------------------------ buffered rows
+    def _append_row(self, epoch: int, n: int, row: list) -> int:
+        chunk = n // self.chunk
+        key = self.key("buffer", epoch, chunk)
+        # truncate: after a crash the chunk may already hold this row (written before the
+        # head that counts it), and re-applying the event must not append it twice
+        rows = list(self.state.get(key, []))[:n % self.chunk]
+        rows.append(row)
+        self._put(key, rows)
+        return n + 1
+
+    def _load_rows(self, epoch: int, n: int) -> list:
+        rows = []
+        for chunk in range((n + self.chunk - 1) // self.chunk):
+            rows.extend(self.state[self.key("buffer", epoch, chunk)])
+        return rows[:n]
+
+    def _chunks(self, *parts, n: int, per: int) -> set[str]:
+        return chunk_keys(self.model_id, *parts, n=n, per=per)
+
+    # ------------------------------------------------------------ head and cold records
+    def _write_head(self, body: dict) -> None:
+        """The head record (``log_offset``: the last applied model-events offset; ``n``: the
+        events applied; ``sources``: the last applied offset per input partition), then
+        the cold records this head no longer reads are deleted (module docstring)."""
+        self.state[self.key("head")] = {"log_offset": self.log_offset, "n": self.events,
+                                        "sources": dict(self.head_sources), **body}
+        if not self._put_since_head:      # a record leaves ``live`` only as another is written
+            return
+        self._put_since_head = False
+        live = self.live()
+        for key in sorted(self.stored - live):
+            del self.state[key]
+        self.stored &= live
+
+    def _load_head(self, head: dict) -> None:
+        self.log_offset, self.head_sources, self.events = \
+            head["log_offset"], dict(head["sources"]), head["n"]
+
+    def _put(self, key: str, value) -> None:
+        """Write a cold record (one ``live`` names while the state needs it)."""
+        self.state[key] = value
+        self.stored.add(key)
+        self._put_since_head = True
+
+    # ------------------------------------------------------------ the ledger
+    # ``epoch`` means one thing in every kind: the index of the disjoint stretch of
+    # examples one ledger covers (epochs compose in parallel). DP-Winnow has one epoch,
+    # 0, for its whole stream; continual Winnow and the predictor count theirs; a
+    # decision-list model's epoch is its training window.
+    def ledger_record(self) -> LedgerState | None:
+        """The current epoch's ledger record (None before its first charge)."""
+        raise NotImplementedError
+
+    def spent(self) -> float:
+        return spent(self.ledger_record()).epsilon
+
+    def _publishing(self, ledger: Ledger) -> Ledger:
+        """``ledger`` with its entries published by this handler (``_charged``)."""
+        ledger.on_entry.append(self._charged)
+        return ledger

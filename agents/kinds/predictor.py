@@ -1,0 +1,283 @@
+"""Kind ``predictor``: private prediction by subsample-and-aggregate with BetweenThresholds
+and shrinkage on hard queries (seed 001 Algorithm 2, learners/predictor.py).
+
+Records: ``head`` (counters, BetweenThresholds state, hard queries, the epoch ledger),
+``buffer/<epoch>/<chunk>`` (the labelled sample an epoch is partitioned from, and the
+next epoch's, filling), ``hyp/<epoch>/<version>/<chunk>`` (the blocks' hypotheses).
+"""
+from __future__ import annotations
+
+from typing import Literal
+
+import numpy as np
+from pydantic import Field, model_validator
+
+from dpstream.learners.decision_list import FeatureFamily
+from dpstream.learners.generators import (DecisionLists, FiniteClass, Halfspaces, Intervals,
+                                          MonotoneConjunctions, Thresholds)
+from dpstream.learners.predictor import (EPOCH_MECHANISM, EXHAUSTED, HARD, NO_EPOCH,
+                                         PredictorConfig, PredictorState, PrivatePredictor,
+                                         size_predictor, MIN_BLOCK)
+from dpstream.mechanisms.errors import DPStreamError
+from dpstream.schemas.config import KindParams, register_params
+
+from .base import BINARY, REAL, Handler
+from .decision_list import rules_problem
+from .storage import FLOAT_BYTES, RECORD_BYTES, rows_per_record
+
+#: Hypothesis classes a predictor can be registered with (learners/generators.py): real x for
+#: halfspaces (R^d), thresholds and intervals (d = 1); x in {-1, +1}^d for the monotone
+#: conjunctions and disjunctions and the decision lists; a domain index x = [i] for a finite
+#: class given as its prediction table.
+GENERATORS = ("halfspace", "thresholds", "intervals", "conjunctions", "disjunctions",
+              "decision_lists", "finite")
+BINARY_GENERATORS = ("conjunctions", "disjunctions", "decision_lists")
+FINITE_TABLE_ENTRIES = 100_000   # a finite class travels inside its registration record
+
+
+@register_params
+class PredictorParams(KindParams):
+    """The private predictor. Give ``examples`` (per epoch: k and m then follow from the
+    budget) or both ``k`` and ``m``."""
+    kind: Literal["predictor"] = "predictor"
+    generator: Literal[GENERATORS] = "halfspace"
+    adaptive: bool = False                    # halfspaces only: the seed's adaptive generator
+    k: int | None = Field(default=None, ge=1, le=1_000_000)   # blocks
+    m: int | None = Field(default=None, ge=1, le=100_000)     # examples per block; an epoch needs k * m
+    examples: int | None = Field(default=None, ge=1, le=100_000_000)  # or: examples per epoch
+    v_max: int = Field(default=64, ge=1, le=100_000)          # hard queries per epoch
+    epochs: bool = True                       # start a new epoch on fresh data when exhausted
+    accounting: Literal["epoch", "instance"] = "epoch"   # learners/predictor.py
+    hard_query_weight: float = Field(default=10_000.0, gt=0, le=1e6)   # halfspaces: a hard query's
+    # weight against one example's; 1 keeps coin-flip labels from overriding noisy data
+    max_conjunction: int = Field(default=1, ge=1, le=3)     # decision_lists: rule size
+    negations: bool = True                                  # decision_lists: negated literals
+    table: list[list[Literal[-1, 1]]] | None = None         # finite: table[h][i], labels of
+    # hypothesis h on domain point i (the class is public, so it may sit in the config)
+
+    @model_validator(mode="after")
+    def _shape(self):
+        if (self.k is None) != (self.m is None) or (self.k is None) == (self.examples is None):
+            raise ValueError("give either k and m, or examples (k and m then follow from the budget)")
+        if (self.generator == "finite") != (self.table is not None):
+            raise ValueError("the finite generator needs 'table' (and only it takes one)")
+        if self.table is not None:
+            sizes = {len(row) for row in self.table}
+            if not self.table or len(sizes) != 1 or 0 in sizes:
+                raise ValueError("table must be a non-empty list of equally long, non-empty rows")
+            if len(self.table) * sizes.pop() > FINITE_TABLE_ENTRIES:
+                raise ValueError(f"table has more than {FINITE_TABLE_ENTRIES} entries")
+        if self.adaptive and self.generator != "halfspace":
+            raise ValueError("adaptive applies to the halfspace generator only")
+        return self
+
+    def input_form(self) -> str:
+        return "binary" if self.generator in BINARY_GENERATORS else "real"
+
+
+def shape(config) -> tuple[int, int]:
+    """(k, m) as registered, or sized from the budget and ``examples``."""
+    p, b = config.params, config.budget
+    if p.k is not None:
+        return p.k, p.m
+    return size_predictor(epsilon=b.epsilon, delta=b.delta, v_max=p.v_max, examples=p.examples,
+                          accounting=p.accounting)
+
+
+def predictor_config(config) -> PredictorConfig:
+    p, b = config.params, config.budget
+    return PredictorConfig(k=shape(config)[0], epsilon=b.epsilon, delta=b.delta,
+                           v_max=p.v_max, accounting=p.accounting)
+
+
+def generator(config):
+    """The registered hypothesis class as a generator of learners/generators.py."""
+    p, d = config.params, config.dimension
+    if p.generator == "halfspace":
+        return Halfspaces(d, adaptive=p.adaptive, hard_weight=p.hard_query_weight)
+    if p.generator in ("conjunctions", "disjunctions"):
+        return MonotoneConjunctions(d, disjunction=p.generator == "disjunctions")
+    if p.generator == "decision_lists":
+        return DecisionLists(FeatureFamily(d, p.max_conjunction, p.negations))
+    if p.generator == "finite":
+        return FiniteClass(p.table)
+    return {"thresholds": Thresholds, "intervals": Intervals}[p.generator]()
+
+
+class PredictorKind(Handler):
+    name = "predictor"
+    Params = PredictorParams
+    heavy = True            # an epoch start partitions and fits k blocks; a hard query refits
+    mechanisms = (EPOCH_MECHANISM, "between_thresholds")
+    epochs_on_fresh_examples = True
+
+    # ------------------------------------------------------------ the kind
+    @classmethod
+    def buffer_chunk(cls, config) -> int:
+        return rows_per_record(config.dimension + 1, FLOAT_BYTES, 256)
+
+    @classmethod
+    def config_problem(cls, config) -> str | None:
+        p, d = config.params, config.dimension
+        if rows_per_record(d + 1, FLOAT_BYTES, 256) == 0:
+            return (f"predictor rows of dimension {d} do not fit one {RECORD_BYTES:,}-byte record: "
+                    f"at most {RECORD_BYTES // FLOAT_BYTES - 1:,} dimensions")
+        if p.generator == "decision_lists" and rules_problem(d, p):
+            return rules_problem(d, p)
+        if p.generator in ("thresholds", "intervals", "finite") and d != 1:
+            return f"the {p.generator} generator needs dimension 1"
+        if rows_per_record(generator(config).width, FLOAT_BYTES, 1) == 0:
+            return (f"one {p.generator} hypothesis of dimension {d} does not fit one "
+                    f"{RECORD_BYTES:,}-byte record")
+        if p.m is not None and p.m < MIN_BLOCK:
+            return (f"m={p.m} examples per block is below the {MIN_BLOCK} a block needs to give "
+                    "its hypothesis a chance; give 'examples' instead and let the budget size k and m")
+        try:
+            predictor_config(config).calibration()
+        except DPStreamError as err:
+            return str(err)
+        return None
+
+    @classmethod
+    def input_problem(cls, config, features) -> str | None:
+        if features.active is not None and cls.input_form(config) == REAL:
+            return "this predictor takes dense x"
+        p = config.params
+        if p.generator == "finite":
+            n = len(p.table[0])
+            v = features.x[0] if features.x is not None else None
+            if v is None or not (float(v).is_integer() and 0 <= v < n):
+                return f"out of domain: this model needs x = [i] with i an integer in [0, {n})"
+        return None
+
+    @classmethod
+    def status(cls, config, head):
+        s = head["predictor"]
+        return {"epoch": s["epoch"], "rounds": s["queries"], "hard_queries": s["tops"],
+                "hypothesis_version": s["version"], "exhausted": s["exhausted"],
+                "buffered_examples": head["buffer_n"]}, s["ledger"]
+
+    @classmethod
+    def parameter_rows(cls, config):
+        p = config.params
+        pc = predictor_config(config)
+        cal = pc.calibration()
+        k, m = shape(config)
+        rows = [("k blocks x m", f"{k} x {m}", "registration" if p.k else
+                 "sized from the budget (learners.predictor.size_predictor)"),
+                ("v_max hard queries per epoch", str(p.v_max), "registration")]
+        if p.accounting == "epoch":
+            rows += [("epoch guarantee (eps, delta)", f"{cal.epsilon:.4g}, {cal.delta:.3g}",
+                      "one supermartingale per epoch (mechanisms.bt_epoch), charged once"),
+                     ("psi, c_top per hard query", f"{cal.psi:.4g}, {cal.c_top:.4g}",
+                      "eps = psi ln(1/delta) + v_max c_top")]
+        else:
+            budget = pc.budget()
+            rows += [("eps_BT, delta_BT", f"{budget.eps_bt:.4g}, {budget.delta_bt:.3g}",
+                      "seed 001 Thm 3 over v_max (mechanisms.params.predictor_instance_budget)")]
+        return rows + [("thresholds A, B", f"{cal.lower:g}, {cal.upper:g}", "3k/8, 5k/8 (seed 001 Claim 2)"),
+                       ("noise scale b", f"{float(cal.scale):.4g}", f"{p.accounting} calibration")]
+
+    # ------------------------------------------------------------ one model
+    @property
+    def hyp_chunk(self) -> int:
+        """Hypotheses per record: 1000, fewer for wide hypotheses (halfspaces in many
+        dimensions, long decision lists)."""
+        return max(1, rows_per_record(self.model.generator.width, FLOAT_BYTES, 1000))
+
+    def create(self, outputs) -> None:
+        self._begin(outputs)
+        self._build(PredictorState())
+        self.buffer_n = 0            # examples buffered for the next epoch
+        self.epoch_n = 0             # examples the current epoch was partitioned from
+        self._saved_version = None
+
+    def _build(self, pstate: PredictorState) -> None:
+        self.model = PrivatePredictor(config=predictor_config(self.config),
+                                      generator=generator(self.config), rng=self.rng,
+                                      model_id=self.model_id, state=pstate, on_charge=self._charged)
+
+    def load(self, head: dict) -> None:
+        self._load_head(head)
+        self._build(PredictorState.from_record(head["predictor"]))
+        self.buffer_n, self.epoch_n = head["buffer_n"], head["epoch_n"]
+        s = self.model.state
+        self.epoch = s.epoch
+        self._saved_version = (s.epoch, s.version)
+        if s.epoch >= 0:
+            X, y = self._sample(s.epoch, self.epoch_n)
+            H = []
+            per = self.hyp_chunk
+            for j in range((shape(self.config)[0] + per - 1) // per):
+                H.extend(self.state[self.key("hyp", s.epoch, s.version, j)])
+            self.model.restore(self.model.partition(X, y, s.epoch), H)
+
+    def _sample(self, epoch: int, n: int):
+        rows = np.asarray(self._load_rows(epoch, n), dtype=float)
+        return rows[:, :-1], rows[:, -1].astype(int)
+
+    def save(self) -> None:
+        s = self.model.state
+        if s.epoch >= 0 and self._saved_version != (s.epoch, s.version):
+            H = self.model.generator.dump(self.model.H)
+            per = self.hyp_chunk
+            for j in range(0, len(H), per):
+                self._put(self.key("hyp", s.epoch, s.version, j // per), H[j:j + per])
+            self._saved_version = (s.epoch, s.version)
+        self._write_head({"predictor": s.to_record(), "buffer_n": self.buffer_n,
+                          "epoch_n": self.epoch_n})
+
+    def live(self) -> set[str]:
+        """The epoch's sample and hypotheses, and the next epoch's buffer (``load``)."""
+        s = self.model.state
+        keys = self._chunks("buffer", s.epoch + 1, n=self.buffer_n, per=self.chunk)
+        if s.epoch >= 0:
+            keys |= self._chunks("buffer", s.epoch, n=self.epoch_n, per=self.chunk)
+            keys |= self._chunks("hyp", s.epoch, s.version, n=shape(self.config)[0],
+                                 per=self.hyp_chunk)
+        return keys
+
+    def ledger_record(self):
+        return self.model.state.ledger
+
+    def _need(self) -> int:
+        k, m = shape(self.config)
+        return k * m
+
+    def _maybe_start_epoch(self) -> None:
+        s = self.model.state
+        ready = self.buffer_n >= self._need()
+        if ready and (s.epoch < 0 or (s.exhausted and self.config.params.epochs)):
+            self.epoch = s.epoch + 1                  # the epoch's charge carries its number
+            X, y = self._sample(self.epoch, self.buffer_n)
+            self.epoch_n = self.buffer_n
+            self.model.start_epoch(X, y)
+            self.buffer_n = 0
+
+    def on_example(self, event, source, outputs) -> None:
+        self._begin(outputs)
+        self.epoch = self.model.state.epoch
+        if self.buffer_n < self._need():          # surplus examples of a full buffer are dropped
+            self.buffer_n = self._append_row(self.model.state.epoch + 1, self.buffer_n,
+                                             [*self._x(event), event["y"]])
+        self._maybe_start_epoch()
+        self._predict("example", source, event, None, "learning", self.model.state.version)
+
+    def _x(self, event) -> list:
+        """The dense x (binary classes may come as active indices)."""
+        if "x" in event:
+            return event["x"]
+        x = [-1.0] * self.config.dimension
+        for j in event["active"]:
+            x[j] = 1.0
+        return x
+
+    def on_query(self, event, source, outputs) -> None:
+        self._begin(outputs)
+        self.epoch = self.model.state.epoch
+        self._maybe_start_epoch()
+        self.epoch = self.model.state.epoch
+        a = self.model.answer(np.asarray(self._x(event), dtype=float))
+        status = {NO_EPOCH: "learning", EXHAUSTED: "budget_exhausted", HARD: "hard_query"}.get(
+            a.status, "answered")
+        self._predict("query", source, event, a.label, status, a.version)

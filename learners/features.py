@@ -1,0 +1,181 @@
+"""The featuriser of declared features (schemas/features.py): raw records in, learner rows
+out, bounded rather than refused.
+
+Two forms, one per kind of learner:
+
+* binary (Winnow family, decision lists, the binary predictor classes): every field
+  contributes exactly one active index, so a row has exactly ``active_count`` (= the
+  number of fields) active features. A numeric field is one of its bins or its missing
+  slot; a categorical field one of its vocabulary, or 'other' (unseen or missing); a
+  hashed one of its buckets or its missing slot; a boolean false, true or missing.
+* real (DP-FTRL, the real predictor classes): a numeric field is its value scaled to
+  [-1, 1] (0 when missing); a categorical field is one-hot over its vocabulary and
+  'other' (hashed: its buckets and missing); a boolean is +1 / -1 (0 when missing). Every
+  entry lies in [-1, 1], so ||x||_2 <= sqrt(dimension) and at most one entry per field
+  is non-zero: ||x||_2 <= sqrt(len(fields)).
+
+Bounded, never refused (the contribution bound that DP needs, without a dead letter
+that would say something about a valid record): a number outside [lower, upper] is
+clamped to it; a value of the wrong JSON type counts as missing; fields the declaration
+does not name are ignored. So every JSON object featurises, and a neighbouring record
+changes one row, within the same bounds as any other.
+
+>>> from dpstream.schemas.features import BooleanField, CategoricalField, NumericField
+>>> f = Featuriser([NumericField(name="amount", lower=0, upper=100, bins=4),
+...                 CategoricalField(name="country", vocabulary=["fr", "us"]),
+...                 BooleanField(name="online")])
+>>> f.binary_dimension, f.active_count, f.real_dimension
+(11, 3, 5)
+>>> f.active({"amount": 30.0, "country": "us", "online": True})
+[1, 6, 9]
+>>> f.active({"amount": 1e9, "country": "jp"})          # clamped; unseen; missing
+[3, 7, 10]
+>>> f.dense({"amount": 25.0, "country": "fr", "online": False})
+[-0.5, 1.0, 0.0, 0.0, -1.0]
+"""
+from __future__ import annotations
+
+import bisect
+import hashlib
+import math
+
+from dpstream.schemas.features import BooleanField, CategoricalField, NumericField
+
+
+def _number(value) -> float | None:
+    """A JSON number as a float (None for anything else: bool, string, NaN, infinity)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    try:
+        v = float(value)
+    except OverflowError:                      # a JSON integer beyond float range
+        return None
+    return v if math.isfinite(v) else None
+
+
+def _category(value) -> str | None:
+    """A JSON scalar as a category name (None when missing or not a scalar)."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return value
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float) and math.isfinite(value):
+        return repr(value)
+    return None
+
+
+def bucket(value: str, buckets: int) -> int:
+    """A public hash of a category into ``buckets`` (BLAKE2b, 64 bits): the same in every
+    process and version."""
+    return int.from_bytes(hashlib.blake2b(value.encode(), digest_size=8).digest(), "big") % buckets
+
+
+class _Field:
+    """One declared field's slots in both forms."""
+
+    def __init__(self, spec):
+        self.spec, self.name = spec, spec.name
+        self.binary_size, self.real_size = spec.sizes()
+        if isinstance(spec, NumericField):
+            self.scale = spec.upper - spec.lower
+        elif isinstance(spec, CategoricalField):
+            self.index = {v: i for i, v in enumerate(spec.vocabulary or ())}
+
+    def slot(self, value) -> int:
+        """The field's active slot (binary form), in [0, binary_size)."""
+        s = self.spec
+        if isinstance(s, NumericField):
+            v = _number(value)
+            if v is None:
+                return s.bins                                   # missing
+            v = min(max(v, s.lower), s.upper)
+            if s.edges is not None:
+                return bisect.bisect_right(s.edges, v)
+            return min(s.bins - 1, int((v - s.lower) / self.scale * s.bins))
+        if isinstance(s, CategoricalField):
+            c = _category(value)
+            if s.vocabulary is not None:
+                return self.index.get(c, len(s.vocabulary)) if c is not None else len(s.vocabulary)
+            return bucket(c, s.hash_buckets) if c is not None else s.hash_buckets
+        return 2 if not isinstance(value, bool) else int(value)
+
+    def real(self, value, out: list, at: int) -> None:
+        """Write the field's entries (real form) into ``out[at:at + real_size]``."""
+        s = self.spec
+        if isinstance(s, NumericField):
+            v = _number(value)
+            out[at] = 0.0 if v is None else 2.0 * (min(max(v, s.lower), s.upper) - s.lower) / self.scale - 1.0
+        elif isinstance(s, CategoricalField):
+            out[at + self.slot(value)] = 1.0
+        elif isinstance(value, bool):
+            out[at] = 1.0 if value else -1.0
+
+
+class Featuriser:
+    """Declared fields -> learner rows (module docstring)."""
+
+    def __init__(self, fields):
+        self.fields = [_Field(f) for f in fields]
+        self.binary_offsets, self.real_offsets = [], []
+        b = r = 0
+        for f in self.fields:
+            self.binary_offsets.append(b)
+            self.real_offsets.append(r)
+            b, r = b + f.binary_size, r + f.real_size
+        self.binary_dimension, self.real_dimension = b, r
+        self.active_count = len(self.fields)
+
+    def dimension(self, binary: bool) -> int:
+        return self.binary_dimension if binary else self.real_dimension
+
+    def active(self, record: dict) -> list[int]:
+        """The binary row's active indices (ascending: one per field, in field order)."""
+        return [o + f.slot(record.get(f.name)) for f, o in zip(self.fields, self.binary_offsets)]
+
+    def dense(self, record: dict) -> list[float]:
+        """The real row, entries in [-1, 1]."""
+        out = [0.0] * self.real_dimension
+        for f, o in zip(self.fields, self.real_offsets):
+            f.real(record.get(f.name), out, o)
+        return out
+
+    def row(self, record: dict, binary: bool) -> dict:
+        """The row as an event's features: {"active": [...]} or {"x": [...]}."""
+        return {"active": self.active(record)} if binary else {"x": self.dense(record)}
+
+
+def suggest_fields(records: list[dict], *, bins: int = 8, max_vocabulary: int = 100,
+                   hash_buckets: int = 64) -> list:
+    """A declaration for raw records of a *public* sample (never the private data itself:
+    bounds, edges and vocabularies are published with the model): numbers get their
+    sample's range as bounds and ``bins`` quantile bins; strings a vocabulary of their
+    values (hashed into ``hash_buckets`` when there are more than ``max_vocabulary``);
+    booleans a boolean field. Fields whose values mix types, or are all missing, are
+    left out."""
+    import numpy as np
+    values: dict[str, list] = {}
+    for r in records:
+        for k, v in r.items():
+            values.setdefault(k, []).append(v)
+    out = []
+    for name, vs in values.items():
+        kinds = {type(v) for v in vs if v is not None}
+        if kinds == {bool}:
+            out.append(BooleanField(name=name))
+        elif kinds and kinds <= {int, float}:
+            xs = np.array([float(v) for v in vs if v is not None and math.isfinite(float(v))])
+            if xs.size == 0 or xs.min() == xs.max():
+                continue
+            lower, upper = float(xs.min()), float(xs.max())
+            inner = sorted(set(float(q) for q in np.quantile(xs, np.arange(1, bins) / bins)
+                               if lower < q < upper))
+            out.append(NumericField(name=name, lower=lower, upper=upper, bins=len(inner) + 1,
+                                    edges=inner) if len(inner) >= 1 else
+                       NumericField(name=name, lower=lower, upper=upper, bins=2))
+        elif kinds == {str}:
+            vocab = sorted(set(vs) - {None})
+            out.append(CategoricalField(name=name, vocabulary=vocab) if len(vocab) <= max_vocabulary
+                       else CategoricalField(name=name, hash_buckets=hash_buckets))
+    return out

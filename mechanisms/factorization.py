@@ -1,0 +1,287 @@
+"""Continual release of prefix sums by matrix factorization: the binary tree and Buffered
+Linear Toeplitz (BLT) factorizations, as one interchangeable piece with Gaussian noise.
+
+The problem. A stream of n blocks brings vectors g_1, ..., g_n in R^dim (a block's sum of
+clipped gradients, or of Winnow's increments); after block t closes, release an estimate
+of the prefix sum S_t = g_1 + ... + g_t. With A the n x n lower-triangular all-ones
+matrix, the prefix sums are A g.
+
+The mechanism (Denisov, McMahan, Rush, Smith, Thakurta 2022; Choquette-Choo et al. 2023;
+the "matrix mechanism"). Factor A = B C with C lower-triangular and release
+B (C g + Z) = A g + B Z, Z i.i.d. N(0, sigma^2) per entry. Only C g + Z touches the data;
+B is post-processing. Which factorization is chosen changes only the noise B Z.
+
+Privacy (single participation, replace-one neighbours), the Gaussian mechanism on C g:
+neighbouring streams differ in one example, so in one block j, whose vector changes by
+Delta with ||Delta||_2 <= sens (2 x clip norm when an example adds one clipped vector:
+remove one, add another). Then C g changes by the column C e_j times Delta, of Frobenius
+norm ||C e_j||_2 * ||Delta||_2 <= max_j ||C e_j||_2 * sens. The Gaussian mechanism with that
+sensitivity is rho-zCDP with rho = (max_j ||C e_j|| * sens)^2 / (2 sigma^2) (Bun and Steinke
+2016, Proposition 1.6). The increments may be chosen adaptively (each block's gradients
+are taken at a model computed from earlier releases): for lower-triangular C the
+adaptive release is exactly as private as the non-adaptive one (Denisov et al. 2022,
+Theorem 2.1). zCDP converts to (epsilon, delta) with dp-accounting
+(``accounting.zcdp_epsilon``). For the Toeplitz C used here the first column is the
+longest, so max_j ||C e_j|| = ||C e_1|| (``sensitivity_squared``).
+
+Error. The noise on the released prefix t is (B Z)_t: per coordinate, variance
+sigma^2 * ||B_t||^2. ``prefix_variance`` gives ||B_t||^2 for every t; the max and mean over
+t, times the sensitivity, are the standard measures (``max_error``, ``mean_error``) at
+equal rho.
+
+The factorizations:
+* ``Tree``: the binary tree (Dwork et al. 2010; Chan, Shi, Song 2011): C has one row per
+  tree node (a block lies in ``levels`` nodes: ||C e_j||^2 = levels), B sums the
+  ``popcount(t)`` nodes of t's binary decomposition.
+* ``BLT``: C^{-1} is a lower-triangular Toeplitz matrix with coefficients c_0 = 1,
+  c_k = sum_i omega_i theta_i^(k-1) (Dvijotham, McMahan, Pillutla, Steinke, Thakurta 2024;
+  McMahan, Xu, Zhang 2024): the noise added to block t, (C^{-1} Z)_t, is computed in
+  O(buffers x dim) with one buffer per theta_i (``BLTNoise``), so B Z = A C^{-1} Z is its
+  running sum. C = (C^{-1})^{-1} is Toeplitz as well; its first column comes from the
+  same recursion run backwards (``_strategy_coefficients``). The parameters are
+  optimised here for the number of blocks n (``optimal_blt``: minimise the max error with
+  scipy from the rational approximation of sqrt(1 - x) of Dvijotham et al. 2024, Prop. 4.5
+  as jax-privacy's ``from_rational_approx_to_sqrt_x`` builds it), because the best BLT
+  depends on n.
+* ``SqrtToeplitz`` (Fichtenberger, Henzinger, Upadhyay 2023): C = C^... = the square root of
+  A, coefficients f_0 = 1, f_k = (1 - 1/(2k)) f_{k-1}; near optimal, but its noise takes
+  O(t x dim) per block; kept for the error comparison (bench/factorization.py), which is
+  what BLT approximates with a few buffers.
+
+Noise is continuous Gaussian (``gaussian``), drawn from the keyed stream: documented
+float caveat. The privacy proof is for real-valued Gaussian noise; the float64
+implementation of N(0, 1) (inverse CDF of a 53-bit keyed uniform) is an approximation of
+it. Floating-point attacks on DP (Mironov 2012 for the Laplace mechanism; Jin et al. 2022
+for Gaussian samplers) need the noisy floats themselves; dpstream never publishes them:
+only labels (signs of inner products with the released model) and version counters leave
+the process. The binary tree of continual Winnow keeps its exact integer noise
+(mechanisms/continual.py).
+"""
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+
+import numpy as np
+from scipy.special import ndtri
+
+from .errors import ParameterError
+from .randomness import KeyedRandomness
+
+TREE, BLT = "tree", "blt"
+
+
+def gaussian(rng: KeyedRandomness, model_id: str, purpose: str, counter, size: int) -> np.ndarray:
+    """``size`` standard normal floats from the keyed stream (model, purpose, counter):
+    the inverse normal CDF of 53-bit uniforms (k + 1/2) / 2^53 (never 0 or 1)."""
+    words = rng.stream(model_id, purpose, counter).uint64(size) >> np.uint64(11)
+    return ndtri((words.astype(np.float64) + 0.5) / float(1 << 53))
+
+
+# ------------------------------------------------------------------ the binary tree
+def tree_levels(n: int) -> int:
+    """Nodes a block lies in: ceil(log2 n) + 1."""
+    if n < 1:
+        raise ParameterError("n", n, ">= 1")
+    return (n - 1).bit_length() + 1
+
+
+@dataclass(frozen=True)
+class Tree:
+    name = TREE
+
+    def sensitivity_squared(self, n: int) -> float:
+        return float(tree_levels(n))
+
+    def prefix_variance(self, n: int) -> np.ndarray:
+        """||B_t||^2 for t = 1..n: the nodes in t's binary decomposition."""
+        t = np.arange(1, n + 1)
+        return np.array([bin(int(v)).count("1") for v in t], dtype=float)
+
+
+# ------------------------------------------------------------------ BLT
+@dataclass(frozen=True)
+class BLTParams:
+    """C^{-1} = lower-triangular Toeplitz with c_0 = 1, c_k = sum_i omega_i theta_i^(k-1)."""
+    theta: tuple[float, ...]
+    omega: tuple[float, ...]
+
+    def inverse_coefficients(self, n: int) -> np.ndarray:
+        """c_0, ..., c_{n-1} of C^{-1}."""
+        th, om = np.asarray(self.theta), np.asarray(self.omega)
+        k = np.arange(n - 1)[:, None]
+        return np.concatenate([[1.0], (om * th ** k).sum(axis=1)])
+
+
+def _strategy_coefficients(p: BLTParams, n: int) -> np.ndarray:
+    """The first column of C = (C^{-1})^{-1}: the solution x of C^{-1} x = e_1. With the BLT
+    buffers (x_t = [t = 0] - omega . buf; buf <- theta * buf + x_t) the buffers after step
+    0 are s_1 = 1 and then s_{t+1} = M s_t with M = diag(theta) - 1 omega^T, so
+    x_t = -omega^T M^(t-1) 1 for t >= 1: a sum of powers of M's eigenvalues, O(n x buffers)
+    in numpy."""
+    th, om = np.asarray(p.theta), np.asarray(p.omega)
+    M = np.diag(th) - np.outer(np.ones_like(th), om)
+    lam, V = np.linalg.eig(M)
+    a = (-om @ V) * np.linalg.solve(V, np.ones_like(th))
+    with np.errstate(over="ignore", invalid="ignore"):   # an unstable C: infinite sensitivity
+        powers = lam[None, :] ** np.arange(n - 1)[:, None]
+        return np.concatenate([[1.0], (powers @ a).real])
+
+
+@dataclass(frozen=True)
+class BLT:
+    params: BLTParams
+    name = BLT
+
+    def sensitivity_squared(self, n: int) -> float:
+        c = _strategy_coefficients(self.params, n)
+        with np.errstate(over="ignore", invalid="ignore"):
+            value = float(c @ c)
+        return value if math.isfinite(value) else math.inf
+
+    def prefix_variance(self, n: int) -> np.ndarray:
+        """||B_t||^2 = sum_{j < t} (c_0 + ... + c_j)^2, B = A C^{-1}."""
+        G = np.cumsum(self.params.inverse_coefficients(n))
+        return np.cumsum(G * G)
+
+
+@dataclass(frozen=True)
+class SqrtToeplitz:
+    """The square-root factorization C = B = A^(1/2) (comparison only: O(t) noise per block)."""
+    name = "sqrt_toeplitz"
+
+    @staticmethod
+    def coefficients(n: int) -> np.ndarray:
+        f = np.empty(n)
+        f[0] = 1.0
+        for k in range(1, n):
+            f[k] = f[k - 1] * (1.0 - 1.0 / (2 * k))
+        return f
+
+    def sensitivity_squared(self, n: int) -> float:
+        f = self.coefficients(n)
+        return float(f @ f)
+
+    def prefix_variance(self, n: int) -> np.ndarray:
+        f = self.coefficients(n)
+        return np.cumsum(f * f)
+
+
+def max_error(factorization, n: int) -> float:
+    """max_t ||B_t||^2 * max_j ||C e_j||^2: the worst prefix's noise variance per unit of
+    sens^2 / (2 rho)."""
+    return float(factorization.prefix_variance(n).max() * factorization.sensitivity_squared(n))
+
+
+def mean_error(factorization, n: int) -> float:
+    return float(factorization.prefix_variance(n).mean() * factorization.sensitivity_squared(n))
+
+
+def rational_blt(buffers: int) -> BLTParams:
+    """C^{-1} from the rational approximation of sqrt(1 - x) (Dvijotham et al. 2024, Prop.
+    4.5, with jax-privacy's defaults: step h = 1.6 pi / sqrt(2 (d1 + 1)), shift -1)."""
+    d1 = (buffers + 1) // 2
+    h = 1.6 * math.pi / math.sqrt(2 * (d1 + 1))
+    ks = np.arange(-d1 + 1, buffers - d1 + 1) - 1
+    theta = 1 / (1 + np.exp(2 * h * ks))
+    omega = -(theta ** 2) * np.exp(3 * h * ks)
+    omega /= np.sum(np.exp(h * ks) * theta)
+    return BLTParams(tuple(map(float, theta)), tuple(map(float, omega)))
+
+
+BUFFERS = 4
+TABLE = Path(__file__).with_name("blt_table.json")    # bench/blt_table.py writes it
+TABLE_MAX = 1 << 17
+
+
+def optimise_blt(n: int, buffers: int = BUFFERS) -> BLTParams:
+    """BLT parameters for n blocks minimising ``max_error``: L-BFGS from ``rational_blt``,
+    decays kept in (0, 1) by a logistic map. Deterministic; seconds at n = 10^4, ~20 s at
+    10^5, so the worker reads them from a table (``optimal_blt``)."""
+    from scipy.optimize import minimize
+    start = rational_blt(buffers)
+    x0 = np.concatenate([np.log(np.asarray(start.theta) / (1 - np.asarray(start.theta))), start.omega])
+
+    def unpack(x):
+        th = 1 / (1 + np.exp(-np.clip(x[:buffers], -40, 40)))
+        return BLTParams(tuple(map(float, th)), tuple(map(float, x[buffers:])))
+
+    def loss(x):
+        value = max_error(BLT(unpack(x)), n)
+        return math.log(value) if math.isfinite(value) and value > 0 else 1e6
+
+    p = unpack(minimize(loss, x0, method="L-BFGS-B", options={"maxiter": 300}).x)
+    return p if max_error(BLT(p), n) < max_error(BLT(start), n) else start
+
+
+@lru_cache(maxsize=1)
+def _table() -> dict[int, BLTParams]:
+    raw = json.loads(TABLE.read_text())
+    return {int(n): BLTParams(tuple(v["theta"]), tuple(v["omega"])) for n, v in raw.items()}
+
+
+def optimal_blt(n: int) -> BLTParams:
+    """The tabulated BLT for the smallest power of two >= n blocks (at most 2^17): any BLT
+    is a valid factorization for any n, so one optimised for a little more than n serves
+    n, and its sensitivity and error are then computed for n exactly (``BLT``)."""
+    if n < 1:
+        raise ParameterError("n", n, ">= 1")
+    table = _table()
+    return table[min(TABLE_MAX, max(2, 1 << (n - 1).bit_length()))]
+
+
+def factorization(name: str, n: int):
+    """The factorization called ``name`` for n blocks."""
+    if name == TREE:
+        return Tree()
+    if name == BLT:
+        return BLT(optimal_blt(n))
+    raise ParameterError("mechanism", name, f"'{TREE}' or '{BLT}'")
+
+
+# ------------------------------------------------------------------ streaming noise
+class TreeNoiseF:
+    """The tree's prefix noise, stateless: node t's noise (t: the block where the node
+    closes) is sigma * N(0, I) from the keyed stream (model, purpose, (epoch, t)); the
+    prefix of blocks 1..t sums the nodes of t's binary decomposition."""
+
+    def __init__(self, rng, model_id: str, purpose: str, epoch: int, sigma: float, dim: int):
+        self.rng, self.model_id, self.purpose, self.epoch = rng, model_id, purpose, epoch
+        self.sigma, self.dim = sigma, dim
+
+    def prefix(self, t: int, state=None):
+        """(noise on the prefix of blocks 1..t, state: None)."""
+        out = np.zeros(self.dim)
+        for l in range(t.bit_length()):
+            if (t >> l) & 1:
+                node = (t >> l) << l
+                out += gaussian(self.rng, self.model_id, self.purpose, (self.epoch, node), self.dim)
+        return self.sigma * out, None
+
+
+class BLTNoise:
+    """The BLT's prefix noise: after block t, N_t = N_{t-1} + (C^{-1} Z)_t with
+    (C^{-1} Z)_t = z_t + sum_i omega_i buf_i and buf_i <- theta_i buf_i + z_t (a BLT's
+    streaming multiplication), z_t = sigma * N(0, I) keyed by (model, purpose, (epoch, t)).
+    State (buffers and N_{t-1}) is a pair of arrays the caller keeps."""
+
+    def __init__(self, rng, model_id: str, purpose: str, epoch: int, sigma: float, dim: int,
+                 params: BLTParams):
+        self.rng, self.model_id, self.purpose, self.epoch = rng, model_id, purpose, epoch
+        self.sigma, self.dim = sigma, dim
+        self.theta, self.omega = np.asarray(params.theta), np.asarray(params.omega)
+
+    def initial(self) -> tuple[np.ndarray, np.ndarray]:
+        return np.zeros((self.theta.size, self.dim)), np.zeros(self.dim)
+
+    def prefix(self, t: int, state):
+        """(noise on the prefix of blocks 1..t, the state after block t), from the state
+        after block t - 1."""
+        bufs, total = state if state is not None else self.initial()
+        z = self.sigma * gaussian(self.rng, self.model_id, self.purpose, (self.epoch, t), self.dim)
+        total = total + z + self.omega @ bufs
+        bufs = self.theta[:, None] * bufs + z
+        return total, (bufs, total)

@@ -1,0 +1,101 @@
+"""Declared features: how a model turns raw records into the rows its learner takes.
+
+A registration may declare its fields (``ModelConfig.features``). The declaration is
+public configuration (bounds, bin edges, vocabularies are public choices, e.g. computed
+from a public sample); it fixes the model's dimension and how many features a row has
+active, so nobody counts them by hand. learners/features.py is the featuriser: the same
+code runs in the library, ``dpstream run``, the worker and replay.
+"""
+from __future__ import annotations
+
+import math
+from typing import Annotated, Literal, Union
+
+from pydantic import Field, model_validator
+
+from .events import Strict
+
+FieldName = Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.:-]+$")]
+MAX_FIELDS = 500
+
+
+class NumericField(Strict):
+    """A number with public bounds. Values outside them are clamped; a missing value, or
+    one that is not a number, goes to the field's missing slot. Binary learners see one
+    of ``bins`` bins (equal width over [lower, upper], or between the given ``edges``, e.g.
+    quantiles of a public sample) or the missing slot; dense learners see the value
+    scaled to [-1, 1] (0 when missing)."""
+    type: Literal["numeric"] = "numeric"
+    name: FieldName
+    lower: float
+    upper: float
+    bins: int = Field(default=8, ge=2, le=256)
+    edges: list[float] | None = Field(default=None, max_length=255)   # inner edges, increasing
+
+    @model_validator(mode="after")
+    def _bounds(self):
+        if not (math.isfinite(self.lower) and math.isfinite(self.upper) and self.lower < self.upper):
+            raise ValueError("numeric bounds must be finite with lower < upper")
+        if self.edges is not None:
+            e = self.edges
+            if len(e) + 1 != self.bins:
+                raise ValueError("edges must hold bins - 1 inner edges")
+            if any(not math.isfinite(v) for v in e) or any(b <= a for a, b in zip(e, e[1:])):
+                raise ValueError("edges must be finite and strictly increasing")
+            if e and not (self.lower < e[0] and e[-1] < self.upper):
+                raise ValueError("edges must lie strictly between lower and upper")
+        return self
+
+    def sizes(self) -> tuple[int, int]:
+        """(slots in the binary form, entries in the real form): the bins and missing; the value."""
+        return self.bins + 1, 1
+
+
+class CategoricalField(Strict):
+    """A category: one of a public ``vocabulary`` (anything else, or missing, goes to the
+    'other' slot), or hashed into ``hash_buckets`` buckets (a public hash; missing goes
+    to its own slot)."""
+    type: Literal["categorical"] = "categorical"
+    name: FieldName
+    vocabulary: list[Annotated[str, Field(max_length=128)]] | None = Field(default=None, max_length=10_000)
+    hash_buckets: int | None = Field(default=None, ge=2, le=1_000_000)
+
+    @model_validator(mode="after")
+    def _one_way(self):
+        if (self.vocabulary is None) == (self.hash_buckets is None):
+            raise ValueError("give a vocabulary or hash_buckets (one of them)")
+        if self.vocabulary is not None and len(set(self.vocabulary)) != len(self.vocabulary):
+            raise ValueError("the vocabulary repeats a value")
+        return self
+
+    def sizes(self) -> tuple[int, int]:
+        """One slot per value or bucket, and 'other' (vocabulary) or missing (hashed), in both forms."""
+        n = len(self.vocabulary) + 1 if self.vocabulary is not None else self.hash_buckets + 1
+        return n, n
+
+
+class BooleanField(Strict):
+    """true / false (JSON booleans; anything else counts as missing)."""
+    type: Literal["boolean"] = "boolean"
+    name: FieldName
+
+    def sizes(self) -> tuple[int, int]:
+        """false, true, missing; one entry (+1 / -1 / 0)."""
+        return 3, 1
+
+
+FeatureField = Annotated[Union[NumericField, CategoricalField, BooleanField], Field(discriminator="type")]
+
+
+def check_fields(fields: list) -> None:
+    """ValueError if two fields share a name or there are too many."""
+    names = [f.name for f in fields]
+    if len(set(names)) != len(names):
+        raise ValueError("two declared features share a name")
+    if not 1 <= len(fields) <= MAX_FIELDS:
+        raise ValueError(f"declare between 1 and {MAX_FIELDS} features")
+
+
+def declared_dimension(fields: list, binary: bool) -> int:
+    """The dimension a declaration gives a model (binary or real rows)."""
+    return sum(f.sizes()[0 if binary else 1] for f in fields)

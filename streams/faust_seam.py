@@ -1,0 +1,366 @@
+"""Every use of faust's, mode's and aiokafka's internals, in one module.
+
+The worker reads whole fetches through the consumer faust already holds (streams/bulk.py)
+and runs that consumer on its own event loop. Both need names these libraries do not
+promise to keep: private attributes and methods (leading underscores), and a few public
+ones of faust's internal classes. They are all here, each behind a small function, and
+``contract()`` checks that every one exists with the signature relied on, in the
+installed versions, without a broker (``tests/streams/test_faust_seam.py`` runs it in the
+fast test loop, and the worker runs it at start, refusing to start with the list of
+what changed). pyproject.toml pins the ranges tested: faust-streaming 0.15.x,
+mode-streaming 0.7.x, aiokafka 0.14.x.
+
+What each part replaces, and why:
+
+* **The fetcher's drain loop** (``install_drain``): faust hands every record to its stream
+  separately: the fetcher's drain loop (``Consumer._drain_messages``, the coroutine
+  ``Fetcher._fetcher`` awaits) awaits ``wait_first(callback(message), ...)`` per record
+  (two tasks each), then the conductor, a channel queue and the stream iterator touch it
+  again. That costs more than the whole raw consume-and-produce loop (bench/throughput.py:
+  a faust pass-through agent tuned for bulk work reaches about 0.1 of a raw aiokafka loop).
+  The replacement splits each fetch from ``_wait_next_records`` by topic: records of the
+  dpstream topics go to ``handover`` as one batch per fetch; every other record (table
+  changelogs while tables recover) keeps faust's own callback. It keeps faust's
+  bookkeeping: ``_read_offset``, gaps (``_add_gap``), and skips records already read.
+* **Acks** (``ack``): what ``Consumer.ack`` does per message (``faust.types.tuples.ack_lock``,
+  ``_committed_offset``, ``_acked_index``, ``_acked``, ``_n_acked``, ``_waiting_for_ack``),
+  per partition, without building a message per record; commits (``commit_due``) as
+  faust's drain loop triggers them (``_commit_every``).
+* **Pausing** (``is_paused``): faust's own pause set (``_paused_partitions``).
+* **The consumer on the worker's loop** (``consume_in_loop``): faust runs aiokafka's
+  consumer in a thread with a second event loop
+  (``faust.transport.drivers.aiokafka.AIOKafkaConsumerThread``, a mode
+  ``QueueServiceThread``); every call crosses threads through a method queue, and the two
+  threads share one GIL. Profiled at 23,000 DP-Winnow examples/s (py-spy, ~10 s), faust's
+  consumer thread was active in 41% of the samples, 58% of those in its loop's selector,
+  its real work about 17% of a core. Side by side (bench/throughput.py, two runs on one
+  broker): capacity 51,726 and 50,376 examples/s on the loop against 41,079 and 47,271
+  with the thread; at half capacity p50 7 and 7 ms against 21 and 17 ms.
+  ``InLoopConsumerThread`` is faust's class with the thread taken out: ``thread_loop`` is
+  the worker's loop, ``start`` serves the service as a task of it (mode's
+  ``ServiceThread._serve``), ``call_thread`` awaits the call (``maybe_async``, as mode's
+  method queue does), and ``_gather_remaining_tasks`` (which, in a thread, cancels every
+  task left on the thread's loop: here, the whole app's) does nothing.
+* **The outputs producer** (``new_producer``): faust's aiokafka driver builds it
+  (``Producer._new_producer``), so it carries the app's producer settings.
+* **The aiokafka consumer and its fetcher** (``aiokafka_consumer``, ``set_fetch_wait``):
+  the fetch waits (``Fetcher._fetch_max_wait_ms``, ``_fetch_min_bytes``,
+  ``_fetcher_timeout``; streams/tuning.py says why each value).
+* **Tables** (``TableStore``): writes with an explicit changelog partition
+  (``Collection.send_changelog``, then the store, ``table.data``), because batches have no
+  current event.
+"""
+from __future__ import annotations
+
+import asyncio
+import inspect
+from collections.abc import Awaitable, Callable
+
+from faust.transport.consumer import Consumer as FaustConsumer
+from faust.transport.drivers.aiokafka import AIOKafkaConsumerThread
+from faust.transport.drivers.aiokafka import Consumer as AIOKafkaDriverConsumer
+from faust.transport.drivers.aiokafka import Producer as AIOKafkaDriverProducer
+from faust.types import TP
+from faust.types.tuples import ack_lock
+from mode.threads import ServiceThread
+from mode.utils.futures import maybe_async, notify
+
+from dpstream.agents.records import RawRecord
+
+# handover(generation, batch by dpstream topic, offsets by TP): one fetch's dpstream records
+Handover = Callable[[int, dict[str, list[RawRecord]], dict], Awaitable[None]]
+
+
+# ---------------------------------------------------------------- the drain loop
+def install_drain(app, topics: dict[str, str], handover: Handover) -> None:
+    """Replace faust's per-record drain loop with one that hands each fetch's records of
+    ``topics`` (Kafka name -> dpstream name) to ``handover``, in offset order per
+    partition, with the offsets to ack once applied. Call before the worker starts (the
+    fetcher calls the drain loop once, at start)."""
+    consumer = app.consumer
+
+    async def drain(fetcher) -> None:
+        callback = consumer.callback
+        read_offset = consumer._read_offset
+        while not (consumer._stopped.is_set() or fetcher._stopped.is_set()):
+            records, active = await consumer._wait_next_records(1.0)
+            if not records or consumer.should_stop:
+                continue
+            generation = app.consumer_generation_id
+            batch: dict[str, list[RawRecord]] = {}
+            offsets: dict = {}                     # TP -> offsets handed over, to ack
+            for tp, recs in records.items():
+                if active is not None and tp not in active and tp not in consumer._buffered_partitions:
+                    continue
+                name = topics.get(tp.topic)
+                if name is None:                   # changelogs while recovering: faust's path
+                    for r in recs:
+                        await consumer.wait_first(callback(consumer._to_message(tp, r)),
+                                                  consumer.suspend_flow.wait())
+                        read_offset[tp] = r.offset
+                    continue
+                previous = read_offset[tp]
+                kept = []
+                for r in recs:
+                    if previous is not None and r.offset < previous:
+                        continue                       # already read (faust drops these too)
+                    if previous is not None and r.offset - previous > 1:
+                        await consumer._add_gap(tp, previous + 1, r.offset)
+                    previous = r.offset
+                    kept.append(r)
+                if not kept:
+                    continue
+                read_offset[tp] = previous
+                offsets[tp] = [r.offset for r in kept]
+                batch.setdefault(name, []).extend(
+                    RawRecord(name, r.partition, r.offset, r.key, r.value or b"") for r in kept)
+            if batch:
+                await handover(generation, batch, offsets)
+
+    consumer._drain_messages = drain
+
+
+def ack(app, tp, offsets) -> None:
+    """``Consumer.ack`` for a run of offsets of one partition, without building a faust
+    message per record: the same bookkeeping under the same lock (offsets at or above the
+    committed one, each once, counted in ``_n_acked``; the records were never tracked as
+    unacked messages, so there is nothing to discard)."""
+    if not app.topics.acks_enabled_for(tp.topic):
+        return
+    consumer = app.consumer
+    committed = consumer._committed_offset[tp]
+    with ack_lock:
+        index, acked = consumer._acked_index[tp], consumer._acked[tp]
+        new = [o for o in offsets if (committed is None or o >= committed) and o not in index]
+        index.update(new)
+        acked.extend(new)
+        consumer._n_acked += len(new)
+    notify(consumer._waiting_for_ack)
+
+
+def commit_due(app) -> bool:
+    """Whether enough records were acked for a commit (faust's ``commit_every``); if so the
+    count starts again (the caller commits, ``app.consumer.commit()``)."""
+    consumer = app.consumer
+    every = consumer._commit_every
+    if every is None or consumer._n_acked < every:
+        return False
+    consumer._n_acked = 0
+    return True
+
+
+def read_position(app, tp) -> int | None:
+    """The last offset of ``tp`` the consumer handed over (None: none since assignment)."""
+    return app.consumer._read_offset.get(tp)
+
+
+def set_read_position(app, tp, offset: int) -> None:
+    app.consumer._read_offset[tp] = offset
+
+
+def committed_position(app, tp) -> int | None:
+    return app.consumer._committed_offset.get(tp)
+
+
+def is_paused(app, tp) -> bool:
+    """Whether faust paused ``tp`` (it then leaves the set ``_wait_next_records`` asks for)."""
+    return tp in app.consumer._paused_partitions
+
+
+def in_recovery(app) -> bool:
+    """Whether faust is restoring tables (it pauses every partition meanwhile)."""
+    return app.tables.recovery.in_recovery
+
+
+def assigned_actives(app) -> set:
+    """The TPs actively assigned to this worker (not standbys); empty before assignment."""
+    try:
+        return set(app.assignor.assigned_actives())
+    except Exception:                  # noqa: BLE001 - no assignment yet
+        return set()
+
+
+# ---------------------------------------------------------------- producer and consumer
+def new_producer(app):
+    """A new aiokafka producer with the app's producer settings (faust's driver builds it)."""
+    return app.producer._new_producer()
+
+
+def aiokafka_consumer(app):
+    """The aiokafka consumer under faust's (exists once partitions are assigned)."""
+    return app.consumer._thread._ensure_consumer()
+
+
+def set_fetch_wait(consumer, *, max_wait_ms: int, min_bytes: int, idle_timeout_s: float | None = None) -> None:
+    """An aiokafka consumer's fetch requests wait on the broker for ``min_bytes`` at most
+    ``max_wait_ms``; ``idle_timeout_s``: how long the fetch routine sleeps when it has
+    nothing to send. The fetcher reads these fields for every request it builds
+    (aiokafka/consumer/fetcher.py ``_get_actions_per_node``), so a change takes effect
+    from the next one."""
+    fetcher = consumer._fetcher
+    fetcher._fetch_max_wait_ms = max_wait_ms
+    fetcher._fetch_min_bytes = min_bytes
+    if idle_timeout_s is not None:
+        fetcher._fetcher_timeout = idle_timeout_s
+
+
+class InLoopConsumerThread(AIOKafkaConsumerThread):
+    """faust's aiokafka consumer service, served on the caller's loop (no thread)."""
+
+    def __init__(self, consumer, *, loop=None, **kwargs):
+        loop = loop or asyncio.get_event_loop()
+        super().__init__(consumer, loop=loop, thread_loop=loop, **kwargs)
+        self._close_thread_loop_on_stop = False     # the loop is the worker's
+        self._serving: asyncio.Future | None = None
+
+    async def start(self) -> None:
+        assert not self._thread_started.is_set()
+        self._thread_started.set()
+        self._thread_running = self.parent_loop.create_future()
+        self._serving = asyncio.ensure_future(self._serve())
+        try:
+            # _serve notifies _thread_running once started; a failed start ends _serve
+            done, _ = await asyncio.wait({self._thread_running, self._serving},
+                                         return_when=asyncio.FIRST_COMPLETED)
+            if self._serving in done:
+                self._serving.result()              # re-raise the start's error
+        finally:
+            self._thread_running = None
+
+    async def call_thread(self, fun, *args, **kwargs):
+        """The call, awaited here (some callers pass plain functions, as the method
+        queue allows: ``maybe_async``, as mode's ``MethodQueue`` does)."""
+        return await maybe_async(fun(*args, **kwargs))
+
+    async def _gather_remaining_tasks(self) -> None:
+        """Nothing: on a thread's own loop this cancels every task left there; on the
+        worker's loop those are the app's (its own futures are stopped by mode)."""
+
+
+class InLoopConsumer(AIOKafkaDriverConsumer):
+    def _new_consumer_thread(self) -> InLoopConsumerThread:
+        return InLoopConsumerThread(self, loop=self.loop, beacon=self.beacon)
+
+
+def consume_in_loop(app) -> None:
+    """Make ``app`` create its Kafka consumer on its own loop (before the worker starts)."""
+    app.transport.Consumer = InLoopConsumer
+
+
+# ---------------------------------------------------------------- tables
+class TableStore:
+    """The MutableMapping surface the agents use, over a faust table (keys are str;
+    the table stores them as bytes with the raw key serializer).
+
+    ``set_partition(p)`` makes later writes (and deletions) go to changelog partition
+    ``p``: what faust's Table.on_key_set does with the current event's partition, done
+    explicitly (``Collection.send_changelog``, then the store), because batches have no
+    current event. Reads go to the store (``table.data``) directly: faust's
+    ``Table.__getitem__`` adds only its sensors' get counters, which nothing here reads,
+    and cost a tenth of the worker's loop time at small batches."""
+
+    def __init__(self, table):
+        self.table = table
+        self.partition: int | None = None
+
+    def set_partition(self, partition: int) -> None:
+        self.partition = partition
+
+    def __getitem__(self, key: str):
+        return self.table.data[key.encode()]
+
+    def __setitem__(self, key: str, value) -> None:
+        if self.partition is None:
+            self.table[key.encode()] = value
+            return
+        self.table.send_changelog(self.partition, key.encode(), value)
+        self.table.data[key.encode()] = value
+
+    def __delitem__(self, key: str) -> None:
+        """A tombstone on the changelog (faust's Table.on_key_del: value None, raw
+        serializer; recovery and compaction drop the key), then the key leaves the store."""
+        if self.partition is None:
+            del self.table[key.encode()]
+            return
+        self.table.send_changelog(self.partition, key.encode(), None, value_serializer="raw")
+        self.table.data.pop(key.encode(), None)
+
+    def __contains__(self, key: str) -> bool:
+        return key.encode() in self.table.data
+
+    def get(self, key: str, default=None):
+        return self.table.data.get(key.encode(), default)
+
+    def keys(self):
+        return [k.decode() if isinstance(k, bytes) else k for k in list(self.table.data.keys())]
+
+
+# ---------------------------------------------------------------- the contract
+# (owner, name, parameter names or None for an attribute, where it is defined)
+_METHODS = [
+    (FaustConsumer, "_drain_messages", ("self", "fetcher")),
+    (FaustConsumer, "_wait_next_records", ("self", "timeout")),
+    (FaustConsumer, "_to_message", ("self", "tp", "record")),
+    (FaustConsumer, "_add_gap", ("self", "tp", "offset_from", "offset_to")),
+    (FaustConsumer, "wait_first", None),
+    (FaustConsumer, "pause_partitions", ("self", "tps")),
+    (FaustConsumer, "resume_partitions", ("self", "tps")),
+    (FaustConsumer, "seek_wait", ("self", "partitions")),
+    (FaustConsumer, "commit", None),
+    (AIOKafkaDriverConsumer, "_new_consumer_thread", ("self",)),
+    (AIOKafkaDriverProducer, "_new_producer", ("self", "transactional_id")),
+    (AIOKafkaConsumerThread, "_ensure_consumer", ("self",)),
+    (AIOKafkaConsumerThread, "call_thread", None),
+    (ServiceThread, "_serve", ("self",)),
+    (ServiceThread, "_gather_remaining_tasks", ("self",)),
+]
+_CONSUMER_FIELDS = ("_read_offset", "_committed_offset", "_acked_index", "_acked", "_n_acked",
+                    "_waiting_for_ack", "_commit_every", "_paused_partitions",
+                    "_buffered_partitions", "_stopped", "suspend_flow", "callback")
+_THREAD_FIELDS = ("_thread_started", "_thread_running", "parent_loop", "thread_loop",
+                  "_close_thread_loop_on_stop")
+_FETCHER_FIELDS = ("_fetch_max_wait_ms", "_fetch_min_bytes", "_fetcher_timeout")
+
+
+def contract() -> list[str]:
+    """What this module relies on that the installed faust, mode and aiokafka lack (empty:
+    all present). Builds a throwaway app and consumer; needs no broker."""
+    import faust
+    from aiokafka.consumer.fetcher import Fetcher
+
+    problems = []
+    for owner, name, params in _METHODS:
+        fn = getattr(owner, name, None)
+        if fn is None:
+            problems.append(f"{owner.__module__}.{owner.__qualname__}.{name} is gone")
+        elif params is not None and tuple(inspect.signature(fn).parameters) != params:
+            problems.append(f"{owner.__qualname__}.{name}{inspect.signature(fn)} no longer takes {params}")
+    fetcher_source = inspect.getsource(Fetcher.__init__) + inspect.getsource(Fetcher)
+    problems += [f"aiokafka Fetcher.{f} is gone" for f in _FETCHER_FIELDS
+                 if f"self.{f}" not in fetcher_source]
+    for name in ("acks_enabled_for",):
+        if not hasattr(faust.App("dpstream-contract").topics, name):
+            problems.append(f"faust Conductor.{name} is gone")
+    app = faust.App("dpstream-contract", broker="kafka://127.0.0.1:1")
+    app.finalize()
+    consumer = app.consumer
+    problems += [f"faust Consumer.{f} is gone" for f in _CONSUMER_FIELDS if not hasattr(consumer, f)]
+    for name in ("consumer_generation_id", "rebalancing", "in_recovery", "assignor"):
+        if not hasattr(app, name):
+            problems.append(f"faust App.{name} is gone")
+    if not hasattr(app.tables, "recovery") or not hasattr(app.tables.recovery, "in_recovery"):
+        problems.append("faust TableManager.recovery.in_recovery is gone")
+    from faust.transport.consumer import Fetcher as FaustFetcher
+    if not hasattr(FaustFetcher(app), "_stopped"):
+        problems.append("faust Fetcher._stopped is gone")
+    loop = asyncio.new_event_loop()
+    try:
+        thread = InLoopConsumerThread(consumer, loop=loop)
+        problems += [f"mode ServiceThread.{f} is gone" for f in _THREAD_FIELDS if not hasattr(thread, f)]
+    finally:
+        loop.close()
+    table = app.Table("dpstream-contract")
+    for name in ("data", "send_changelog"):
+        if not hasattr(table, name):
+            problems.append(f"faust Table.{name} is gone")
+    return problems
