@@ -13,8 +13,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from dpstream.mechanisms.factorization import (BLT, TABLE, TABLE_MAX, SqrtToeplitz, Tree,  # noqa: E402
-                                               max_error, optimise_blt)
+from dpstream.mechanisms.factorization import (TABLE, TABLE_MAX, BLTFactorization,  # noqa: E402
+                                               SqrtToeplitz, TreeFactorization, max_error,
+                                               optimise_blt)
 
 
 def main() -> None:
@@ -25,7 +26,7 @@ def main() -> None:
         p = optimise_blt(n)
         secs = time.perf_counter() - t0
         table[str(n)] = {"theta": list(p.theta), "omega": list(p.omega)}
-        blt, sqrt, tree = (max_error(f, n) for f in (BLT(p), SqrtToeplitz(), Tree()))
+        blt, sqrt, tree = (max_error(f, n) for f in (BLTFactorization(p), SqrtToeplitz(), TreeFactorization()))
         print(f"n = {n:>7,}: max error BLT {blt:7.2f}, sqrt-Toeplitz {sqrt:7.2f} "
               f"(BLT / sqrt {blt / sqrt:.3f}), tree {tree:6.1f} (tree / BLT {tree / blt:5.2f}); "
               f"optimised in {secs:.1f} s", flush=True)

@@ -162,8 +162,11 @@ class ContinualWinnowState:
 
     @classmethod
     def from_hot_record(cls, r: dict) -> "ContinualWinnowState":
+        """The state of a record, sharing no mutable object with it (the learner extends
+        the block's increment lists; the stored record must not change with them)."""
         r = dict(r)
         r["ledger"] = None if r["ledger"] is None else LedgerState(**r["ledger"])
+        r["inc_idx"], r["inc_val"] = list(r["inc_idx"]), list(r["inc_val"])
         return cls(**r)
 
     def compact(self) -> None:

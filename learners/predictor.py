@@ -141,17 +141,27 @@ class PredictorState:
     hard_y: list = field(default_factory=list)
 
     def to_record(self) -> dict:
+        """A record that shares no mutable object with this state (the learner appends to
+        its hard queries; a stored record must not change with them)."""
         r = dict(vars(self))
         r["bt"] = None if self.bt is None else dict(vars(self.bt))
         r["ledger"] = None if self.ledger is None else dict(vars(self.ledger))
+        r["hard_x"], r["hard_y"] = _copied(self.hard_x), list(self.hard_y)
         return r
 
     @classmethod
     def from_record(cls, r: dict) -> "PredictorState":
+        """The state of a record, sharing no mutable object with it."""
         r = dict(r)
         r["bt"] = None if r["bt"] is None else BetweenThresholdsState(**r["bt"])
         r["ledger"] = None if r["ledger"] is None else LedgerState(**r["ledger"])
+        r["hard_x"], r["hard_y"] = _copied(r["hard_x"]), list(r["hard_y"])
         return cls(**r)
+
+
+def _copied(points: list) -> list:
+    """Hard-query points (lists of numbers, or numbers) copied."""
+    return [list(x) if isinstance(x, list) else x for x in points]
 
 
 @dataclass(frozen=True)

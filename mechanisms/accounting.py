@@ -88,6 +88,21 @@ def zcdp_epsilon(rho: float, delta: float) -> float:
     return float(eps)
 
 
+@lru_cache(maxsize=1024)
+def zcdp_rho(epsilon: float, delta: float) -> float:
+    """The largest rho whose (epsilon at delta) by ``zcdp_epsilon`` is at most ``epsilon``
+    (bisection: zcdp_epsilon is increasing in rho), rounded down by 1e-12 relative."""
+    if not (epsilon > 0 and math.isfinite(epsilon)):
+        raise ParameterError("epsilon", epsilon, "a finite number > 0")
+    lo, hi = 0.0, max(1.0, epsilon)
+    while zcdp_epsilon(hi, delta) <= epsilon:
+        hi *= 2
+    for _ in range(200):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if zcdp_epsilon(mid, delta) <= epsilon else (lo, mid)
+    return lo * (1 - 1e-12)
+
+
 def basic_composition(costs) -> PrivacyCost:
     """Basic composition (Dwork and Roth Thm 3.16): epsilons and deltas add."""
     costs = list(costs)

@@ -90,7 +90,7 @@ def tree_levels(n: int) -> int:
 
 
 @dataclass(frozen=True)
-class Tree:
+class TreeFactorization:
     name = TREE
 
     def sensitivity_squared(self, n: int) -> float:
@@ -132,7 +132,7 @@ def _strategy_coefficients(p: BLTParams, n: int) -> np.ndarray:
 
 
 @dataclass(frozen=True)
-class BLT:
+class BLTFactorization:
     params: BLTParams
     name = BLT
 
@@ -210,11 +210,11 @@ def optimise_blt(n: int, buffers: int = BUFFERS) -> BLTParams:
         return BLTParams(tuple(map(float, th)), tuple(map(float, x[buffers:])))
 
     def loss(x):
-        value = max_error(BLT(unpack(x)), n)
+        value = max_error(BLTFactorization(unpack(x)), n)
         return math.log(value) if math.isfinite(value) and value > 0 else 1e6
 
     p = unpack(minimize(loss, x0, method="L-BFGS-B", options={"maxiter": 300}).x)
-    return p if max_error(BLT(p), n) < max_error(BLT(start), n) else start
+    return p if max_error(BLTFactorization(p), n) < max_error(BLTFactorization(start), n) else start
 
 
 @lru_cache(maxsize=1)
@@ -226,7 +226,7 @@ def _table() -> dict[int, BLTParams]:
 def optimal_blt(n: int) -> BLTParams:
     """The tabulated BLT for the smallest power of two >= n blocks (at most 2^17): any BLT
     is a valid factorization for any n, so one optimised for a little more than n serves
-    n, and its sensitivity and error are then computed for n exactly (``BLT``)."""
+    n, and its sensitivity and error are then computed for n exactly (``BLTFactorization``)."""
     if n < 1:
         raise ParameterError("n", n, ">= 1")
     table = _table()
@@ -236,9 +236,9 @@ def optimal_blt(n: int) -> BLTParams:
 def factorization(name: str, n: int):
     """The factorization called ``name`` for n blocks."""
     if name == TREE:
-        return Tree()
+        return TreeFactorization()
     if name == BLT:
-        return BLT(optimal_blt(n))
+        return BLTFactorization(optimal_blt(n))
     raise ParameterError("mechanism", name, f"'{TREE}' or '{BLT}'")
 
 

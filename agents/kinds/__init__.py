@@ -13,11 +13,12 @@ from __future__ import annotations
 from .base import BINARY, REAL, Handler, Outputs
 from .continual_winnow import ContinualWinnowKind
 from .decision_list import DecisionListKind
+from .dp_ftrl import DPFTRLKind
 from .predictor import PredictorKind
 from .winnow import WinnowKind
 
 KINDS: dict[str, type[Handler]] = {k.name: k for k in (
-    WinnowKind, ContinualWinnowKind, PredictorKind, DecisionListKind)}
+    WinnowKind, ContinualWinnowKind, PredictorKind, DecisionListKind, DPFTRLKind)}
 
 
 def kind(name: str) -> type[Handler]:

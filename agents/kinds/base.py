@@ -182,8 +182,14 @@ class Handler:
         return None
 
     # ------------------------------------------------------------ outputs
+    def charge_epoch(self) -> int:
+        """The epoch a charge being made belongs to (kinds whose learner starts epochs
+        itself read it from the learner)."""
+        return self.epoch
+
     def _charged(self, entry: LedgerEntry) -> None:
         """Publish a ledger entry (``Ledger.on_entry``): made before the release it pays for."""
+        self.epoch = self.charge_epoch()
         b = self.config.budget
         self._out.add("ledger", self.model_id, LedgerEntryEvent(
             model_id=self.model_id, seq=self.event_seq, epoch=self.epoch,
@@ -224,6 +230,26 @@ class Handler:
                 "status": status, "version": int(version), "epsilon_spent": spent_eps,
                 "epsilon_left": max(0.0, self.config.budget.epsilon - spent_eps),
                 "updated": bool(updated)}
+
+    def _learn_in_blocks(self, items, prepared, outputs) -> None:
+        """``on_examples`` for a learner that releases once per block (``blocks_left``,
+        ``learn_rows``, ``version``): a block segment at a time through its batch kernel,
+        the segment's records but the last with the model as it was (no release before the
+        block's end), the last one's record after it (a new epoch's charge is its)."""
+        rows, ys = prepared
+        a = 0
+        while a < len(items):
+            b = min(len(items), a + self.model.blocks_left())
+            self._predict_rows(outputs, items[a:b - 1], "learning", self.model.version)
+            self._begin(outputs)
+            step = self.model.learn_rows(rows[a:b], ys[a:b])[-1]
+            self._released(step)
+            self._predict("example", items[b - 1][1], items[b - 1][0], None, "learning",
+                          step.version, step.released)
+            a = b
+
+    def _released(self, step) -> None:
+        """After a step of a learner that releases per block (cold records, if any)."""
 
     # ------------------------------------------------------------ buffered rows
     def _append_row(self, epoch: int, n: int, row: list) -> int:

@@ -159,12 +159,9 @@ class ContinualWinnowKind(Handler):
     def internal_mistakes(self) -> int:
         return self.model.state.mistakes
 
-    def _charged(self, entry) -> None:
-        """An epoch's charge is made by the learner as the epoch starts: its entry carries
-        the new epoch."""
-        model = getattr(self, "model", None)
-        self.epoch = model.state.epoch if model is not None else 0
-        super()._charged(entry)
+    def charge_epoch(self) -> int:
+        """The learner charges an epoch as it starts it: the entry carries the new epoch."""
+        return self.model.state.epoch if hasattr(self, "model") else 0
 
     def _released(self, step) -> None:
         """Cold records as blocks close; versioned keys whose content is a function of the
@@ -186,19 +183,7 @@ class ContinualWinnowKind(Handler):
         return self.model.checked([e["active"] for e, _ in items], [e["y"] for e, _ in items])
 
     def on_examples(self, items, prepared, outputs) -> None:
-        """Through the learner's batch kernel a block segment at a time."""
-        idx, ys = prepared
-        a = 0
-        while a < len(items):
-            b = min(len(items), a + self.model.blocks_left())
-            # no release before b: the segment's other records first, with the model as it is
-            self._predict_rows(outputs, items[a:b - 1], "learning", self.model.version)
-            self._begin(outputs)                   # the last one's: a new epoch's charge is its
-            step = self.model.learn_rows(idx[a:b], ys[a:b])[-1]
-            self._released(step)
-            self._predict("example", items[b - 1][1], items[b - 1][0], None, "learning",
-                          step.version, step.released)
-            a = b
+        self._learn_in_blocks(items, prepared, outputs)
 
     def on_query(self, event, source, outputs) -> None:
         self._begin(outputs)

@@ -240,6 +240,10 @@ class PredictorKind(Handler):
     def ledger_record(self):
         return self.model.state.ledger
 
+    def charge_epoch(self) -> int:
+        """The learner charges an epoch as it starts it (``start_epoch``): the new epoch."""
+        return self.model.state.epoch if hasattr(self, "model") else 0
+
     def _need(self) -> int:
         k, m = shape(self.config)
         return k * m

@@ -38,7 +38,9 @@ def workload():
                                  "v_max": 10}}),
           ("models", {"model_id": "c", "dimension": 20, "budget": {"epsilon": 2.0, "delta": 1e-6},
                       "params": {"kind": "continual_winnow", "max_active": 4, "block": 25,
-                                 "horizon": 300}})]          # 3 epochs, 12 releases each
+                                 "horizon": 300}}),          # 3 epochs, 12 releases each
+          ("models", {"model_id": "f", "dimension": 3, "budget": {"epsilon": 2.0, "delta": 1e-6},
+                      "params": {"kind": "dp_ftrl", "block": 25, "horizon": 300}})]
     for i in range(900):
         act = sorted(set(s.below(20, size=3).tolist()))
         ev.append(("examples", {"model_id": "w", "active": act, "y": 1 if min(act) < 4 else -1}))
@@ -47,11 +49,14 @@ def workload():
         ev.append(("examples", {"model_id": "dl", "x": x, "y": x[0] if x[1] == 1 else -1}))
         v = float(s.uniform(1)[0])
         ev.append(("examples", {"model_id": "p", "x": [v], "y": 1 if v >= 0.4 else -1}))
+        f = (s.uniform(3) * 2 - 1).tolist()
+        ev.append(("examples", {"model_id": "f", "x": f, "y": 1 if f[0] > f[1] else -1}))
     for i in range(40):
         ev.append(("queries", {"model_id": "w", "active": [i % 20]}))
         ev.append(("queries", {"model_id": "c", "active": [i % 20]}))
         ev.append(("queries", {"model_id": "dl", "x": [1, -1, 1, -1, 1, -1]}))
         ev.append(("queries", {"model_id": "p", "x": [i / 40]}))
+        ev.append(("queries", {"model_id": "f", "x": [i / 40, 0.5, -0.5]}))
     return ev
 
 
@@ -141,7 +146,7 @@ async def _ordered_calls(log):
 def test_a_crash_at_any_delivery_loses_and_changes_no_output(log_and_expected):
     log, expected, final_state = log_and_expected
     calls, picks = crash_points(log)
-    assert {json.loads(log[i].value)["event"]["model_id"] for i, _ in calls} == {"w", "dl", "p", "c"}
+    assert {json.loads(log[i].value)["event"]["model_id"] for i, _ in calls} == {"w", "dl", "p", "c", "f"}
     assert {calls[n - 1][1] for n in picks} == {"predictions", "ledger", "releases"}
     for j, fail_at in enumerate(picks):
         event = calls[fail_at - 1][0]
@@ -312,7 +317,7 @@ def test_a_crash_between_any_two_state_writes_around_a_retirement_changes_no_out
     dry = CrashingState()
     asyncio.run(run(dry, Broker(), batches))
     dels = [n for n, (kind, _) in enumerate(dry.ops, 1) if kind == "del"]
-    assert {dry.ops[n - 1][1].split("/")[1] for n in dels} == {"w", "dl", "p", "c"}
+    assert {dry.ops[n - 1][1].split("/")[1] for n in dels} == {"w", "dl", "p", "c", "f"}
     picks = sorted({n + j for n in dels[::7] for j in (-1, 0, 1)})   # head, first, second deletion
     for fail_at in picks:
         state, broker = CrashingState(fail_at), Broker()

@@ -1,4 +1,5 @@
 """The agents on the embedded runtime: every kind end to end, bad input, idempotence."""
+import copy
 import json
 
 import numpy as np
@@ -274,9 +275,10 @@ async def test_every_state_record_is_plain_json_and_every_prediction_fits_its_sc
     for topic, items in (("models", models()), ("examples", examples()), ("queries", queries())):
         for payload in items:
             await rt.feed(topic, payload)
+    from dpstream.agents.kinds import KINDS
     kinds = {v["params"]["kind"] for k, v in rt.state.items() if k.endswith("/config")
              and k.startswith("model/")}
-    assert kinds == {"winnow", "continual_winnow", "decision_list", "predictor"}
+    assert kinds == set(KINDS)
     assert len(rt.outputs["predictions"]) == len(examples()) + len(queries())
     for record in rt.outputs["predictions"]:      # built as dicts on the hot path
         assert Prediction.model_validate(record).model_dump() == record
@@ -374,3 +376,38 @@ async def test_sequenced_events_are_the_schemas_json_dump(topic, payload):
     logged = rt.log[-1]["value"]["event"]
     assert logged == expected and list(logged) == list(expected)
     assert orjson.loads(orjson.dumps(logged)) == logged
+
+
+class _Snapshots(dict):
+    """A state mapping that remembers a copy of every value as it was written."""
+
+    def __init__(self):
+        super().__init__()
+        self.written, self.changed = {}, []
+
+    def __setitem__(self, key, value):
+        if key in self and self[key] != self.written[key]:
+            self.changed.append(key)            # altered in place since it was written
+        super().__setitem__(key, value)
+        self.written[key] = copy.deepcopy(value)
+
+    def __delitem__(self, key):
+        super().__delitem__(key)
+        self.written.pop(key, None)
+
+
+async def test_no_learner_changes_a_stored_record_after_writing_it():
+    """A handler's learner must not share mutable objects with the records it wrote or
+    loaded: a later change would alter stored state that no write covers (once, a
+    predictor's hard queries grew inside a stored head, and a crash then applied a hard
+    query twice). Every kind, events in batches: each stored value still equals what was
+    written."""
+    from ..streams.workload import examples, models, queries
+    state = _Snapshots()
+    rt = EmbeddedRuntime(RNG, state)
+    items = [("models", m) for m in models()] + [("examples", e) for e in examples()] + \
+        [("queries", q) for q in queries()]
+    for a in range(0, len(items), 97):
+        await rt.feed_all(items[a:a + 97])
+        changed = state.changed + [k for k, v in state.items() if state.written[k] != v]
+        assert not changed, changed[:3]

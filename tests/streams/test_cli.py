@@ -108,7 +108,7 @@ def test_keyless_replay_catches_a_ledger_cut_short(tmp_path, monkeypatch, capsys
      "params: unknown field 'max_activ' (did you mean 'max_active'?"),
     ({"model_id": "m", "dimension": 10, "budget": {"epsilon": 1.0, "delta": 1e-6},
       "params": {"kind": "dp_winnow"}}, 1,
-     "unknown kind 'dp_winnow': the kinds are continual_winnow, decision_list, predictor, winnow"),
+     "unknown kind 'dp_winnow': the kinds are continual_winnow, decision_list, dp_ftrl, predictor, winnow"),
     ({"model_id": "m", "dimension": 200_000, "budget": {"epsilon": 1.0, "delta": 1e-6},
       "params": {"kind": "winnow", "eps_hat": 1, "eta": 0.1, "m": 10, "K": 2, "L": 2}}, 1, "record limit"),
 ])

@@ -1,0 +1,160 @@
+"""Kind ``dp_ftrl``: DP-FTRL online logistic regression with matrix-factorization noise
+(learners/dp_ftrl.py; mechanisms/factorization.py): the dense online learner.
+
+Records: ``params`` (the calibrated noise, written once), ``head`` (counters, this
+block's integer gradient sum, the epoch ledger: every batch), ``prefix/<epoch>/<b>`` (the
+epoch's true prefix sum after block b), ``noise/<epoch>/<b>`` (the BLT's noise buffers
+after block b), ``offset/<epoch>`` (the released prefix an epoch starts from). The cold
+records change when a block closes; the older ones are retired.
+"""
+from __future__ import annotations
+
+from dataclasses import asdict
+from typing import Literal
+
+from pydantic import Field
+
+from dpstream.learners.dp_ftrl import (CLIP, DPFTRL, DPFTRLParameters, dp_ftrl_parameters,
+                                       mechanism_name)
+from dpstream.mechanisms.errors import DPStreamError
+from dpstream.mechanisms.factorization import BLT, BUFFERS, TREE
+from dpstream.schemas.config import KindParams, register_params
+
+from .base import Handler
+
+MAX_DIMENSION = 10_000   # the noise buffers of one block, (buffers + 1) x (d + 1) floats, in one record
+
+
+@register_params
+class DPFTRLParams(KindParams):
+    """DP-FTRL: the budget and the expected examples per epoch fix the noise; ``block``,
+    ``eta`` and ``clip`` default to the measured rules (learners/dp_ftrl.py)."""
+    kind: Literal["dp_ftrl"] = "dp_ftrl"
+    horizon: int = Field(ge=1, le=1_000_000_000)     # expected examples per epoch
+    block: int | None = Field(default=None, ge=1, le=1_000_000)
+    eta: float | None = Field(default=None, gt=0, le=1e6)
+    clip: float = Field(default=CLIP, gt=0, le=1)
+    loss: Literal["logistic", "hinge"] = "logistic"
+    mechanism: Literal["blt", "tree"] = BLT
+
+    def input_form(self) -> str:
+        return "real"
+
+
+def parameters(config) -> DPFTRLParameters:
+    p, b = config.params, config.budget
+    return dp_ftrl_parameters(epsilon=b.epsilon, delta=b.delta, d=config.dimension,
+                              horizon=p.horizon, block=p.block, eta=p.eta, loss=p.loss,
+                              mechanism=p.mechanism, clip=p.clip)
+
+
+class DPFTRLKind(Handler):
+    name = "dp_ftrl"
+    Params = DPFTRLParams
+    online = True
+    mechanisms = (mechanism_name(BLT), mechanism_name(TREE))
+    epochs_on_fresh_examples = True
+    batch_from = 1
+
+    # ------------------------------------------------------------ the kind
+    @classmethod
+    def config_problem(cls, config) -> str | None:
+        if config.dimension > MAX_DIMENSION:
+            return (f"dimension {config.dimension:,} is above the {MAX_DIMENSION:,} a dp_ftrl model "
+                    "keeps per record: declare fewer features or hash categories into fewer buckets")
+        try:
+            parameters(config)
+        except DPStreamError as err:
+            return str(err)
+        return None
+
+    @classmethod
+    def status(cls, config, head):
+        s = head["learner"]
+        return {"epoch": s["epoch"], "releases_this_epoch": s["b"], "exhausted": False}, s["ledger"]
+
+    @classmethod
+    def parameter_rows(cls, config):
+        q = parameters(config)
+        src = "registration" if config.params.block else "rule (learners/dp_ftrl.py)"
+        return [("mechanism", f"{q.mechanism}", "registration (mechanisms/factorization.py)"),
+                ("block B, horizon T per epoch", f"{q.block}, {q.horizon}", src),
+                ("clip, sensitivity 2 clip", f"{q.clip:g}, {q.sensitivity:.4g}", "replace-one"),
+                ("max ||C e_j||^2", f"{q.strategy_norm2:.4g}", f"{q.mechanism} factorization of {q.blocks} blocks"),
+                ("noise sigma per coordinate", f"{q.sigma:.4g}", "sens ||C e_1|| / sqrt(2 rho)"),
+                ("rho (zCDP) per epoch", f"{q.rho:.4g}", "dp-accounting: the largest rho meeting the budget"),
+                ("guaranteed eps per example", f"{q.epsilon:.4g}", "epochs on disjoint examples compose in parallel"),
+                ("eta", f"{q.eta:.4g}", "registration" if config.params.eta else "rule: 1 / (sigma ||C e_1||)")]
+
+    # ------------------------------------------------------------ one model
+    def create(self, outputs) -> None:
+        self._begin(outputs)
+        params = parameters(self.config)
+        self.state[self.key("params")] = asdict(params)
+        self.model = DPFTRL(params=params, rng=self.rng, model_id=self.model_id, on_charge=self._charged)
+        self.epoch, self._saved = 0, (0, 0)
+
+    def load(self, head: dict) -> None:
+        self._load_head(head)
+        raw = dict(self.state[self.key("params")])
+        raw["blt"] = None if raw["blt"] is None else tuple(map(tuple, raw["blt"]))
+        params = DPFTRLParameters(**raw)
+        hot = head["learner"]
+        e, b = hot["epoch"], hot["b"]
+        cold = {"prefix": self.state[self.key("prefix", e, b)]["v"] if b else None,
+                "noise": self.state[self.key("noise", e, b)]["v"] if b and params.mechanism == BLT else None,
+                "offset": self.state[self.key("offset", e)]["v"] if e else None}
+        state = DPFTRL.state_from(hot, cold, params.d + 1, BUFFERS)
+        self.model = DPFTRL(params=params, rng=self.rng, model_id=self.model_id, state=state,
+                            on_charge=self._charged)
+        self.epoch, self._saved = e, (e, b)
+
+    def save(self) -> None:
+        s = self.model.state
+        if (s.epoch, s.b) != self._saved:
+            cold = self.model.cold_record()
+            if s.b:
+                self._put(self.key("prefix", s.epoch, s.b), {"v": cold["prefix"]})
+                if cold["noise"] is not None:
+                    self._put(self.key("noise", s.epoch, s.b), {"v": cold["noise"]})
+            if s.epoch:
+                self._put(self.key("offset", s.epoch), {"v": cold["offset"]})
+            self._saved = (s.epoch, s.b)
+        self._write_head({"learner": self.model.hot_record()})
+
+    def live(self) -> set[str]:
+        s = self.model.state
+        keys = set()
+        if s.b:
+            keys.add(self.key("prefix", s.epoch, s.b))
+            if s.noise is not None:
+                keys.add(self.key("noise", s.epoch, s.b))
+        if s.epoch:
+            keys.add(self.key("offset", s.epoch))
+        return keys
+
+    def ledger_record(self):
+        return self.model.ledger.state
+
+    def internal_mistakes(self) -> int:
+        return self.model.state.mistakes
+
+    def charge_epoch(self) -> int:
+        """The learner charges an epoch as it starts it: the entry carries the new epoch."""
+        return self.model.state.epoch if hasattr(self, "model") else 0
+
+    def on_example(self, event, source, outputs) -> None:
+        self._begin(outputs)
+        step = self.model.learn_one(event["x"], event["y"])
+        self._predict("example", source, event, None, "learning", step.version, step.released)
+
+    def prepare_examples(self, items):
+        return self.model.checked([e["x"] for e, _ in items], [e["y"] for e, _ in items])
+
+    def on_examples(self, items, prepared, outputs) -> None:
+        self._learn_in_blocks(items, prepared, outputs)
+
+    def on_query(self, event, source, outputs) -> None:
+        self._begin(outputs)
+        label = self.model.predict_one(event["x"])
+        self._predict("query", source, event, label, "answered", self.model.version)

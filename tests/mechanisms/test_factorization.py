@@ -1,0 +1,102 @@
+"""The matrix-factorization mechanisms (mechanisms/factorization.py): the factorizations
+are what they claim (checked against materialised matrices), the streaming noise is
+B Z, BLT beats the tree at equal rho, and the Gaussian calibration's exact divergence
+stays within the accountant's delta."""
+import math
+
+import numpy as np
+import pytest
+from scipy.stats import norm
+
+from dpstream.mechanisms.accounting import zcdp_epsilon, zcdp_rho
+from dpstream.mechanisms.factorization import (BLTFactorization, BLTNoise, SqrtToeplitz,
+                                               TreeFactorization, TreeNoiseF, gaussian, max_error,
+                                               mean_error, optimal_blt, rational_blt, tree_levels)
+from dpstream.mechanisms.randomness import KeyedRandomness
+
+RNG = KeyedRandomness(b"factorization-tests-key-00000000")
+
+
+def toeplitz(coefs: np.ndarray) -> np.ndarray:
+    n = coefs.size
+    i, j = np.indices((n, n))
+    return np.where(i >= j, coefs[np.clip(i - j, 0, n - 1)], 0.0)
+
+
+@pytest.mark.parametrize("n", [1, 2, 7, 64, 300])
+def test_a_blt_is_a_factorization_of_the_prefix_sums_with_the_errors_it_reports(n):
+    p = optimal_blt(n)
+    f = BLTFactorization(p)
+    C_inv = toeplitz(p.inverse_coefficients(n))
+    C = np.linalg.inv(C_inv)
+    A = np.tril(np.ones((n, n)))
+    B = A @ C_inv
+    assert np.allclose(B @ C, A)
+    assert f.sensitivity_squared(n) == pytest.approx(max((C ** 2).sum(axis=0)), rel=1e-9)
+    assert np.allclose(f.prefix_variance(n), (B ** 2).sum(axis=1))
+
+
+def test_the_square_root_factorization_squares_to_the_prefix_sums():
+    n = 50
+    C = toeplitz(SqrtToeplitz.coefficients(n))
+    assert np.allclose(C @ C, np.tril(np.ones((n, n))))
+
+
+def test_the_streaming_noise_is_b_times_the_keyed_gaussians():
+    """BLTNoise's prefix noise after each block equals (A C^{-1} Z)_t for the same keyed z;
+    the tree's equals the sum of its decomposition's node noises."""
+    n, dim, sigma = 40, 3, 1.7
+    p = optimal_blt(n)
+    stream = BLTNoise(RNG, "m", "test", 0, sigma, dim, p)
+    Z = np.stack([sigma * gaussian(RNG, "m", "test", (0, t), dim) for t in range(1, n + 1)])
+    B = np.tril(np.ones((n, n))) @ toeplitz(p.inverse_coefficients(n))
+    state = None
+    for t in range(1, n + 1):
+        total, state = stream.prefix(t, state)
+        assert np.allclose(total, (B @ Z)[t - 1])
+    tree = TreeNoiseF(RNG, "m", "test", 0, sigma, dim)
+    node = {t: sigma * gaussian(RNG, "m", "test", (0, t), dim) for t in range(1, n + 1)}
+    for t in (1, 6, 13, 32, 40):
+        parts = [(t >> l) << l for l in range(t.bit_length()) if (t >> l) & 1]
+        assert np.allclose(tree.prefix(t)[0], sum(node[s] for s in parts))
+
+
+@pytest.mark.parametrize("n", [100, 1_000, 10_000, 100_000])
+def test_blt_has_lower_prefix_error_than_the_tree_at_equal_rho(n):
+    """Max and mean squared prefix error per unit of sens^2 / (2 rho): the BLT within 10%
+    of the square-root factorization (near optimal), and several times below the tree."""
+    blt, tree, sqrt = BLTFactorization(optimal_blt(n)), TreeFactorization(), SqrtToeplitz()
+    assert max_error(blt, n) <= 1.1 * max_error(sqrt, n)
+    assert max_error(tree, n) >= 5 * max_error(blt, n)
+    assert mean_error(tree, n) >= 3 * mean_error(blt, n)
+    assert max_error(BLTFactorization(rational_blt(4)), n) >= 0.99 * max_error(blt, n)
+
+
+def test_the_tree_factorization_counts_levels_and_decompositions():
+    assert TreeFactorization().sensitivity_squared(16) == tree_levels(16) == 5
+    assert TreeFactorization().prefix_variance(8).tolist() == [1, 1, 2, 1, 2, 2, 3, 1]
+
+
+def gaussian_delta(epsilon: float, a: float) -> float:
+    """Exact hockey-stick divergence of N(0, 1) against N(a, 1) at epsilon (Balle and Wang
+    2018, Theorem 8): the privacy profile of a Gaussian mechanism whose worst shift is a
+    noise standard deviations."""
+    return float(norm.cdf(-epsilon / a + a / 2) - math.exp(epsilon) * norm.cdf(-epsilon / a - a / 2))
+
+
+@pytest.mark.parametrize("epsilon", [0.5, 1.0, 4.0, 10.0])
+@pytest.mark.parametrize("n", [4, 100, 5_000])
+def test_the_worst_neighbours_exact_divergence_stays_within_the_claim(epsilon, n):
+    """The release C g + Z of neighbouring streams differs by one block's shift of norm
+    sens along the column C e_j: the outputs are Gaussians a = sens ||C e_1|| / sigma
+    apart at worst, whose exact divergence at the claimed epsilon must not exceed delta.
+    Calibrating for half the sensitivity (add/remove instead of replace-one) must exceed it."""
+    delta, sens = 1e-6, 0.5
+    f = BLTFactorization(optimal_blt(n))
+    norm2 = f.sensitivity_squared(n)
+    rho = zcdp_rho(epsilon, delta)
+    sigma = sens * math.sqrt(norm2) / math.sqrt(2 * rho)
+    assert zcdp_epsilon(sens * sens * norm2 / (2 * sigma * sigma), delta) <= epsilon
+    assert gaussian_delta(epsilon, sens * math.sqrt(norm2) / sigma) <= delta
+    half = sigma / 2
+    assert gaussian_delta(epsilon, sens * math.sqrt(norm2) / half) > 10 * delta
