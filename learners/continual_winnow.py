@@ -60,7 +60,7 @@ from dpstream.mechanisms.errors import ParameterError
 from dpstream.mechanisms.randomness import KeyedRandomness
 
 from .inputs import active_matrix
-from .protocol import Step
+from .protocol import BlockReleases, Step
 
 TREE_MECHANISM = "tree_aggregation[discrete_gaussian]"
 
@@ -178,7 +178,7 @@ class ContinualWinnowState:
         self.inc_idx, self.inc_val = idx[keep].tolist(), val[keep].tolist()
 
 
-class ContinualWinnow:
+class ContinualWinnow(BlockReleases):
     """Predict and learn over explicit state; every decision reads only A^."""
 
     def __init__(self, *, params: ContinualWinnowParameters, rng: KeyedRandomness, model_id: str,
@@ -205,11 +205,6 @@ class ContinualWinnow:
         ledger.charge(TREE_MECHANISM, p.epsilon, p.delta)
         self.state.ledger = ledger.state
         self.ledger = ledger
-
-    @property
-    def version(self) -> int:
-        """Releases so far, over all epochs: the released model's version."""
-        return self.state.epoch * self.params.blocks + self.state.b
 
     # ------------------------------------------------------------ released model
     def _refresh(self) -> None:
@@ -268,43 +263,23 @@ class ContinualWinnow:
             raise ParameterError("y", "<labels>", "one label per row, each -1 or +1")
         return self._rows(actives), ys
 
-    def blocks_left(self) -> int:
-        """Examples until the current block closes (a release)."""
-        return self.params.block - self.state.t % self.params.block
-
-    def learn_rows(self, idx: np.ndarray, ys: np.ndarray) -> list[Step]:
-        """``learn_many`` on rows already ``checked``."""
+    def _learn_segment(self, rows: np.ndarray, y: np.ndarray) -> np.ndarray:
+        """Predictions, then the rows that err or fall below the margin into the block's
+        increment (A^ is fixed within the segment)."""
         p, s = self.params, self.state
-        steps: list[Step] = []
-        start = 0
-        while start < len(ys):
-            stop = min(len(ys), start + p.block - s.t % p.block)
-            rows, y = idx[start:stop], ys[start:stop]
-            pred, lin = self._decide(rows)
-            wrong = pred != y
-            updated = wrong | (y * lin < p.margin * p.noise_unit)
-            s.mistakes += int(wrong.sum())
-            s.updates += int(updated.sum())
-            if updated.any():
-                kept = rows[updated]
-                mask = kept < self.dim
-                s.inc_idx.extend(kept[mask].tolist())
-                s.inc_val.extend(np.broadcast_to(y[updated][:, None], kept.shape)[mask].tolist())
-                if len(s.inc_idx) > 4 * self.dim:       # keep memory bounded by the dimension
-                    s.compact()
-            s.t += stop - start
-            version = self.version
-            released = new_epoch = False
-            if s.t % p.block == 0:
-                self._close_block()
-                released = True
-                if s.t >= p.horizon:
-                    self._next_epoch()
-                    new_epoch = True
-            steps.extend(Step(int(pr), version) for pr in pred[:-1])
-            steps.append(Step(int(pred[-1]), self.version, released, new_epoch))
-            start = stop
-        return steps
+        pred, lin = self._decide(rows)
+        wrong = pred != y
+        updated = wrong | (y * lin < p.margin * p.noise_unit)
+        s.mistakes += int(wrong.sum())
+        s.updates += int(updated.sum())
+        if updated.any():
+            kept = rows[updated]
+            mask = kept < self.dim
+            s.inc_idx.extend(kept[mask].tolist())
+            s.inc_val.extend(np.broadcast_to(y[updated][:, None], kept.shape)[mask].tolist())
+            if len(s.inc_idx) > 4 * self.dim:       # keep memory bounded by the dimension
+                s.compact()
+        return pred
 
     def _close_block(self) -> None:
         s = self.state

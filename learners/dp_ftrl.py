@@ -55,7 +55,7 @@ from dpstream.mechanisms.factorization import (BLT, TREE, BLTNoise, BLTParams, T
                                                factorization, optimal_blt)
 from dpstream.mechanisms.randomness import KeyedRandomness
 
-from .protocol import Step
+from .protocol import BlockReleases, Step
 
 PURPOSE = "dp_ftrl/noise"
 SCALE = float(1 << 30)             # gradients are summed as integers in units of 2^-30
@@ -160,7 +160,7 @@ class DPFTRLState:
     mistakes: int = 0                   # private: in-process evaluation only
 
 
-class DPFTRL:
+class DPFTRL(BlockReleases):
     """DP-FTRL over explicit state; every decision reads only the released model."""
 
     def __init__(self, *, params: DPFTRLParameters, rng: KeyedRandomness, model_id: str,
@@ -197,10 +197,6 @@ class DPFTRL:
             return TreeNoiseF(self.rng, self.model_id, PURPOSE, epoch, p.sigma, self.dim)
         return BLTNoise(self.rng, self.model_id, PURPOSE, epoch, p.sigma, self.dim,
                         BLTParams(*p.blt))
-
-    @property
-    def version(self) -> int:
-        return self.state.epoch * self.params.blocks + self.state.b
 
     # ------------------------------------------------------------ the released model
     def _refresh(self, noise_total: np.ndarray | None = None) -> None:
@@ -258,9 +254,6 @@ class DPFTRL:
             raise ParameterError("y", "<labels>", "one label per row, each -1 or +1")
         return R, ys
 
-    def blocks_left(self) -> int:
-        return self.params.block - self.state.t % self.params.block
-
     def _gradients(self, R: np.ndarray, ys: np.ndarray, margins: np.ndarray) -> np.ndarray:
         """Clipped per-example gradients at the released w, as int64 multiples of 2^-30."""
         z = ys * margins
@@ -273,31 +266,13 @@ class DPFTRL:
         G /= np.maximum(1.0, norms / self.params.clip)[:, None]
         return np.rint(G * SCALE).astype(np.int64)
 
-    def learn_rows(self, R: np.ndarray, ys: np.ndarray) -> list[Step]:
-        """``learn_many`` on rows already ``checked``, a block segment at a time."""
-        p, s = self.params, self.state
-        steps: list[Step] = []
-        start = 0
-        while start < len(ys):
-            stop = min(len(ys), start + p.block - s.t % p.block)
-            rows, y = R[start:stop], ys[start:stop]
-            margins = self._margins(rows)
-            pred = np.where(margins >= 0, 1, -1)
-            s.mistakes += int((pred != y).sum())
-            s.inc = s.inc + self._gradients(rows, y, margins).sum(axis=0)
-            s.t += stop - start
-            version = self.version
-            released = new_epoch = False
-            if s.t % p.block == 0:
-                self._close_block()
-                released = True
-                if s.t >= p.horizon:
-                    self._next_epoch()
-                    new_epoch = True
-            steps.extend(Step(int(v), version) for v in pred[:-1])
-            steps.append(Step(int(pred[-1]), self.version, released, new_epoch))
-            start = stop
-        return steps
+    def _learn_segment(self, rows: np.ndarray, ys: np.ndarray) -> np.ndarray:
+        """Predictions, then the gradients at the same released w into the block's sum."""
+        margins = self._margins(rows)
+        pred = np.where(margins >= 0, 1, -1)
+        self.state.mistakes += int((pred != ys).sum())
+        self.state.inc = self.state.inc + self._gradients(rows, ys, margins).sum(axis=0)
+        return pred
 
     def _close_block(self) -> None:
         s = self.state

@@ -22,6 +22,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import numpy as np
+
 ActiveRow = Sequence[int]
 
 
@@ -38,3 +40,51 @@ class Step:
     version: int
     released: bool = False
     new_epoch: bool = False
+
+
+class BlockReleases:
+    """The loop of a learner that releases its model once per block of ``params.block``
+    examples and starts a new epoch every ``params.horizon`` (continual Winnow, DP-FTRL):
+    ``learn_rows`` takes a run of checked rows a block segment at a time (the released
+    model is fixed within a segment) through the learner's ``_learn_segment(rows, ys)``
+    (its predictions and learning for the segment), then closes the block and maybe the
+    epoch. The same steps as one example at a time."""
+
+    def blocks_left(self) -> int:
+        """Examples until the current block closes (a release)."""
+        return self.params.block - self.state.t % self.params.block
+
+    @property
+    def version(self) -> int:
+        """Releases so far, over all epochs: the released model's version."""
+        return self.state.epoch * self.params.blocks + self.state.b
+
+    def learn_rows(self, rows, ys) -> list[Step]:
+        p, s = self.params, self.state
+        steps: list[Step] = []
+        start = 0
+        while start < len(ys):
+            stop = min(len(ys), start + self.blocks_left())
+            pred = self._learn_segment(rows[start:stop], ys[start:stop])
+            s.t += stop - start
+            version = self.version
+            released = new_epoch = False
+            if s.t % p.block == 0:
+                self._close_block()
+                released = True
+                if s.t >= p.horizon:
+                    self._next_epoch()
+                    new_epoch = True
+            steps.extend(Step(int(v), version) for v in pred[:-1])
+            steps.append(Step(int(pred[-1]), self.version, released, new_epoch))
+            start = stop
+        return steps
+
+    def _learn_segment(self, rows, ys) -> np.ndarray:
+        raise NotImplementedError
+
+    def _close_block(self) -> None:
+        raise NotImplementedError
+
+    def _next_epoch(self) -> None:
+        raise NotImplementedError

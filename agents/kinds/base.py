@@ -37,6 +37,7 @@ from typing import ClassVar
 
 from dpstream.learners.features import Featuriser
 from dpstream.mechanisms.accounting import Ledger, LedgerEntry, LedgerState, spent
+from dpstream.mechanisms.errors import DPStreamError
 from dpstream.mechanisms.randomness import KeyedRandomness
 from dpstream.schemas import LedgerEntryEvent, ModelConfig
 from dpstream.schemas.config import KindParams
@@ -312,3 +313,44 @@ class Handler:
         """``ledger`` with its entries published by this handler (``_charged``)."""
         ledger.on_entry.append(self._charged)
         return ledger
+
+
+class BlockReleaseKind(Handler):
+    """A kind whose learner releases once per block and charges each epoch as it starts it
+    (``learners.protocol.BlockReleases``: continual Winnow, DP-FTRL). The learner is
+    ``self.model``, its parameters come from ``parameters(config)``."""
+
+    online = True
+    epochs_on_fresh_examples = True
+    batch_from = 1
+
+    @staticmethod
+    def parameters(config):
+        raise NotImplementedError
+
+    @classmethod
+    def parameters_problem(cls, config) -> str | None:
+        """Why the learner's parameters cannot be built for this config (None when they can)."""
+        try:
+            cls.parameters(config)
+        except DPStreamError as err:
+            return str(err)
+        return None
+
+    @classmethod
+    def status(cls, config, head):
+        s = head["learner"]
+        return {"epoch": s["epoch"], "releases_this_epoch": s["b"], "exhausted": False}, s["ledger"]
+
+    def charge_epoch(self) -> int:
+        """The learner charges an epoch as it starts it: the entry carries the new epoch."""
+        return self.model.state.epoch if hasattr(self, "model") else 0
+
+    def ledger_record(self):
+        return self.model.ledger.state
+
+    def internal_mistakes(self) -> int:
+        return self.model.state.mistakes
+
+    def on_examples(self, items, prepared, outputs) -> None:
+        self._learn_in_blocks(items, prepared, outputs)

@@ -17,10 +17,9 @@ from dpstream.learners.continual_winnow import (TREE_MECHANISM, ContinualWinnow,
                                                 ContinualWinnowParameters, ContinualWinnowState,
                                                 continual_winnow_parameters)
 from dpstream.mechanisms.continual import closed_nodes
-from dpstream.mechanisms.errors import DPStreamError
 from dpstream.schemas.config import KindParams, register_params
 
-from .base import Handler
+from .base import BlockReleaseKind
 from .storage import RECORD_BYTES, VECTOR_COLUMNS, read_vector, vector_records
 
 MAX_ROW_ENTRIES = 20_000_000     # dimension x (max_active + 1) kept per block at most: see config_problem
@@ -54,13 +53,11 @@ def parameters(config) -> ContinualWinnowParameters:
         horizon=p.horizon, block=p.block, eta=p.eta, margin=p.margin)
 
 
-class ContinualWinnowKind(Handler):
+class ContinualWinnowKind(BlockReleaseKind):
     name = "continual_winnow"
     Params = ContinualWinnowParams
-    online = True
     mechanisms = (TREE_MECHANISM,)
-    epochs_on_fresh_examples = True
-    batch_from = 1
+    parameters = staticmethod(parameters)          # the module's function, as the kind's
 
     # ------------------------------------------------------------ the kind
     @classmethod
@@ -90,16 +87,7 @@ class ContinualWinnowKind(Handler):
             return (f"dimension {d:,} is above the {MAX_ROW_ENTRIES // 8 - 1:,} a continual "
                     "Winnow model can release at every block: hash or bucket features "
                     "into fewer dimensions (declared features do this)")
-        try:
-            parameters(config)
-        except DPStreamError as err:
-            return str(err)
-        return None
-
-    @classmethod
-    def status(cls, config, head):
-        s = head["learner"]
-        return {"epoch": s["epoch"], "releases_this_epoch": s["b"], "exhausted": False}, s["ledger"]
+        return cls.parameters_problem(config)
 
     @classmethod
     def parameter_rows(cls, config):
@@ -153,16 +141,6 @@ class ContinualWinnowKind(Handler):
                              for t in closed_nodes(s.b)))
         return keys | (self._chunks("offset", s.epoch, n=dim, per=VECTOR_COLUMNS) if s.epoch else set())
 
-    def ledger_record(self):
-        return self.model.ledger.state
-
-    def internal_mistakes(self) -> int:
-        return self.model.state.mistakes
-
-    def charge_epoch(self) -> int:
-        """The learner charges an epoch as it starts it: the entry carries the new epoch."""
-        return self.model.state.epoch if hasattr(self, "model") else 0
-
     def _released(self, step) -> None:
         """Cold records as blocks close; versioned keys whose content is a function of the
         log, so re-applying after a crash rewrites the same."""
@@ -181,9 +159,6 @@ class ContinualWinnowKind(Handler):
 
     def prepare_examples(self, items):
         return self.model.checked([e["active"] for e, _ in items], [e["y"] for e, _ in items])
-
-    def on_examples(self, items, prepared, outputs) -> None:
-        self._learn_in_blocks(items, prepared, outputs)
 
     def on_query(self, event, source, outputs) -> None:
         self._begin(outputs)

@@ -16,11 +16,10 @@ from pydantic import Field
 
 from dpstream.learners.dp_ftrl import (CLIP, DPFTRL, DPFTRLParameters, dp_ftrl_parameters,
                                        mechanism_name)
-from dpstream.mechanisms.errors import DPStreamError
 from dpstream.mechanisms.factorization import BLT, BUFFERS, TREE
 from dpstream.schemas.config import KindParams, register_params
 
-from .base import Handler
+from .base import BlockReleaseKind
 
 MAX_DIMENSION = 10_000   # the noise buffers of one block, (buffers + 1) x (d + 1) floats, in one record
 
@@ -48,13 +47,11 @@ def parameters(config) -> DPFTRLParameters:
                               mechanism=p.mechanism, clip=p.clip)
 
 
-class DPFTRLKind(Handler):
+class DPFTRLKind(BlockReleaseKind):
     name = "dp_ftrl"
     Params = DPFTRLParams
-    online = True
     mechanisms = (mechanism_name(BLT), mechanism_name(TREE))
-    epochs_on_fresh_examples = True
-    batch_from = 1
+    parameters = staticmethod(parameters)          # the module's function, as the kind's
 
     # ------------------------------------------------------------ the kind
     @classmethod
@@ -62,16 +59,7 @@ class DPFTRLKind(Handler):
         if config.dimension > MAX_DIMENSION:
             return (f"dimension {config.dimension:,} is above the {MAX_DIMENSION:,} a dp_ftrl model "
                     "keeps per record: declare fewer features or hash categories into fewer buckets")
-        try:
-            parameters(config)
-        except DPStreamError as err:
-            return str(err)
-        return None
-
-    @classmethod
-    def status(cls, config, head):
-        s = head["learner"]
-        return {"epoch": s["epoch"], "releases_this_epoch": s["b"], "exhausted": False}, s["ledger"]
+        return cls.parameters_problem(config)
 
     @classmethod
     def parameter_rows(cls, config):
@@ -133,16 +121,6 @@ class DPFTRLKind(Handler):
             keys.add(self.key("offset", s.epoch))
         return keys
 
-    def ledger_record(self):
-        return self.model.ledger.state
-
-    def internal_mistakes(self) -> int:
-        return self.model.state.mistakes
-
-    def charge_epoch(self) -> int:
-        """The learner charges an epoch as it starts it: the entry carries the new epoch."""
-        return self.model.state.epoch if hasattr(self, "model") else 0
-
     def on_example(self, event, source, outputs) -> None:
         self._begin(outputs)
         step = self.model.learn_one(event["x"], event["y"])
@@ -150,9 +128,6 @@ class DPFTRLKind(Handler):
 
     def prepare_examples(self, items):
         return self.model.checked([e["x"] for e, _ in items], [e["y"] for e, _ in items])
-
-    def on_examples(self, items, prepared, outputs) -> None:
-        self._learn_in_blocks(items, prepared, outputs)
 
     def on_query(self, event, source, outputs) -> None:
         self._begin(outputs)
