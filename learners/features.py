@@ -146,14 +146,25 @@ class Featuriser:
         return {"active": self.active(record)} if binary else {"x": self.dense(record)}
 
 
-def suggest_fields(records: list[dict], *, bins: int = 8, max_vocabulary: int = 100,
-                   hash_buckets: int = 64) -> list:
+BINNINGS = ("quantile", "equal_width")
+
+
+def suggest_fields(records: list[dict], *, bins: int = 8, binning: str = "equal_width",
+                   max_vocabulary: int = 100, hash_buckets: int = 64) -> list:
     """A declaration for raw records of a *public* sample (never the private data itself:
-    bounds, edges and vocabularies are published with the model): numbers get their
-    sample's range as bounds and ``bins`` quantile bins; strings a vocabulary of their
-    values (hashed into ``hash_buckets`` when there are more than ``max_vocabulary``);
-    booleans a boolean field. Fields whose values mix types, or are all missing, are
-    left out."""
+    bounds, edges and vocabularies are published with the model). Numbers get bounds of
+    the sample's mean +- 2 standard deviations (outliers are clamped rather than squeezing
+    every other value into a corner, and a dense row's 0 is the sample's mean: a skewed
+    field mostly at its minimum then adds little to every row), and ``bins`` bins of equal
+    width (the default: on six real sets at epsilon 4 it was the best choice or within 2
+    points of it, bench/featurising.py; quantile bins lost up to 3x on a set whose
+    positives sit in the tails) or between quantiles of the sample (``binning="quantile"``;
+    repeated quantiles merge);
+    strings a vocabulary of their values (hashed into ``hash_buckets`` when there are more
+    than ``max_vocabulary``); booleans a boolean field. Fields whose values mix types, or
+    are all missing or constant, are left out."""
+    if binning not in BINNINGS:
+        raise ValueError(f"binning must be one of {BINNINGS}")
     import numpy as np
     values: dict[str, list] = {}
     for r in records:
@@ -168,11 +179,14 @@ def suggest_fields(records: list[dict], *, bins: int = 8, max_vocabulary: int = 
             xs = np.array([float(v) for v in vs if v is not None and math.isfinite(float(v))])
             if xs.size == 0 or xs.min() == xs.max():
                 continue
-            lower, upper = float(xs.min()), float(xs.max())
+            lower, upper = float(xs.mean() - 2 * xs.std()), float(xs.mean() + 2 * xs.std())
+            if binning == "equal_width":
+                out.append(NumericField(name=name, lower=lower, upper=upper, bins=bins))
+                continue
             inner = sorted(set(float(q) for q in np.quantile(xs, np.arange(1, bins) / bins)
                                if lower < q < upper))
             out.append(NumericField(name=name, lower=lower, upper=upper, bins=len(inner) + 1,
-                                    edges=inner) if len(inner) >= 1 else
+                                    edges=inner) if inner else
                        NumericField(name=name, lower=lower, upper=upper, bins=2))
         elif kinds == {str}:
             vocab = sorted(set(vs) - {None})

@@ -9,7 +9,7 @@ the predictor (seed 001 Algorithm 2) is a single sequence of rounds with outcome
 TOP, at most v_max of them TOP, with adaptively chosen counts. For a count c, a neighbour
 shift s in {-1, +1} and an outcome o, write P_o = P_c(o) and l_o = ln(P_c(o) / P_{c+s}(o)).
 
-Claim. Let psi > 0 and c_top be such that, for every c and s,
+Claim. Let psi > 0 and c_top >= 0 be such that, for every c and s,
 
     P_L e^{l_L / psi} + P_R e^{l_R / psi} + P_TOP e^{(l_TOP - c_top) / psi} <= 1.     (*)
 
@@ -21,7 +21,8 @@ them, counts chosen adaptively from the past) and n_t the number of TOPs among t
 (*) the factor exp((l_o - c_top [o = TOP]) / psi) has conditional mean at most 1 whatever
 count the adversary picks, so M_t = exp((Lambda_t - c_top n_t) / psi) is a non-negative
 supermartingale with M_0 = 1. Ville's inequality gives P(sup_t (Lambda_t - c_top n_t)
->= x) <= e^{-x/psi}; since n_t <= v_max, P(sup_t Lambda_t >= x + v_max c_top) <= e^{-x/psi}.
+>= x) <= e^{-x/psi}; since n_t <= v_max and c_top >= 0 (so c_top n_t <= v_max c_top: the
+step needs the sign), P(sup_t Lambda_t >= x + v_max c_top) <= e^{-x/psi}.
 Take x = psi ln(1/delta): outside an event of probability delta the loss of the whole
 transcript stays below eps = psi ln(1/delta) + v_max c_top, which gives (eps, delta)-DP
 (the standard privacy-loss tail bound). []
@@ -35,7 +36,10 @@ edge (far counts tend to a limit from below). psi must exceed the single-instanc
 (the denominator must stay positive); eps is minimised over psi by a log-spaced search
 refined by golden section on the lanes within 2 b of a threshold (where the maximum
 sits), and the c_top returned for the chosen psi is the maximum over every lane, so the
-search's shortcut can cost tightness, never validity. Exact checks: tests/mechanisms/test_bt_epoch.py (the exact
+search's shortcut can cost tightness, never validity. A c_top below 0 would also meet (*)
+at 0 (raising c_top only lowers the left side), so the code uses max(c_top, 0): the
+claim's precondition holds by construction (``top_charge``). Exact checks:
+tests/mechanisms/test_bt_epoch.py (the exact
 divergence of constant-count adversaries over a whole epoch, with restarts after TOP).
 """
 from __future__ import annotations
@@ -84,7 +88,7 @@ def top_charge(scale: float, lower: float, upper: float, psi: float, *, near: bo
     worst = int(np.argmax(values))
     if not near and counts[worst] in (counts.min(), counts.max()):
         raise ArithmeticError("epoch top charge maximal at the grid edge; widen the grid")
-    return float(values[worst])
+    return max(0.0, float(values[worst]))          # the claim needs c_top >= 0 (module docstring)
 
 
 @lru_cache(maxsize=512)

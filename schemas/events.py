@@ -92,7 +92,13 @@ Status = Literal["answered", "hard_query", "budget_exhausted", "learning", "froz
 class Prediction(Strict):
     """One output per input event; never carries features. ``label`` is set only on
     queries: the record of a labelled example has ``label = None`` for every model kind
-    (a label computed from a private example is not covered by any ledger entry)."""
+    (a label computed from a private example is not covered by any ledger entry).
+
+    ``epsilon_spent`` is what the model's current ``epoch`` has committed of its budget,
+    ``epsilon_left`` what that epoch has left. An epoch covers its own examples, so the
+    next epoch has the whole budget again: a continual-release model commits its epoch's
+    whole budget when the epoch starts (one charge for all its releases), and shows
+    ``epsilon_left`` near 0 from its first example on, by design."""
     model_id: ModelId
     source: str                       # "topic:partition:offset" of the input event
     seq: int                          # position in the model's sequenced event log
@@ -101,9 +107,10 @@ class Prediction(Strict):
     label: Label | None
     status: Status
     version: int                      # hypothesis version that answered
-    epsilon_spent: float
+    epsilon_spent: float              # committed by the current epoch (see above)
     epsilon_left: float
     updated: bool = False
+    epoch: int = 0                    # the epoch whose ledger epsilon_spent is
 
 
 class LedgerEntryEvent(Strict):

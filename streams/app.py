@@ -53,7 +53,7 @@ from dpstream.mechanisms.randomness import KeyedRandomness
 
 from . import faust_seam as seam
 from .bulk import RELEASE_AFTER, BulkPath
-from .kafka import Kafka
+from .kafka import Kafka, running
 from .logread import read_range
 from .observe import Metrics, collect_status, model_partition
 from .outputs import OutputsProducer
@@ -279,12 +279,9 @@ class WorkerApp:
             await self.bulk.inject(batch)
 
     async def _missing(self, actives) -> dict[str, list[RawRecord]]:
-        reader = self.kafka.consumer(group_id=None, enable_auto_commit=False, request_timeout_ms=10_000)
-        await reader.start()
-        try:
+        async with running(self.kafka.consumer(group_id=None, enable_auto_commit=False,
+                                               request_timeout_ms=10_000)) as reader:
             ends = await reader.end_offsets(actives)
-        finally:
-            await reader.stop()
         batch: dict[str, list[RawRecord]] = {}
         for tp in actives:
             name = self.dp_topics[tp.topic]
@@ -369,6 +366,8 @@ class WorkerApp:
             return web.json(w.status())
 
         async def metrics_view(web, request):
+            for model_id, status in w.status()["models"].items():   # restored models too
+                w.metrics.spent.labels(model_id).set(status["spent_epsilon"])
             return web.bytes(w.metrics.text(), content_type="text/plain; version=0.0.4")
 
         for path, view in (("/status/", status_view), ("/status", status_view),

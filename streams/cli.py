@@ -7,6 +7,7 @@
     dpstream models register F.json | list | show ID
     dpstream export --out DIR          dpstream replay [--dir DIR]
     dpstream audit-report --dir DIR --out REPORT [--internal]
+    dpstream features --sample PUBLIC.jsonl        a feature declaration from a public sample
     dpstream schemas --out DIR
 
 The secret key comes from $DPSTREAM_SECRET_KEY or the file named by
@@ -30,7 +31,7 @@ from dpstream.mechanisms.errors import MissingKeyError
 from dpstream.mechanisms.randomness import KeyedRandomness
 
 from . import topics
-from .kafka import DEFAULT_BOOTSTRAP, Kafka
+from .kafka import DEFAULT_BOOTSTRAP, Kafka, running
 
 
 class Failed(Exception):
@@ -364,9 +365,7 @@ def cmd_worker(args) -> int:
 
 
 async def _produce(kafka: Kafka, topic: str, lines, sent: list) -> None:
-    producer = kafka.producer(acks="all", enable_idempotence=True)
-    await producer.start()
-    try:
+    async with running(kafka.producer(acks="all", enable_idempotence=True)) as producer:
         for line in lines:
             try:
                 key = json.loads(line).get("model_id")
@@ -375,8 +374,6 @@ async def _produce(kafka: Kafka, topic: str, lines, sent: list) -> None:
             await producer.send(topic, key=key.encode() if isinstance(key, str) else None, value=line)
             sent[0] += 1
         await producer.flush()
-    finally:
-        await producer.stop()
 
 
 def check_record(topic: str, line: bytes) -> str | None:
@@ -430,19 +427,15 @@ def cmd_produce(args) -> int:
 
 async def read_topic(kafka: Kafka, topic: str, *, timeout: float = 5.0, limit: int | None = None):
     """Every record of ``topic`` from the beginning until ``timeout`` s without news."""
-    consumer = kafka.consumer(topic, auto_offset_reset="earliest", enable_auto_commit=False,
-                              group_id=None)
-    await consumer.start()
     out = []
-    try:
+    async with running(kafka.consumer(topic, auto_offset_reset="earliest", enable_auto_commit=False,
+                                      group_id=None)) as consumer:
         while limit is None or len(out) < limit:
             batch = await consumer.getmany(timeout_ms=int(timeout * 1000))
             if not batch:
                 break
             for tp, records in sorted(batch.items(), key=lambda kv: kv[0].partition):
                 out.extend(records)
-    finally:
-        await consumer.stop()
     return out[:limit] if limit else out
 
 
@@ -545,6 +538,27 @@ def _register(args) -> int:
     return 0
 
 
+def cmd_features(args) -> int:
+    """Print a feature declaration suggested from a *public* sample (learners/features.py
+    ``suggest_fields``), ready for a registration's "features"."""
+    from dpstream.learners.features import suggest_fields
+    records = []
+    for i, line in enumerate(_read_lines(args.sample), 1):
+        try:
+            value = json.loads(line)
+        except ValueError as err:
+            raise Failed(f"{args.sample} line {i}: not JSON ({err})") from None
+        if isinstance(value, dict):
+            records.append(value["features"] if isinstance(value.get("features"), dict) else value)
+    if not records:
+        raise Failed(f"{args.sample} holds no JSON objects", 2)
+    fields = suggest_fields(records, bins=args.bins, binning=args.binning)
+    print(json.dumps([f.model_dump(mode="json", exclude_none=True) for f in fields], indent=1))
+    print(f"dpstream features: {len(fields)} fields from {len(records)} records of {args.sample}; "
+          "the declaration is public: make it from data you may publish", file=sys.stderr)
+    return 0
+
+
 def cmd_schemas(args) -> int:
     from dpstream.schemas import json_schemas
     out = Path(args.out)
@@ -635,10 +649,17 @@ def main(argv=None) -> int:
     p.add_argument("--internal", action="store_true",
                    help="add exact online mistakes (private statistics; for the data owner only)")
     p.set_defaults(fn=cmd_audit_report)
+    p = sub.add_parser("features", help="suggest a feature declaration from a public sample")
+    p.add_argument("--sample", required=True, help="JSONL of raw records (or of examples with 'features')")
+    p.add_argument("--bins", type=int, default=8, help="bins per number (default: %(default)s)")
+    p.add_argument("--binning", choices=["equal_width", "quantile"], default="equal_width")
+    p.set_defaults(fn=cmd_features)
     p = sub.add_parser("schemas", help="write JSON Schemas of every event")
     p.add_argument("--out", required=True, help="directory to write them to")
     p.set_defaults(fn=cmd_schemas)
     args = ap.parse_args(argv)
+    if args.cmd != "worker":       # the client library's own error lines: the command says it once
+        logging.getLogger("aiokafka").setLevel(logging.CRITICAL)
     try:
         return args.fn(args)
     except Failed as err:

@@ -7,6 +7,7 @@ the same way.
 """
 from __future__ import annotations
 
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 
 DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
@@ -37,3 +38,19 @@ class Kafka:
     def faust_broker(self) -> str:
         """The broker URL faust takes (``kafka://host:port;host:port``)."""
         return "kafka://" + ";".join(self.bootstrap.split(","))
+
+
+@asynccontextmanager
+async def running(client):
+    """An aiokafka client started, and stopped (closed, for the admin client) however the
+    block ends, also when starting it failed: an unreachable broker must not leave
+    "Unclosed AIOKafkaConsumer" warnings behind."""
+    stop = getattr(client, "stop", None) or client.close
+    try:
+        await client.start()
+        yield client
+    finally:
+        try:
+            await stop()
+        except Exception:            # noqa: BLE001 - already broken: nothing left to close
+            pass

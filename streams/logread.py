@@ -18,6 +18,8 @@ from aiokafka import TopicPartition
 
 from dpstream.agents.records import RawRecord
 
+from .kafka import running
+
 log = logging.getLogger("dpstream.logread")
 
 
@@ -31,10 +33,9 @@ async def read_range(kafka, topic: str, partition: int, start: int, end: int, *,
     topic's name on the broker when it differs, e.g. with a prefix); ``kafka``: the
     connection settings (streams/kafka.py)."""
     tp = TopicPartition(name or topic, partition)
-    consumer = kafka.consumer(group_id=None, enable_auto_commit=False, auto_offset_reset="earliest")
-    await consumer.start()
     out: list[RawRecord] = []
-    try:
+    async with running(kafka.consumer(group_id=None, enable_auto_commit=False,
+                                      auto_offset_reset="earliest")) as consumer:
         consumer.assign([tp])
         consumer.seek(tp, start)
         deadline = asyncio.get_running_loop().time() + timeout
@@ -45,9 +46,6 @@ async def read_range(kafka, topic: str, partition: int, start: int, end: int, *,
             batch = await consumer.getmany(tp, timeout_ms=500)
             out.extend(RawRecord(topic, partition, r.offset, r.key, r.value or b"")
                        for r in batch.get(tp, []) if start <= r.offset < end)
-    finally:
-        await consumer.stop()
     log.info("re-read %d record(s) of %s[%d] offsets %d..%d not handed over (dropped by the "
-                "runtime, or a backlog a crash left)",
-                len(out), tp.topic, partition, start, end - 1)
+             "runtime, or a backlog a crash left)", len(out), tp.topic, partition, start, end - 1)
     return out

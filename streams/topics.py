@@ -6,6 +6,8 @@ import asyncio
 import logging
 import time
 
+from .kafka import running
+
 logger = logging.getLogger("dpstream.topics")
 METADATA_MAX_AGE_MS = 15_000        # how soon a consumer notices topics it missed at start
 MODELS, EXAMPLES, QUERIES = "models", "examples", "queries"
@@ -35,9 +37,7 @@ async def ensure_topics(kafka, *, prefix: str = "", partitions: int = 4,
     from aiokafka.admin import NewTopic
     from aiokafka.errors import TopicAlreadyExistsError
 
-    admin = kafka.admin(request_timeout_ms=10_000)
-    await admin.start()
-    try:
+    async with running(kafka.admin(request_timeout_ms=10_000)) as admin:
         existing = set(await admin.list_topics())
         new = [prefix + t for t in ALL if prefix + t not in existing]
         if new:
@@ -56,20 +56,14 @@ async def ensure_topics(kafka, *, prefix: str = "", partitions: int = 4,
         if time.monotonic() - start > 1.0:
             logger.warning("waited %.1f s for the broker to list every topic", time.monotonic() - start)
         return new
-    finally:
-        await admin.close()
 
 
 async def create_topic(kafka, name: str, partitions: int, replication: int = 1) -> None:
     """Create one topic (tests and benches make their own)."""
     from aiokafka.admin import NewTopic
-    admin = kafka.admin()
-    await admin.start()
-    try:
+    async with running(kafka.admin()) as admin:
         await admin.create_topics([NewTopic(name, num_partitions=partitions,
                                             replication_factor=replication)])
-    finally:
-        await admin.close()
 
 
 def _all_led(topics: list[dict]) -> bool:

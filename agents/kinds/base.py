@@ -230,7 +230,7 @@ class Handler:
                 "query_id": event.get("query_id"), "label": None if label is None else int(label),
                 "status": status, "version": int(version), "epsilon_spent": spent_eps,
                 "epsilon_left": max(0.0, self.config.budget.epsilon - spent_eps),
-                "updated": bool(updated)}
+                "updated": bool(updated), "epoch": max(0, self.charge_epoch())}
 
     def _learn_in_blocks(self, items, prepared, outputs) -> None:
         """``on_examples`` for a learner that releases once per block (``blocks_left``,

@@ -67,7 +67,7 @@ def test_published_outputs_do_not_change_when_only_example_labels_are_unreleased
         if p["kind"] == "example":
             assert set(k for k, v in p.items() if v is not None) <= {
                 "model_id", "source", "seq", "kind", "status", "version", "epsilon_spent",
-                "epsilon_left", "updated"}
+                "epsilon_left", "updated", "epoch"}
 
 
 def _example_record_label(model_id: str, x: np.ndarray, new_path: bool):

@@ -62,3 +62,17 @@ def test_epoch_accounting_needs_several_times_less_noise_than_per_instance_compo
     inst = calibrate_between_thresholds(epsilon=budget.eps_bt, delta=budget.delta_bt,
                                         lower=3 * k / 8, upper=5 * k / 8)
     assert float(inst.scale) / float(epoch.scale) > 4        # measured: 200 vs 37
+
+
+def test_the_top_charge_is_never_negative_as_the_claim_requires(monkeypatch):
+    """The claim's last step (c_top n_t <= v_max c_top) needs c_top >= 0: a lane maximum
+    below 0 is raised to 0, which still meets (*)."""
+    import numpy as np
+
+    from dpstream.mechanisms import bt_epoch
+    monkeypatch.setattr(bt_epoch, "_top_lanes", lambda psi, *lanes: np.full(lanes[0].shape, -0.5))
+    bt_epoch.epoch_epsilon.cache_clear()
+    try:
+        assert bt_epoch.top_charge(10.0, 30.0, 50.0, 20.0, near=True) == 0.0
+    finally:
+        bt_epoch.epoch_epsilon.cache_clear()
