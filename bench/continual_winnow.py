@@ -41,7 +41,7 @@ def tally(preds, labels):
 
 def continual(rows, labels, d, eps, block, max_active):
     T = len(labels) // block * block
-    p = continual_winnow_parameters(epsilon=eps, delta=1e-6, d=d, max_active=max_active,
+    p = continual_winnow_parameters(epsilon=eps, delta=1e-6, d=d, max_active=max_active - 1,
                                     horizon=T, block=block)
     m = ContinualWinnow(params=p, rng=RNG, model_id=f"cw-{d}-{eps}")
 
@@ -64,7 +64,7 @@ def nonprivate_winnow(rows, labels, d, eta):
 def seed_dp_winnow(rows, labels, d):
     params = dp_winnow_practical_parameters(eps_hat=1.0, eta=0.05, m=5000, K=2000, L=3.0, delta=1e-6)
     m = DPWinnow(params=params, d=d, rng=RNG, model_id=f"seed-{d}")
-    preds, secs = timed(lambda: [m.learn_one(BinaryInput(d, active=np.unique(r)), int(y)).prediction
+    preds, secs = timed(lambda: [m.learn_one(np.unique(r).tolist(), int(y)).prediction
                                  for r, y in zip(rows, labels)])
     return preds, secs, params.epsilon
 

@@ -21,6 +21,10 @@ Then the dp_ftrl kernel's examples/s (``learn_many`` over the whole stream), and
 issue-29 checks at epsilon 4: the best dpstream learner against the majority on every
 set, and within 1.5x of River's logistic regression on every set of 1,000 examples or
 more. Means over --seeds keys; this shared 2-core machine is noisy, errors are not.
+
+``--grid``: instead, dp_ftrl's rules (clip, eta, block) against the best of a grid (clip
+1, 1/2, 1/4, 1/10; eta x clip 0.03, 0.1, 0.3, 1; block 10, 50) at each --eps: what
+learners/dp_ftrl.py's defaults were chosen from.
 """
 from __future__ import annotations
 
@@ -67,8 +71,9 @@ def diffprivlib_once(X: np.ndarray, y: np.ndarray, eps: float, seed: int) -> np.
     return model.predict(X) != y
 
 
-def dp_ftrl(X, y, eps, mechanism, seed) -> tuple[np.ndarray, float]:
-    p = dp_ftrl_parameters(epsilon=eps, delta=1e-6, d=X.shape[1], horizon=len(y), mechanism=mechanism)
+def dp_ftrl(X, y, eps, mechanism, seed, **settings) -> tuple[np.ndarray, float]:
+    p = dp_ftrl_parameters(epsilon=eps, delta=1e-6, d=X.shape[1], horizon=len(y), mechanism=mechanism,
+                           **settings)
     model = DPFTRL(params=p, rng=KeyedRandomness(bytes([seed + 1]) * 32), model_id="bench")
     t0 = time.perf_counter()
     steps = model.learn_many(X, y)
@@ -84,13 +89,35 @@ def continual(actives, y, d, fields, eps, seed) -> np.ndarray:
     return np.array([s.prediction != t for s, t in zip(model.learn_many(actives, y), y)])
 
 
+def grid(streams: dict, eps_list, seeds: int) -> None:
+    """The rules against the best of the grid (cumulative error, mean over seeds)."""
+    print("| set | eps | rules: clip 1/4, eta 1/(sigma ||C e_1||), block n/100 in [10, 50] | "
+          "best of the grid (clip, eta x clip, block) |\n|---|---|---|---|")
+    for name, s in streams.items():
+        f = Featuriser(suggest_fields(s.public))
+        X = np.array([f.dense(r) for r in s.records])
+        for eps in eps_list:
+            def err(**kw):
+                return float(np.mean([dp_ftrl(X, s.labels, eps, "blt", seed, **kw)[0].mean()
+                                      for seed in range(seeds)]))
+            rule = err()
+            best = min((err(clip=c, eta=e / c, block=b), c, e, b) for c in (1.0, 0.5, 0.25, 0.1)
+                       for e in (0.03, 0.1, 0.3, 1.0) for b in (10, 50))
+            print(f"| {name} | {eps:g} | {rule:.1%} | {best[0]:.1%} ({best[1]:g}, {best[2]:g}, {best[3]}) |",
+                  flush=True)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--eps", type=float, nargs="*", default=[1.0, 2.0, 4.0, 10.0])
     ap.add_argument("--seeds", type=int, default=3)
     ap.add_argument("--sets", nargs="*", default=list(D.NAMES))
+    ap.add_argument("--grid", action="store_true", help="the rules against the best of a grid")
     args = ap.parse_args()
     streams = {name: D.load(name) for name in args.sets}
+    if args.grid:
+        grid(streams, args.eps, args.seeds)
+        return
     rows: dict[tuple, dict] = {}
     rates = {}
     for name, s in streams.items():

@@ -30,7 +30,7 @@ def run_ours(model, inputs, labels):
     mistakes = 0
     if isinstance(model, DPWinnow):
         for x, y in zip(inputs, labels):
-            mistakes += model.learn_one(x, y).prediction != y
+            mistakes += model.learn_one(x.active.tolist(), y).prediction != y
     else:
         for x, y in zip(inputs, labels):
             mistakes += model.learn_one(x, y) != y

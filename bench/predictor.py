@@ -52,7 +52,7 @@ def run(mode: str, args, X, y, target) -> None:
                 split = [abs(int((model.votes(p) == 1).sum()) - args.k / 2) for p in pool]
                 x = pool[int(np.argmin(split))]
             tops = model.state.tops
-            a, dt = timed(lambda: model.predict_one(x))
+            a, dt = timed(lambda: model.answer(x))
             if model.state.tops != tops:
                 regen_time += dt
             if a.label is not None:

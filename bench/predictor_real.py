@@ -52,7 +52,7 @@ def predictor(X, y, Q, qy, eps, k, v_max, accounting, hard_weight):
     calib = time.perf_counter() - t0
     model.start_epoch(X, y)
     fit = time.perf_counter() - t0 - calib
-    answers = [model.predict_one(q) for q in Q]
+    answers = [model.answer(q) for q in Q]
     labels = np.array([a.label if a.label is not None else 0 for a in answers])
     answered = np.array([a.status == ANSWERED for a in answers])
     return {"answered": int(answered.sum()),
