@@ -42,8 +42,9 @@ def test_schemas_command_writes_valid_json_schemas(tmp_path):
 def test_demo_runs_end_to_end_on_a_small_stream(capsys):
     assert main(["demo", "--fraud-events", "2000", "--queries", "300", "--quiet"]) == 0
     out = capsys.readouterr().out
-    assert "card-fraud" in out and "risk-score" in out and "eps charged" in out
-    assert "non-private Winnow" in out and "majority" in out and "per example" in out
+    assert "card-fraud" in out and "credit-risk" in out and "risk-score" in out and "eps charged" in out
+    assert "non-private" in out and "majority" in out and "per example" in out
+    assert "rejected inputs: 0" in out
 
 
 def test_run_then_replay_verifies_and_a_tampered_export_fails(tmp_path, monkeypatch, capsys):
