@@ -38,6 +38,14 @@ _spec.loader.exec_module(_helpers)
 Worker = _helpers.Worker
 
 BROKER = "127.0.0.1:9092"
+CONNECTION: dict = {"bootstrap_servers": BROKER}      # what every client below connects with
+
+
+def connect(kafka) -> None:
+    """Point every client of this module at ``kafka`` (a streams.kafka.Kafka, with its TLS
+    and SASL settings): the benches' SASL_SSL rows."""
+    global BROKER, CONNECTION
+    BROKER, CONNECTION = kafka.bootstrap, kafka.client_args()
 # DP-Winnow as a user would run it at epsilon 4: the budget pays for two updates (ledger
 # totals 3.85), after which the model serves its frozen hypothesis (post-processing).
 MODEL = {"model_id": "bench", "dimension": 1000, "budget": {"epsilon": 4.0, "delta": 1e-6},
@@ -53,7 +61,7 @@ def payloads(n: int, seed: int = 0):
 
 async def produce(topic, values, key=b"bench", rate=None, keys=None):
     """Send ``values`` (keyed ``key``, or ``keys[i]``), optionally at ``rate`` per second."""
-    p = AIOKafkaProducer(bootstrap_servers=BROKER, linger_ms=5, max_batch_size=262144)
+    p = AIOKafkaProducer(**CONNECTION, linger_ms=5, max_batch_size=262144)
     await p.start()
     try:
         t0 = time.perf_counter()
@@ -74,7 +82,7 @@ async def produce_paced(topic, values, rate, key=b"bench", tick=0.002):
     is taken as it is appended). A load generator that awaited one send per record
     cost a core's third at 3,000 records/s on this 2-core machine, CPU the worker
     under test then lacked."""
-    p = AIOKafkaProducer(bootstrap_servers=BROKER, linger_ms=0, max_batch_size=1 << 20)
+    p = AIOKafkaProducer(**CONNECTION, linger_ms=0, max_batch_size=1 << 20)
     await p.start()
     try:
         partition = (await p.send_and_wait(topic, key=key, value=values[0])).partition
@@ -96,7 +104,7 @@ async def produce_paced(topic, values, rate, key=b"bench", tick=0.002):
 async def drain(topic, count, timeout=1800.0):
     """Read ``count`` records of ``topic`` from the start; returns (records, seconds from the
     first to the last arrival)."""
-    c = AIOKafkaConsumer(topic, bootstrap_servers=BROKER, auto_offset_reset="earliest",
+    c = AIOKafkaConsumer(topic, **CONNECTION, auto_offset_reset="earliest",
                          group_id=None, enable_auto_commit=False, fetch_max_bytes=52428800)
     await c.start()
     out, first, deadline = [], None, time.time() + timeout
@@ -116,9 +124,9 @@ async def drain(topic, count, timeout=1800.0):
 
 async def raw_loop(src, dst, count):
     """Consume src and produce every record unchanged to dst: the no-processing baseline."""
-    c = AIOKafkaConsumer(src, bootstrap_servers=BROKER, auto_offset_reset="earliest",
+    c = AIOKafkaConsumer(src, **CONNECTION, auto_offset_reset="earliest",
                          group_id=f"raw-{uuid.uuid4().hex[:6]}", enable_auto_commit=True)
-    p = AIOKafkaProducer(bootstrap_servers=BROKER, linger_ms=5)
+    p = AIOKafkaProducer(**CONNECTION, linger_ms=5)
     await c.start()
     await p.start()
     n, t0 = 0, None
@@ -140,7 +148,7 @@ async def raw_loop(src, dst, count):
 async def count_records(topic) -> int:
     """Records a restarted worker has to read from ``topic`` (all partitions, from the
     log start): after compaction, far fewer than the offsets written."""
-    c = AIOKafkaConsumer(topic, bootstrap_servers=BROKER, auto_offset_reset="earliest",
+    c = AIOKafkaConsumer(topic, **CONNECTION, auto_offset_reset="earliest",
                          group_id=None, enable_auto_commit=False, fetch_max_bytes=52428800)
     await c.start()
     n = 0
@@ -155,7 +163,7 @@ async def count_records(topic) -> int:
 
 
 async def create(topics):
-    admin = AIOKafkaAdminClient(bootstrap_servers=BROKER)
+    admin = AIOKafkaAdminClient(**CONNECTION)
     await admin.start()
     try:
         await admin.create_topics([NewTopic(t, 4, 1) for t in topics])

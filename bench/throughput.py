@@ -2,6 +2,7 @@
 
     python bench/throughput.py [--n 30000] [--rss-n 1000000] [--latency-at 300 ...] [--latency-secs 10]
                                [--capacity-runs 3] [--skip-rss] [--skip-scale-out] [--compare-with REV]
+                               [--secure-state DIR] [--only-capacity]
 
 One run measures, on the local broker (scripts/kafka.sh start), n records each:
 1. raw aiokafka consume -> produce (no processing: the floor any Kafka pipeline pays;
@@ -15,6 +16,10 @@ One run measures, on the local broker (scripts/kafka.sh start), n records each:
    consumer in its own thread (--consumer-thread; the default runs it on the worker's
    loop, streams/faust_seam.py); with ``--compare-with REV``, the same two workers as the
    git revision REV had them, in the same run (its code, this environment);
+   With ``--secure-state DIR`` (a ``KAFKA_SECURE=1 scripts/kafka.sh start`` broker's state
+   directory), the raw loop (as the admin) and the DP-Winnow worker (as the worker
+   principal, with its ACLs) over SASL_SSL (SCRAM-SHA-512 over TLS), each run next to a
+   plaintext one: the price of TLS, SASL and authorization, as ratios;
 4. end-to-end latency (input record timestamp -> prediction record timestamp) of the
    DP-Winnow (also with --consumer-thread) and the continual-Winnow worker at half the
    rate each reached in 3, and of
@@ -96,8 +101,18 @@ def code_at(rev: str) -> dict:
     return {"PYTHONPATH": f"{root / 'shim'}:{root}"}
 
 
-def start_worker(model: dict, args: tuple[str, ...] = (), env: dict | None = None) -> tuple[P.Worker, str]:
+def raw_rate(data: list[bytes]) -> float:
+    prefix = f"rw{uuid.uuid4().hex[:6]}-"
+    asyncio.run(P.create([prefix + "in", prefix + "out"]))
+    asyncio.run(P.produce(prefix + "in", data))
+    return len(data) / asyncio.run(P.raw_loop(prefix + "in", prefix + "out", len(data)))
+
+
+def start_worker(model: dict, args: tuple[str, ...] = (), env: dict | None = None,
+                 setup=None) -> tuple[P.Worker, str]:
     prefix = f"wt{uuid.uuid4().hex[:6]}-"
+    if setup is not None:
+        setup(prefix)
     worker = P.Worker(P.BROKER, prefix, Path(tempfile.mkdtemp(prefix="dpstream-wt-")), "w",
                       args=args, env=env).start()
     asyncio.run(P.produce(prefix + "models", [json.dumps(model).encode()]))
@@ -105,8 +120,9 @@ def start_worker(model: dict, args: tuple[str, ...] = (), env: dict | None = Non
     return worker, prefix
 
 
-def worker_rate(model: dict, data: list[bytes], args: tuple[str, ...] = (), env: dict | None = None) -> float:
-    worker, prefix = start_worker(model, args, env)
+def worker_rate(model: dict, data: list[bytes], args: tuple[str, ...] = (), env: dict | None = None,
+                setup=None) -> float:
+    worker, prefix = start_worker(model, args, env, setup)
     try:
         asyncio.run(P.produce(prefix + "examples", data))
         _, secs = asyncio.run(P.drain(prefix + "predictions", len(data)))
@@ -180,6 +196,36 @@ def scale_out(n: int, models: int = 4) -> tuple[float, float]:
     return rates[0], rates[1]
 
 
+def secure_rates(state: Path, data: list[bytes], runs: int) -> dict[str, list[float]]:
+    """The raw loop and the DP-Winnow worker over PLAINTEXT and over SASL_SSL (the raw loop
+    as the admin; the worker as the worker principal, its ACLs granted for each fresh
+    prefix), interleaved run by run so that neither broker's warm-up favours one side."""
+    from dpstream.streams.acls import plan
+    from dpstream.streams.faust_seam import create_acls
+    from dpstream.streams.kafka import Kafka, running
+    admin = Kafka.from_settings(None, str(state / "clients" / "admin.properties"), environ={})
+    worker_args = ("--client-config", str(state / "clients" / "worker.properties"))
+
+    def grant(prefix: str) -> None:
+        async def go():
+            async with running(admin.admin()) as client:
+                refused = await create_acls(client, plan(prefix, prefix + "app"))
+            assert not refused, refused
+        asyncio.run(go())
+    plain = P.BROKER, P.CONNECTION
+    out: dict[str, list[float]] = {"raw": [], "raw_tls": [], "worker": [], "worker_tls": []}
+    for _ in range(runs):
+        out["raw"].append(raw_rate(data))
+        out["worker"].append(worker_rate(P.MODEL, data))
+        P.connect(admin)
+        try:
+            out["raw_tls"].append(raw_rate(data))
+            out["worker_tls"].append(worker_rate(P.MODEL, data, worker_args, setup=grant))
+        finally:
+            P.BROKER, P.CONNECTION = plain
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--n", type=int, default=30_000)
@@ -195,37 +241,52 @@ def main() -> None:
     ap.add_argument("--skip-scale-out", action="store_true")
     ap.add_argument("--compare-with", metavar="REV",
                     help="also run the workers of this git revision, in the same run")
+    ap.add_argument("--secure-state", metavar="DIR", type=Path,
+                    help="a secured broker's state directory (KAFKA_SECURE=1 scripts/kafka.sh start): "
+                         "also run the raw loop and the worker over SASL_SSL")
+    ap.add_argument("--only-capacity", action="store_true",
+                    help="only the throughput table (no latency, scale-out or memory)")
     args = ap.parse_args()
     data = P.payloads(args.n)
 
     # The raw loop's median too: its first run on a fresh broker also waits for the group
     # coordinator (the offsets topic is created then), and one such run measured 22,545/s
     # against 108,663 and 119,185 for the next two bench runs on the same broker.
-    raw_runs = []
-    for _ in range(args.capacity_runs):
-        prefix = f"rw{uuid.uuid4().hex[:6]}-"
-        asyncio.run(P.create([prefix + "in", prefix + "out"]))
-        asyncio.run(P.produce(prefix + "in", data))
-        raw_runs.append(args.n / asyncio.run(P.raw_loop(prefix + "in", prefix + "out", args.n)))
+    raw_runs = [raw_rate(data) for _ in range(args.capacity_runs)]
     rows = [(f"raw aiokafka consume -> produce (median of {len(raw_runs)})", float(np.median(raw_runs)))]
     rows.append(("faust pass-through, per event, defaults", faust_passthrough("default", data)))
     rows.append(("faust pass-through, tuned for bulk", faust_passthrough("tuned", data)))
     # The capacity that "half capacity" halves: the median of --capacity-runs runs (one
     # run moved by 1.7x between two otherwise equal bench runs).
-    dp_runs = [worker_rate(P.MODEL, data) for _ in range(args.capacity_runs)]
+    # With --compare-with, each run of this code is followed by one of REV's: interleaved,
+    # because a broker warms up over a bench run (REV's workers, run after all of ours,
+    # once measured 1.48x ours; interleaved, 0.97x).
+    env = code_at(args.compare_with) if args.compare_with else None
+    dp_runs, continual_runs, rev_runs = [], [], {"DP-Winnow d=1000 eps 4": [], "continual Winnow eps 2": []}
+    for _ in range(args.capacity_runs):
+        dp_runs.append(worker_rate(P.MODEL, data))
+        if env:
+            rev_runs["DP-Winnow d=1000 eps 4"].append(worker_rate(P.MODEL, data, env=env))
+    for _ in range(args.capacity_runs):
+        continual_runs.append(worker_rate(CONTINUAL, data))
+        if env:
+            rev_runs["continual Winnow eps 2"].append(worker_rate(CONTINUAL, data, env=env))
     dp_winnow = float(np.median(dp_runs))
+    continual = float(np.median(continual_runs))
     rows.append((f"dpstream worker, DP-Winnow d=1000 eps 4 (median of {len(dp_runs)})", dp_winnow))
     rows.append(("dpstream worker --consumer-thread (faust's consumer thread), DP-Winnow",
                  worker_rate(P.MODEL, data, ("--consumer-thread",))))
-    continual_runs = [worker_rate(CONTINUAL, data) for _ in range(args.capacity_runs)]
-    continual = float(np.median(continual_runs))
     rows.append((f"dpstream worker, continual Winnow eps 2 (median of {len(continual_runs)})", continual))
-    if args.compare_with:
-        env = code_at(args.compare_with)
-        for name, model in (("DP-Winnow d=1000 eps 4", P.MODEL), ("continual Winnow eps 2", CONTINUAL)):
-            runs = [worker_rate(model, data, env=env) for _ in range(args.capacity_runs)]
+    for name, runs in rev_runs.items():
+        if runs:
             rows.append((f"dpstream worker at {args.compare_with}, {name} (median of {len(runs)})",
                          float(np.median(runs))))
+    if args.secure_state:
+        tls = secure_rates(args.secure_state, data, args.capacity_runs)
+        rows.append((f"raw aiokafka consume -> produce over SASL_SSL (median of {len(tls['raw_tls'])})",
+                     float(np.median(tls["raw_tls"]))))
+        rows.append((f"dpstream worker over SASL_SSL with ACLs, DP-Winnow (median of {len(tls['worker_tls'])})",
+                     float(np.median(tls["worker_tls"]))))
     raw = rows[0][1]
     print(f"\nthroughput, {args.n:,} records each (noisy 2-core machine: quote the ratios)")
     print(f"| path | records/s | ratio to raw |\n|---|---|---|")
@@ -233,6 +294,17 @@ def main() -> None:
         print(f"| {name} | {rate:,.0f} | {rate / raw:.3f} |")
     print("capacity runs (records/s): raw " + ", ".join(f"{r:,.0f}" for r in raw_runs) + "; DP-Winnow " + ", ".join(f"{r:,.0f}" for r in dp_runs)
           + "; continual Winnow " + ", ".join(f"{r:,.0f}" for r in continual_runs))
+    if env:
+        print(f"this code / {args.compare_with}: DP-Winnow {dp_winnow / np.median(rev_runs['DP-Winnow d=1000 eps 4']):.3f}, "
+              f"continual Winnow {continual / np.median(rev_runs['continual Winnow eps 2']):.3f} (runs at "
+              f"{args.compare_with}: " + "; ".join(", ".join(f"{r:,.0f}" for r in v) for v in rev_runs.values()) + ")")
+    if args.secure_state:
+        runs = "; ".join(f"{k} " + ", ".join(f"{r:,.0f}" for r in v) for k, v in tls.items())
+        print(f"SASL_SSL / PLAINTEXT, interleaved runs: raw loop "
+              f"{np.median(tls['raw_tls']) / np.median(tls['raw']):.3f}, DP-Winnow worker "
+              f"{np.median(tls['worker_tls']) / np.median(tls['worker']):.3f} ({runs})")
+    if args.only_capacity:
+        return
     for name, model, rate, extra in (("DP-Winnow", P.MODEL, dp_winnow / 2, ()),
                                      ("DP-Winnow --consumer-thread", P.MODEL, dp_winnow / 2, ("--consumer-thread",)),
                                      ("continual Winnow", CONTINUAL, continual / 2, ())):

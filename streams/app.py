@@ -86,6 +86,7 @@ class WorkerApp:
         self.app = app = faust.App(
             app_id,
             broker=kafka.faust_broker(),
+            broker_credentials=kafka.faust_credentials(),     # TLS / SASL (streams/kafka.py)
             store="memory://",
             datadir=str(data_dir),
             topic_partitions=partitions,
@@ -140,7 +141,8 @@ class WorkerApp:
                                    owns=self.owns)
         self.dp_topics = {prefix + t: t for t in (*INPUTS, MODEL_EVENTS)}
         self.bulk = BulkPath(app, self.dp_topics, self.apply_fetch, log_topic=self.log_name,
-                             log_positions=self.log_positions, on_batch=self.on_batch)
+                             log_positions=self.log_positions, on_batch=self.on_batch,
+                             explain=kafka.explain)
         self._fetching = None                # aiokafka's consumer under faust's, once known
         self._paced = False                  # fetches wait for BUSY_FETCH_MIN_BYTES (pace_fetches)
         self._last_full_gc = time.monotonic()

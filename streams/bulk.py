@@ -54,8 +54,10 @@ class BulkPath:
     ``on_batch()`` is called as the applier starts on each batch."""
 
     def __init__(self, app, topics: dict[str, str], apply: ApplyFetch, *, log_topic: str,
-                 log_positions: Callable[[], dict[int, int]], on_batch: Callable[[], None]):
+                 log_positions: Callable[[], dict[int, int]], on_batch: Callable[[], None],
+                 explain: Callable[[BaseException, str], str] | None = None):
         self._app, self._apply, self._log_topic = app, apply, log_topic
+        self._explain = explain or (lambda err, doing: f"{doing} failed ({type(err).__name__})")
         self._log_positions, self._on_batch = log_positions, on_batch
         self._queue: asyncio.Queue = asyncio.Queue(maxsize=QUEUED_FETCHES)
         self.last_fetch = time.monotonic()      # when the drain loop last queued records
@@ -64,7 +66,18 @@ class BulkPath:
         # pause while the partition stays assigned), released or dropped by _release_held
         self.held: dict[TP, float] = {}
         self._committing: asyncio.Future | None = None
-        seam.install_drain(app, topics, self._handover)
+        seam.install_drain(app, topics, self._handover, self._fetch_failed)
+
+    def _fetch_failed(self, err: BaseException) -> bool:
+        """A fetch the broker refused (an ACL revoked while the worker runs, a broker
+        error): say what is missing (RepeatFilter keeps it to a line per 10 s) and fetch
+        again; nothing was consumed, so nothing is lost. Anything else is a bug: raise."""
+        from aiokafka.errors import KafkaError
+        if not isinstance(err, KafkaError):
+            return False
+        log.error("%s; fetching again every %.0f s until it is granted, nothing is lost",
+                  self._explain(err, "Read topic {}"), seam.FETCH_RETRY)
+        return True
 
     async def _handover(self, generation: int, batch: dict[str, list[RawRecord]], offsets: dict) -> None:
         self.last_fetch = time.monotonic()
@@ -153,8 +166,8 @@ class BulkPath:
                 except asyncio.CancelledError:
                     raise
                 except Exception as err:            # noqa: BLE001 - retried, never fatal
-                    log.warning("batch failed (%s); retrying in %.0f s", type(err).__name__,
-                                RETRY_PAUSE)
+                    log.error("%s; retrying the batch every %.0f s, nothing is lost",
+                              self._explain(err, "Write topic {}"), RETRY_PAUSE)
                     await asyncio.sleep(RETRY_PAUSE)
                     continue
                 if not complete or app.consumer_generation_id != generation:

@@ -12,7 +12,9 @@
 
 The secret key comes from $DPSTREAM_SECRET_KEY or the file named by
 $DPSTREAM_SECRET_KEY_FILE, never from a flag (flags land in shell history and ps).
-The broker is --broker, else $DPSTREAM_KAFKA_BOOTSTRAP, else 127.0.0.1:9092.
+The broker is --broker, else the client config's bootstrap.servers, else
+$DPSTREAM_KAFKA_BOOTSTRAP, else 127.0.0.1:9092; its security comes from the client config
+(--client-config or $DPSTREAM_KAFKA_CONFIG: streams/kafka.py).
 
 Every command fails with one line on stderr and a non-zero exit, never a traceback,
 for what a user can get wrong (a missing file, an unreachable broker, a bad config).
@@ -31,7 +33,7 @@ from dpstream.mechanisms.errors import MissingKeyError
 from dpstream.mechanisms.randomness import KeyedRandomness
 
 from . import topics
-from .kafka import DEFAULT_BOOTSTRAP, Kafka, running
+from .kafka import DEFAULT_BOOTSTRAP, Kafka, client_errors, running
 
 
 class Failed(Exception):
@@ -51,26 +53,25 @@ def _key() -> KeyedRandomness:
 
 
 def _kafka(args) -> Kafka:
-    """The connection settings of a command: --broker, else $DPSTREAM_KAFKA_BOOTSTRAP."""
-    return Kafka(args.broker or os.environ.get("DPSTREAM_KAFKA_BOOTSTRAP") or DEFAULT_BOOTSTRAP)
-
-
-def _unreachable(kafka: Kafka, err: BaseException) -> Failed:
-    return Failed(f"cannot reach the Kafka broker at {kafka.bootstrap} ({type(err).__name__}); "
-                  "is it running? (scripts/kafka.sh start, or set --broker / "
-                  "DPSTREAM_KAFKA_BOOTSTRAP)")
-
-
-def _broker_call(kafka: Kafka, coro):
-    """Run a coroutine that talks to the broker; a connection failure is one line."""
-    from aiokafka.errors import KafkaConnectionError, KafkaError
+    """The connection settings of a command (module docstring; streams/kafka.py)."""
+    from .kafka import ClientConfigError
     try:
-        return asyncio.run(coro)
-    except (KafkaConnectionError, ConnectionError, OSError, asyncio.TimeoutError) as err:
-        raise _unreachable(kafka, err) from None
-    except KafkaError as err:
-        raise Failed(f"the broker at {kafka.bootstrap} refused ({type(err).__name__}: "
-                     f"{str(err)[:200]})") from None
+        return Kafka.from_settings(args.broker, getattr(args, "client_config", None))
+    except ClientConfigError as err:
+        raise Failed(str(err), 2) from None
+
+
+def _broker_call(kafka: Kafka, coro, doing: str = "talk to"):
+    """Run a coroutine that talks to the broker; a failure is one line that says what to
+    fix: an unreachable broker, a refused login or certificate, or the missing right
+    (principal, operation, resource) when an ACL is missing. ``doing``: what the command
+    tried, as "<Operation> <resource>" (e.g. "Write topic examples")."""
+    with client_errors() as logged:
+        try:
+            return asyncio.run(coro)
+        except Exception as err:          # noqa: BLE001 - one line, never a traceback
+            failure = kafka.explain(err, doing, tuple(logged.messages))
+    raise Failed(failure)
 
 
 def cmd_demo(args) -> int:
@@ -250,7 +251,8 @@ async def _export_kafka(kafka: Kafka, prefix: str, timeout: float) -> tuple[list
 
 def cmd_export(args) -> int:
     kafka = _kafka(args)
-    log, outputs = _broker_call(kafka, _export_kafka(kafka, args.prefix, args.timeout))
+    log, outputs = _broker_call(kafka, _export_kafka(kafka, args.prefix, args.timeout),
+                                f"Read topic {args.prefix}{topics.MODEL_EVENTS} and the output topics")
     write_export(Path(args.out), log, outputs)
     print(f"dpstream export: {len(log)} model events, "
           + ", ".join(f"{len(v)} {k}" for k, v in outputs.items()) + f" -> {args.out}")
@@ -264,7 +266,8 @@ def cmd_replay(args) -> int:
             log, outputs = read_export(Path(args.dir))
         else:
             kafka = _kafka(args)
-            log, outputs = _broker_call(kafka, _export_kafka(kafka, args.prefix, args.timeout))
+            log, outputs = _broker_call(kafka, _export_kafka(kafka, args.prefix, args.timeout),
+                                        f"Read topic {args.prefix}{topics.MODEL_EVENTS} and the output topics")
             if not log:
                 raise NothingToAudit(f"no model events on {args.prefix}{topics.MODEL_EVENTS} at "
                                      f"{kafka.bootstrap}")
@@ -334,7 +337,8 @@ def cmd_worker(args) -> int:
         raise Failed("the installed faust / mode / aiokafka lack what the worker relies on "
                      f"(streams/faust_seam.py): {'; '.join(problems)}")
     kafka = _kafka(args)
-    created = _broker_call(kafka, ensure_topics(kafka, prefix=args.prefix, partitions=args.partitions))
+    created = _broker_call(kafka, ensure_topics(kafka, prefix=args.prefix, partitions=args.partitions),
+                           "Describe and Create the topics" + (f" {args.prefix}*" if args.prefix else ""))
     if created:
         print(f"dpstream worker: created {len(created)} topic(s) with {args.partitions} partitions",
               file=sys.stderr)
@@ -356,7 +360,14 @@ def cmd_worker(args) -> int:
                 kafka.bootstrap, args.prefix, args.partitions, rng.fingerprint(),
                 f", status on :{args.web_port}/status/" if args.web_port else "")
 
-    worker_app = WorkerApp(kafka=kafka, rng=rng, partitions=args.partitions, app_id=args.app_id,
+    data_dir = Path(args.data_dir)
+    if not data_dir.exists():
+        data_dir.mkdir(parents=True, mode=0o700)    # faust's local table files: the worker's only
+    elif data_dir.stat().st_mode & 0o077:
+        print(f"dpstream worker: warning: {data_dir} is open to other users (chmod 700 it: "
+              "the worker keeps table files there)", file=sys.stderr)
+    worker_app = WorkerApp(kafka=kafka, rng=rng, partitions=args.partitions,
+                           app_id=args.app_id or args.prefix + "dpstream",
                            data_dir=args.data_dir, web_port=args.web_port, prefix=args.prefix,
                            latency_metrics=args.latency_metrics, consumer_thread=args.consumer_thread)
     worker = Worker(worker_app.app, loglevel=args.loglevel, quiet=True)
@@ -417,7 +428,8 @@ def cmd_produce(args) -> int:
     kafka = _kafka(args)
     sent = [0]
     try:
-        _broker_call(kafka, _produce(kafka, args.prefix + args.topic, lines, sent))
+        _broker_call(kafka, _produce(kafka, args.prefix + args.topic, lines, sent),
+                     f"Write topic {args.prefix}{args.topic}")
     except Failed as err:
         raise Failed(f"{err} after {sent[0]} of {len(lines)} records were sent") from None
     print(f"dpstream produce: {sent[0]} records -> {args.prefix}{args.topic} (dead letters, "
@@ -442,7 +454,7 @@ async def read_topic(kafka: Kafka, topic: str, *, timeout: float = 5.0, limit: i
 def cmd_consume(args) -> int:
     kafka = _kafka(args)
     records = _broker_call(kafka, read_topic(kafka, args.prefix + args.topic, timeout=args.timeout,
-                                             limit=args.max))
+                                             limit=args.max), f"Read topic {args.prefix}{args.topic}")
     for r in records:
         sys.stdout.write(r.value.decode() + "\n")
     return 0
@@ -460,14 +472,16 @@ def cmd_models(args) -> int:
     from dpstream.schemas import ModelConfig
     kafka = _kafka(args)
     models = {}
-    for r in _broker_call(kafka, read_topic(kafka, args.prefix + topics.MODELS, timeout=args.timeout)):
+    for r in _broker_call(kafka, read_topic(kafka, args.prefix + topics.MODELS, timeout=args.timeout),
+                          f"Read topic {args.prefix}{topics.MODELS}"):
         try:
             cfg = ModelConfig.model_validate_json(r.value)
         except (ValidationError, ValueError):
             continue
         models.setdefault(cfg.model_id, cfg)
     spent = {}
-    for r in _broker_call(kafka, read_topic(kafka, args.prefix + topics.LEDGER, timeout=args.timeout)):
+    for r in _broker_call(kafka, read_topic(kafka, args.prefix + topics.LEDGER, timeout=args.timeout),
+                          f"Read topic {args.prefix}{topics.LEDGER}"):
         e = json.loads(r.value)
         spent[e["model_id"]] = e
     if args.action == "show" and args.target not in models:
@@ -531,7 +545,8 @@ def _register(args) -> int:
     configs = parse_registrations(args.target)
     kafka = _kafka(args)
     lines = [json.dumps(c.model_dump(mode="json")).encode() for c in configs]
-    _broker_call(kafka, _produce(kafka, args.prefix + topics.MODELS, lines, [0]))
+    _broker_call(kafka, _produce(kafka, args.prefix + topics.MODELS, lines, [0]),
+                 f"Write topic {args.prefix}{topics.MODELS}")
     for config in configs:
         print(f"dpstream models: registration of {config.model_id} ({config.kind}) sent; "
               f"refusals appear on {args.prefix}{topics.REJECTED}")
@@ -556,6 +571,45 @@ def cmd_features(args) -> int:
     print(json.dumps([f.model_dump(mode="json", exclude_none=True) for f in fields], indent=1))
     print(f"dpstream features: {len(fields)} fields from {len(records)} records of {args.sample}; "
           "the declaration is public: make it from data you may publish", file=sys.stderr)
+    return 0
+
+
+def cmd_acls(args) -> int:
+    """Print (and with --apply, create) the ACLs of every principal (streams/acls.py)."""
+    from .acls import CLUSTER, ROLES, plan
+    from .faust_seam import create_acls, delete_acls
+    users = {}
+    for given in args.user or []:
+        role, _, name = given.partition("=")
+        if role not in ROLES or not name:
+            raise Failed(f"--user {given!r}: expected ROLE=NAME with ROLE one of {', '.join(ROLES)}", 2)
+        users[role] = name
+    try:
+        acls = plan(args.prefix, args.app_id, users)
+    except ValueError as err:
+        raise Failed(str(err), 2) from None
+    if args.role:
+        acls = [a for a in acls if a.principal == f"User:{users.get(args.role, args.role)}"]
+    if args.remove:          # cluster-wide rights (IdempotentWrite) are shared by every prefix
+        shared = [a for a in acls if a.resource_type == CLUSTER]
+        acls = [a for a in acls if a.resource_type != CLUSTER]
+        if shared:
+            print(f"dpstream acls: keeping {len(shared)} cluster-wide ACLs that other prefixes share",
+                  file=sys.stderr)
+    for acl in acls:
+        print(acl.describe())
+    if not (args.apply or args.remove):
+        return 0
+    kafka = _kafka(args)
+
+    async def change():
+        async with running(kafka.admin(request_timeout_ms=10_000)) as admin:
+            return await (delete_acls if args.remove else create_acls)(admin, acls)
+    errors = _broker_call(kafka, change(), "Alter the cluster's ACLs")
+    if errors:
+        raise Failed(f"{len(errors)} of {len(acls)} ACL changes refused, first: {errors[0]}")
+    print(f"dpstream acls: {len(acls)} ACLs {'removed' if args.remove else 'created'} for topic "
+          f"prefix {args.prefix!r}", file=sys.stderr)
     return 0
 
 
@@ -591,8 +645,10 @@ def main(argv=None) -> int:
     p.set_defaults(fn=cmd_run)
 
     def broker(parser):
-        parser.add_argument("--broker", help=f"bootstrap servers (default: $DPSTREAM_KAFKA_BOOTSTRAP "
-                            f"or {DEFAULT_BOOTSTRAP})")
+        parser.add_argument("--broker", help="bootstrap servers (default: the client config's bootstrap.servers, "
+                            f"else $DPSTREAM_KAFKA_BOOTSTRAP, else {DEFAULT_BOOTSTRAP})")
+        parser.add_argument("--client-config", help="a Kafka client properties file (security.protocol, "
+                            "sasl.*, ssl.*; default: $DPSTREAM_KAFKA_CONFIG)")
         parser.add_argument("--prefix", default="", help="prefix of every topic name")
 
     p = sub.add_parser("worker", help="run a faust worker against a Kafka broker")
@@ -600,7 +656,8 @@ def main(argv=None) -> int:
     p.add_argument("--partitions", type=int, default=4,
                    help="partitions of topics it creates; fixes how many workers can share "
                         "the load (default: %(default)s)")
-    p.add_argument("--app-id", default="dpstream", help="faust app id / consumer group (default: %(default)s)")
+    p.add_argument("--app-id", help="faust app id / consumer group, also the prefix of its changelogs "
+                   "(default: the topic prefix + 'dpstream')")
     p.add_argument("--data-dir", default="/tmp/dpstream-worker", help="default: %(default)s")
     p.add_argument("--web-port", type=int, help="serve /status/ and /metrics/ on this port")
     p.add_argument("--loglevel", default="info", help="default: %(default)s")
@@ -649,6 +706,17 @@ def main(argv=None) -> int:
     p.add_argument("--internal", action="store_true",
                    help="add exact online mistakes (private statistics; for the data owner only)")
     p.set_defaults(fn=cmd_audit_report)
+    p = sub.add_parser("acls", help="print or apply the ACLs of every principal (least privilege)")
+    broker(p)
+    p.add_argument("--app-id", help="the worker's app id (default: the prefix + 'dpstream')")
+    p.add_argument("--user", action="append", metavar="ROLE=NAME",
+                   help="the user name of a role (worker, producer, querier, consumer, auditor)")
+    p.add_argument("--role", choices=["worker", "producer", "querier", "consumer", "auditor"],
+                   help="only this role's ACLs")
+    p.add_argument("--apply", action="store_true", help="create them through the admin API")
+    p.add_argument("--remove", action="store_true", help="delete them through the admin API")
+    p.add_argument("--print", dest="print_only", action="store_true", help="only print them (the default)")
+    p.set_defaults(fn=cmd_acls)
     p = sub.add_parser("features", help="suggest a feature declaration from a public sample")
     p.add_argument("--sample", required=True, help="JSONL of raw records (or of examples with 'features')")
     p.add_argument("--bins", type=int, default=8, help="bins per number (default: %(default)s)")

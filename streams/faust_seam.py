@@ -49,6 +49,9 @@ What each part replaces, and why:
 * **Tables** (``TableStore``): writes with an explicit changelog partition
   (``Collection.send_changelog``, then the store, ``table.data``), because batches have no
   current event.
+* **ACLs** (``create_acls``, ``delete_acls``, ``describe_acls``): aiokafka's admin client
+  has no ACL methods, but its protocol module defines Kafka's CreateAcls, DeleteAcls and
+  DescribeAcls requests; they are sent with the admin client's ``_send_request``.
 """
 from __future__ import annotations
 
@@ -72,10 +75,17 @@ Handover = Callable[[int, dict[str, list[RawRecord]], dict], Awaitable[None]]
 
 
 # ---------------------------------------------------------------- the drain loop
-def install_drain(app, topics: dict[str, str], handover: Handover) -> None:
+FETCH_RETRY = 2.0      # seconds before fetching again after a fetch the broker refused
+
+
+def install_drain(app, topics: dict[str, str], handover: Handover,
+                  fetch_failed: Callable[[BaseException], bool] | None = None) -> None:
     """Replace faust's per-record drain loop with one that hands each fetch's records of
     ``topics`` (Kafka name -> dpstream name) to ``handover``, in offset order per
-    partition, with the offsets to ack once applied. Call before the worker starts (the
+    partition, with the offsets to ack once applied. A fetch that raises (the broker
+    refused it: an ACL revoked while the worker runs) goes to ``fetch_failed``, which
+    says whether to fetch again after FETCH_RETRY seconds (nothing was consumed, so
+    nothing is lost) or let faust's fetcher fail. Call before the worker starts (the
     fetcher calls the drain loop once, at start)."""
     consumer = app.consumer
 
@@ -83,7 +93,15 @@ def install_drain(app, topics: dict[str, str], handover: Handover) -> None:
         callback = consumer.callback
         read_offset = consumer._read_offset
         while not (consumer._stopped.is_set() or fetcher._stopped.is_set()):
-            records, active = await consumer._wait_next_records(1.0)
+            try:
+                records, active = await consumer._wait_next_records(1.0)
+            except asyncio.CancelledError:
+                raise
+            except Exception as err:       # noqa: BLE001 - refused fetches wait, bugs do not
+                if fetch_failed is None or not fetch_failed(err):
+                    raise
+                await asyncio.sleep(FETCH_RETRY)
+                continue
             if not records or consumer.should_stop:
                 continue
             generation = app.consumer_generation_id
@@ -295,6 +313,54 @@ class TableStore:
         return [k.decode() if isinstance(k, bytes) else k for k in list(self.table.data.keys())]
 
 
+# ---------------------------------------------------------------- ACLs
+async def create_acls(admin, acls) -> list[str]:
+    """Create ``acls`` (streams/acls.py ``Acl``) through a started aiokafka admin client;
+    the error messages of those the broker refused (empty: all created)."""
+    from aiokafka.protocol.admin import CreateAclsRequest
+
+    from .acls import ALLOW, OPERATIONS
+    errors = []
+    for acl in acls:
+        request = CreateAclsRequest(acl.resource_type, acl.resource, acl.pattern, acl.principal,
+                                    "*", OPERATIONS[acl.operation], ALLOW)
+        response = await admin._send_request(request)
+        for code, message in response.creation_responses:
+            if code:
+                errors.append(f"{acl.describe()}: error {code} {message or ''}".strip())
+    return errors
+
+
+async def delete_acls(admin, acls) -> list[str]:
+    """Delete ``acls`` (each matched exactly); the error messages of refused deletions."""
+    from aiokafka.protocol.admin import DeleteAclsRequest
+
+    from .acls import ALLOW, OPERATIONS
+    errors = []
+    for acl in acls:
+        request = DeleteAclsRequest(acl.resource_type, acl.resource, acl.pattern, acl.principal,
+                                    "*", OPERATIONS[acl.operation], ALLOW)
+        response = await admin._send_request(request)
+        for code, message, _ in response.filter_responses:
+            if code:
+                errors.append(f"{acl.describe()}: error {code} {message or ''}".strip())
+    return errors
+
+
+async def describe_acls(admin) -> list[tuple]:
+    """Every ACL on the cluster: (resource type, name, pattern, principal, operation)."""
+    from aiokafka.protocol.admin import DescribeAclsRequest
+    any_type, any_pattern, any_op, any_permission = 1, 1, 1, 1
+    response = await admin._send_request(DescribeAclsRequest(any_type, None, any_pattern, None, None,
+                                                             any_op, any_permission))
+    if response.error_code:
+        raise PermissionError(f"DescribeAcls failed: error {response.error_code} {response.error_message or ''}")
+    out = []
+    for resource_type, name, pattern, acls in response.resources:
+        out.extend((resource_type, name, pattern, principal, op) for principal, _, op, _ in acls)
+    return out
+
+
 # ---------------------------------------------------------------- the contract
 # (owner, name, parameter names or None for an attribute, where it is defined)
 _METHODS = [
@@ -314,6 +380,7 @@ _METHODS = [
     (ServiceThread, "_serve", ("self",)),
     (ServiceThread, "_gather_remaining_tasks", ("self",)),
 ]
+_ADMIN_METHODS = [("_send_request", ("self", "request", "node_id"))]
 _CONSUMER_FIELDS = ("_read_offset", "_committed_offset", "_acked_index", "_acked", "_n_acked",
                     "_waiting_for_ack", "_commit_every", "_paused_partitions",
                     "_buffered_partitions", "_stopped", "suspend_flow", "callback")
@@ -329,7 +396,12 @@ def contract() -> list[str]:
     from aiokafka.consumer.fetcher import Fetcher
 
     problems = []
-    for owner, name, params in _METHODS:
+    from aiokafka.admin import AIOKafkaAdminClient
+    from aiokafka.protocol import admin as protocol
+    for name in ("CreateAclsRequest", "DescribeAclsRequest", "DeleteAclsRequest"):
+        if not hasattr(protocol, name):
+            problems.append(f"aiokafka.protocol.admin.{name} is gone")
+    for owner, name, params in [*_METHODS, *((AIOKafkaAdminClient, n, p) for n, p in _ADMIN_METHODS)]:
         fn = getattr(owner, name, None)
         if fn is None:
             problems.append(f"{owner.__module__}.{owner.__qualname__}.{name} is gone")

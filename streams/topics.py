@@ -42,12 +42,19 @@ async def ensure_topics(kafka, *, prefix: str = "", partitions: int = 4,
         new = [prefix + t for t in ALL if prefix + t not in existing]
         if new:
             try:
-                await admin.create_topics([NewTopic(n, partitions, replication) for n in new])
+                answer = await admin.create_topics(
+                    [NewTopic(n, partitions, replication) for n in new])
             except TopicAlreadyExistsError:
                 pass                              # another worker created them meanwhile
+            else:
+                _refused(answer.topic_errors)
         names = [prefix + t for t in ALL]
         start = time.monotonic()
-        while not _all_led(await admin.describe_topics(names)):
+        while True:
+            described = await admin.describe_topics(names)
+            _refused([(t["topic"], t["error_code"]) for t in described])
+            if _all_led(described):
+                break
             if time.monotonic() - start > wait:
                 logger.warning("topic metadata still incomplete after %.0f s; starting anyway "
                                "(consumers refresh it every %d s)", wait, METADATA_MAX_AGE_MS // 1000)
@@ -64,6 +71,21 @@ async def create_topic(kafka, name: str, partitions: int, replication: int = 1) 
     async with running(kafka.admin()) as admin:
         await admin.create_topics([NewTopic(name, num_partitions=partitions,
                                             replication_factor=replication)])
+
+
+def _refused(topic_errors) -> None:
+    """Raise the broker's refusal (an authorization error, a bad configuration) for the
+    topics it names: without this, a principal that may neither create nor describe the
+    topics would wait ``wait`` seconds and then start a worker that can do nothing.
+    "Already exists" (36) and a not-yet-known topic (3, the race the wait is for) pass."""
+    from aiokafka.errors import for_code
+    refused: dict[int, list[str]] = {}
+    for entry in topic_errors:
+        topic, code = entry[0], entry[1]
+        if code not in (0, 3, 36):
+            refused.setdefault(code, []).append(topic)
+    for code, topics in sorted(refused.items()):
+        raise for_code(code)(", ".join(sorted(topics)))
 
 
 def _all_led(topics: list[dict]) -> bool:

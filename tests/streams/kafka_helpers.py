@@ -12,6 +12,7 @@ from pathlib import Path
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 
+
 ROOT = Path(__file__).resolve().parents[2]
 KEY_HEX = "0f1e2d3c4b5a69788796a5b4c3d2e1f00123456789abcdeffedcba9876543210"
 
@@ -59,14 +60,20 @@ class Worker:
                 self.kill()
 
 
+def client_args(target) -> dict:
+    """aiokafka's connection arguments for a bootstrap string (a plaintext broker) or a
+    ``Kafka`` settings object (a secured one, as a given principal)."""
+    return {"bootstrap_servers": target} if isinstance(target, str) else target.client_args()
+
+
 async def create_topic(bootstrap: str, topic: str, partitions: int) -> None:
     from dpstream.streams.kafka import Kafka
     from dpstream.streams.topics import create_topic as create
     await create(Kafka(bootstrap), topic, partitions)
 
 
-async def produce(bootstrap: str, topic: str, payloads) -> None:
-    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all", enable_idempotence=True)
+async def produce(bootstrap, topic: str, payloads) -> None:
+    producer = AIOKafkaProducer(**client_args(bootstrap), acks="all", enable_idempotence=True)
     await producer.start()
     try:
         for p in payloads:
@@ -78,7 +85,7 @@ async def produce(bootstrap: str, topic: str, payloads) -> None:
         await producer.stop()
 
 
-async def read_all(bootstrap: str, topic: str, *, until: int | None = None, timeout: float = 60.0,
+async def read_all(bootstrap, topic: str, *, until: int | None = None, timeout: float = 60.0,
                    idle: float = 2.0, stall: float = 20.0) -> list[dict]:
     """Values of ``topic`` from the start: until ``until`` distinct records arrived (identical
     re-deliveries count once) or ``timeout``; without ``until``, until ``idle`` s of silence.
@@ -94,7 +101,7 @@ async def read_all(bootstrap: str, topic: str, *, until: int | None = None, time
 
 
 async def _read_from_start(bootstrap, topic, until, deadline, idle, stall):
-    consumer = AIOKafkaConsumer(topic, bootstrap_servers=bootstrap, auto_offset_reset="earliest",
+    consumer = AIOKafkaConsumer(topic, **client_args(bootstrap), auto_offset_reset="earliest",
                                 enable_auto_commit=False, group_id=None)
     await consumer.start()
     out: list[dict] = []
@@ -132,4 +139,3 @@ def per_model(values: list[dict], drop=("source",)) -> dict[str, list[dict]]:
     for (model, _, _), body in sorted(seen.items(), key=lambda kv: (kv[0][0], kv[0][1], kv[0][2] or 0)):
         out[model].append(body)
     return dict(out)
-

@@ -146,3 +146,27 @@ def test_status_lists_only_the_models_this_worker_owns():
     mine = model_partition("a", 4)
     shown = collect_status(state, lambda m: model_partition(m, 4) == mine)
     assert "a" in shown and all(model_partition(m, 4) == mine for m in shown)
+
+
+def test_acls_print_the_plan_for_a_prefix_with_named_users(capsys):
+    assert main(["acls", "--prefix", "team-", "--user", "producer=ingest"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines and all(line.startswith("ALLOW User:") for line in lines)
+    assert any("User:ingest" in line and "Write" in line and "topic team-examples" in line for line in lines)
+    assert not any("User:producer " in line for line in lines)
+    assert any("User:worker" in line and "group team-dpstream (prefix)" in line for line in lines)
+    assert main(["acls", "--prefix", "team-", "--role", "consumer"]) == 0
+    consumer = capsys.readouterr().out.splitlines()
+    assert {line.split()[2] for line in consumer} == {"Read", "Describe"}
+    assert all("team-predictions" in line for line in consumer)
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["--user", "producer"], "expected ROLE=NAME"),
+    (["--user", "admin=root"], "expected ROLE=NAME"),
+    (["--prefix", "team-", "--app-id", "other"], "must start with the topic prefix"),
+])
+def test_acls_refuse_what_cannot_be_applied_in_one_line(capsys, args, needle):
+    assert main(["acls", *args]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and needle in err[0]

@@ -1,15 +1,32 @@
-"""docker-compose.yml is for users (no Docker engine here): check that it parses and
-that it names what the README documents."""
+"""docker-compose.yml is for users (no Docker engine here): check that it parses, that it
+names what the README documents, that the secured profile mounts exactly what
+``scripts/kafka.sh compose-secrets`` makes, and that the broker configuration it makes
+runs: a real Kafka started here from those files (paths and ports moved to this
+machine) authenticates every user on both listeners and enforces the ACLs."""
+import os
+import re
+import socket
+import subprocess
+import sys
+import time
 from pathlib import Path
 
+import pytest
 import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
+SCRIPT = str(ROOT / "scripts" / "kafka.sh")
+USERS = ("admin", "worker", "producer", "querier", "consumer", "auditor")
+
+
+def compose() -> dict:
+    return yaml.safe_load((ROOT / "docker-compose.yml").read_text())
 
 
 def test_compose_defines_a_single_kraft_broker_and_a_worker_on_the_documented_ports():
-    compose = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
-    kafka, worker = compose["services"]["kafka"], compose["services"]["worker"]
+    services = compose()["services"]
+    kafka, worker = services["kafka"], services["worker"]
+    assert kafka["profiles"] == worker["profiles"] == ["plaintext"]
     env = kafka["environment"]
     assert env["KAFKA_PROCESS_ROLES"] == "broker,controller" and env["KAFKA_NODE_ID"] == 1
     assert env["KAFKA_OFFSETS_TOPIC_REPLICATION_FACTOR"] == 1
@@ -20,5 +37,137 @@ def test_compose_defines_a_single_kraft_broker_and_a_worker_on_the_documented_po
     assert "kafka:19092" in worker["command"]
     assert worker["environment"]["DPSTREAM_SECRET_KEY_FILE"].startswith("/run/secrets/")
     readme = (ROOT / "README.md").read_text()
-    assert "docker compose up" in readme and "localhost:9092" in readme and "6066" in readme
+    assert "docker compose --profile secure up -d" in readme and "localhost:9094" in readme
+    assert "docker compose --profile plaintext up -d" in readme and "6066" in readme
     assert (ROOT / "Dockerfile").exists()
+
+
+@pytest.fixture(scope="module")
+def secrets(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("compose") / "secrets"
+    done = subprocess.run([SCRIPT, "compose-secrets", str(out)], capture_output=True, text=True,
+                          env={**os.environ, "PYTHON": sys.executable}, timeout=120)
+    assert done.returncode == 0, done.stderr
+    return out
+
+
+def test_the_secured_profile_mounts_what_compose_secrets_makes_and_nothing_more(secrets):
+    services = compose()["services"]
+    secured = {n: s for n, s in services.items() if s.get("profiles") == ["secure"]}
+    assert set(secured) == {"kafka-secure", "acls", "worker-secure"}
+    for name, service in secured.items():
+        for volume in service.get("volumes", []):
+            source, target = volume.split(":")[:2]
+            if source.startswith("./secrets/"):
+                assert (secrets / source[len("./secrets/"):]).is_dir(), volume
+                assert volume.endswith(":ro"), volume
+            elif source.startswith("./"):
+                assert (ROOT / source[2:]).exists(), volume
+    # the worker sees its own client config and the CA, never the broker's key or other users
+    assert sorted(p.name for p in (secrets / "worker").iterdir()) == ["ca.pem", "client.properties"]
+    assert sorted(p.name for p in (secrets / "admin").iterdir()) == ["ca.pem", "client.properties"]
+    for role in ("worker", "admin"):
+        text = (secrets / role / "client.properties").read_text()
+        assert "bootstrap.servers=kafka:19094" in text and f"ssl.ca.location=/etc/dpstream/{role}/ca.pem" in text
+    assert re.search(r"sasl.username=worker\n", (secrets / "worker" / "client.properties").read_text())
+    for path in secrets.rglob("*"):
+        mode = path.stat().st_mode & 0o777
+        if path.is_dir():
+            assert mode == 0o700 or path == secrets, (path, oct(mode))
+        elif path.name != "ca.pem" or path.parent.name != "kafka":
+            assert mode == 0o600, (path, oct(mode))
+    worker = secured["worker-secure"]
+    assert worker["depends_on"] == {"acls": {"condition": "service_completed_successfully"}}
+    assert "/etc/dpstream/worker/client.properties" in worker["command"]
+    assert "--apply" in secured["acls"]["command"]
+    assert "kafka-data:/var/lib/kafka/data" in secured["kafka-secure"]["volumes"]
+    props = (secrets / "kafka" / "server.properties").read_text()
+    assert "log.dirs=/var/lib/kafka/data" in props and "allow.everyone.if.no.acl.found=false" in props
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _moved(text: str, secrets: Path, data: Path, ports: dict) -> str:
+    """A compose file's text with the container's paths and ports moved to this machine."""
+    text = text.replace("/etc/dpstream/kafka", str(secrets / "kafka")).replace("/var/lib/kafka/data", str(data))
+    for role in ("worker", "admin"):
+        text = text.replace(f"/etc/dpstream/{role}", str(secrets / role))
+    text = text.replace("0.0.0.0:9094", f"127.0.0.1:{ports[9094]}").replace("localhost:9094", f"localhost:{ports[9094]}")
+    text = text.replace("0.0.0.0:19094", f"127.0.0.1:{ports[19094]}").replace("kafka:19094", f"127.0.0.1:{ports[19094]}")
+    return text.replace("9095", str(ports[9095]))
+
+
+def _moved_file(src: Path, dst: Path, secrets, data, ports) -> str:
+    dst.write_text(_moved(src.read_text(), secrets, data, ports))
+    dst.chmod(0o600)
+    return str(dst)
+
+
+@pytest.mark.kafka
+def test_the_compose_brokers_configuration_runs_and_enforces_the_acls(secrets, tmp_path):
+    """The files of the secured profile, run on a local Kafka the way scripts/compose-kafka.sh
+    runs them in the container (format with the SCRAM users, then start): the host's
+    listener (a user's client config) and the containers' listener (the worker's config)
+    both authenticate, the ACL one-shot's command applies, and the worker's rights stop
+    at its own topics."""
+    fetched = subprocess.run([SCRIPT, "fetch"], capture_output=True, text=True, timeout=900)
+    if fetched.returncode != 0:
+        if os.environ.get("DPSTREAM_REQUIRE_KAFKA") == "1":
+            pytest.fail(fetched.stderr)
+        pytest.skip("no Kafka jars (scripts/kafka.sh fetch needs Java and Maven)")
+    home = os.environ.get("DPSTREAM_KAFKA_HOME") or str(Path.home() / ".cache" / "dpstream" / "kafka-4.0.1")
+    libs = Path(home) / "libs"
+    ports = {9094: _free_port(), 19094: _free_port(), 9095: _free_port()}
+    data = tmp_path / "data"
+    props = _moved_file(secrets / "kafka" / "server.properties", tmp_path / "server.properties", secrets, data, ports)
+    scram = []
+    for line in (secrets / "kafka" / "users").read_text().splitlines():
+        user, password = line.split()
+        scram += [a for m in ("SCRAM-SHA-512", "SCRAM-SHA-256") for a in ("--add-scram", f"{m}=[name={user},password={password}]")]
+    java = ["java", "-cp", f"{libs}/*"]
+    cluster = (secrets / "kafka" / "cluster.id").read_text().strip()
+    formatted = subprocess.run(java + ["kafka.tools.StorageTool", "format", "--ignore-formatted", "-t", cluster,
+                                       "-c", props, *scram], capture_output=True, text=True, timeout=120)
+    assert formatted.returncode == 0, formatted.stderr[-2000:]
+    broker = subprocess.Popen(java + ["-Xmx512m", "kafka.Kafka", props], stdout=open(tmp_path / "kafka.log", "wb"),
+                              stderr=subprocess.STDOUT)
+    try:
+        admin = _moved_file(secrets / "clients" / "admin.properties", tmp_path / "admin.properties", secrets, data, ports)
+        worker = _moved_file(secrets / "worker" / "client.properties", tmp_path / "worker.properties",
+                             secrets, data, ports)
+        producer = _moved_file(secrets / "clients" / "producer.properties", tmp_path / "producer.properties",
+                               secrets, data, ports)
+        env = {**os.environ, "PYTHONPATH": str(ROOT), "DPSTREAM_SECRET_KEY": "ab" * 32}
+        env.pop("DPSTREAM_KAFKA_CONFIG", None)
+
+        def dpstream(*args):
+            return subprocess.run([sys.executable, "-m", "dpstream.streams.cli", *args], cwd=ROOT, env=env,
+                                  capture_output=True, text=True, timeout=120)
+        deadline = time.time() + 90
+        while (done := dpstream("acls", "--apply", "--client-config", admin)).returncode != 0:
+            assert broker.poll() is None and time.time() < deadline, (done.stderr, (tmp_path / "kafka.log").read_text()[-3000:])
+            time.sleep(2)
+        assert "ACLs created" in done.stderr
+        log = tmp_path / "worker.log"
+        with open(log, "wb") as out:       # the worker through the containers' listener, its ACLs only
+            run = subprocess.Popen([sys.executable, "-m", "dpstream.streams.cli", "worker", "--client-config",
+                                    worker, "--data-dir", str(tmp_path / "w")], cwd=ROOT, env=env,
+                                   stdout=out, stderr=subprocess.STDOUT)
+        try:
+            deadline = time.time() + 120
+            while b"dpstream worker ready" not in log.read_bytes():
+                assert run.poll() is None and time.time() < deadline, log.read_text()[-3000:]
+                time.sleep(1)
+        finally:
+            run.terminate()
+            run.wait(60)
+        assert b"[ERROR]" not in log.read_bytes()
+        denied = dpstream("consume", "--topic", "examples", "--client-config", producer, "--timeout", "2")
+        assert "not authorized: principal User:producer may not Read topic examples" in denied.stderr, denied.stderr
+    finally:
+        broker.terminate()
+        broker.wait(60)

@@ -12,10 +12,10 @@ import pytest
 from dpstream.mechanisms.randomness import KeyedRandomness
 from dpstream.streams.cli import _export_kafka
 from dpstream.streams.kafka import Kafka
-from dpstream.streams.embedded import EmbeddedRuntime
 from dpstream.streams.replay import replay, verify_public
 
 from .kafka_helpers import KEY_HEX, Worker, per_model, produce, read_all
+from .reference import assert_same_as_embedded, expected
 from .workload import examples, models, queries
 
 pytestmark = pytest.mark.kafka
@@ -25,26 +25,6 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
-
-
-def embedded_outputs():
-    rt = EmbeddedRuntime(KeyedRandomness(bytes.fromhex(KEY_HEX)))
-
-    async def go():
-        for topic, items in (("models", models()), ("examples", examples()), ("queries", queries())):
-            for p in items:
-                await rt.feed(topic, p)
-    asyncio.run(go())
-    return rt.outputs
-
-
-EXPECTED = {}
-
-
-def expected():
-    if not EXPECTED:
-        EXPECTED.update(embedded_outputs())
-    return EXPECTED
 
 
 async def feed_in_phases(bootstrap, prefix, on_examples=None):
@@ -61,16 +41,6 @@ async def feed_in_phases(bootstrap, prefix, on_examples=None):
     ledger = await read_all(bootstrap, prefix + "ledger", idle=3)
     releases = await read_all(bootstrap, prefix + "releases", idle=2)
     return preds, ledger, releases
-
-
-def assert_same_as_embedded(preds, ledger, releases):
-    exp = expected()
-    got_p, exp_p = per_model(preds), per_model(exp["predictions"])
-    assert got_p.keys() == exp_p.keys()
-    for model in exp_p:
-        assert got_p[model] == exp_p[model], model
-    assert per_model(ledger) == per_model(exp["ledger"])
-    assert per_model(releases) == per_model(exp["releases"])
 
 
 async def uncommitted(bootstrap: str, prefix: str, wait: float = 30.0) -> dict:

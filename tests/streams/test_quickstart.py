@@ -52,4 +52,6 @@ def test_the_readme_kafka_quick_start_runs_verbatim(kafka_bootstrap, tmp_path):
     assert "card-fraud" in done.stdout and "continual_winnow" in done.stdout      # models list
     assert "OK: every release reproduced" in done.stdout
     assert "dpstream worker ready" in done.stderr
+    errors = [line for line in done.stderr.splitlines() if "[ERROR]" in line]
+    assert errors == [], errors          # a fresh broker's start-up is not an error
     assert time.time() - t0 < 600
