@@ -185,7 +185,7 @@ class Kafka:
         if isinstance(err, (E.KafkaConnectionError, ConnectionError, OSError, asyncio.TimeoutError,
                             E.KafkaTimeoutError)):
             hint = (" (a plaintext client on a TLS listener? check security.protocol)"
-                    if self.security_protocol == "PLAINTEXT" else "")
+                    if self.security_protocol == "PLAINTEXT" and "Errno 111" not in said else "")
             return (f"cannot reach the Kafka broker at {self.bootstrap} ({name}); is it running? "
                     f"(scripts/kafka.sh start, or set --broker / DPSTREAM_KAFKA_BOOTSTRAP){hint}")
         if isinstance(err, E.UnknownTopicOrPartitionError) and " topic " in doing:

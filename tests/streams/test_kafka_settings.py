@@ -105,3 +105,5 @@ def test_each_failure_is_explained_in_one_line_without_secrets():
     assert "is not trusted" in k.explain(verify, "talk to")
     plain = Kafka("b:9094")
     assert "plaintext client on a TLS listener?" in plain.explain(E.KafkaConnectionError("x"), "talk to")
+    refused = ('Unable connect to "b:9094": [Errno 111] Connect call failed',)   # nothing listens
+    assert "TLS listener" not in plain.explain(E.KafkaConnectionError("x"), "talk to", refused)
