@@ -12,8 +12,10 @@ with the values it quotes (``schemas.config.config_error_text``).
 Bounded, not rejected: a well-formed example or query whose row has more active
 features than its kind takes is cut to the limit (the lowest indices kept,
 ``learners.inputs.bounded_active``: a rule that looks at the row alone), and repeated
-indices are merged; the log holds the row as the model uses it. So the ``rejected``
-topic says nothing about a valid record's content.
+indices are merged (here for a bounded kind, whose log row is then the row as the model
+uses it; the learners take each row's distinct indices anyway, ``active_matrix``, so
+other kinds' rows are logged as sent). So the ``rejected`` topic says nothing about a
+valid record's content.
 
 Keys: a record's Kafka key decides its partition, and so the order of a model's events;
 an input keyed with another model's id is refused (its order among that model's events
@@ -175,8 +177,6 @@ def _checked(event, configs: MutableMapping) -> tuple[dict | None, str | None]:
             [j for j, v in enumerate(event.x) if v > 0]
         out.pop("x", None)
         out["active"] = bounded_active(active, limit)
-    elif event.active is not None:
-        out["active"] = sorted(set(event.active))
     return out, None
 
 

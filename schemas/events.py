@@ -47,7 +47,8 @@ class Features(Strict):
 
     @model_validator(mode="after")
     def _one_of(self):
-        if sum(v is not None for v in (self.x, self.active, self.features)) != 1:
+        # (arithmetic on bools, not a generator: this runs for every input record)
+        if (self.x is not None) + (self.active is not None) + (self.features is not None) != 1:
             raise ValueError("exactly one of 'x' (dense), 'active' (sparse) or 'features' (raw, "
                              "for a model that declares them) is required")
         if self.x is not None and not all(map(math.isfinite, self.x)):

@@ -365,17 +365,33 @@ def test_an_event_whose_handler_raises_after_a_charge_leaves_only_its_dead_lette
 async def test_sequenced_events_are_the_schemas_json_dump(topic, payload):
     """The sequencer writes an example or query to the log as its schema's
     ``model_dump(mode="json", exclude_none=True)``, key order included (agents/sequencer.py
-    builds it without the serializer: a field type that is not JSON already would break it),
-    with repeated active indices merged (sorted)."""
+    builds it without the serializer: a field type that is not JSON already would break it).
+    A DP-Winnow row is logged as sent; its learner takes the row's distinct indices, so
+    repeated indices change nothing it outputs (a bounded kind's log row is merged and cut:
+    tests/agents/test_bounds.py)."""
     from dpstream.schemas import LabeledExample, Query
     rt = await run([("models", winnow_config()), (topic, payload)])
     cls = LabeledExample if topic == "examples" else Query
     expected = cls.model_validate(payload).model_dump(mode="json", exclude_none=True)
-    if "active" in expected:
-        expected["active"] = sorted(set(expected["active"]))
     logged = rt.log[-1]["value"]["event"]
     assert logged == expected and list(logged) == list(expected)
     assert orjson.loads(orjson.dumps(logged)) == logged
+
+
+async def test_repeated_active_indices_change_nothing_a_dp_winnow_model_outputs():
+    """Rows with repeats, logged as sent, against the same rows merged: every prediction,
+    ledger entry and release equal (the learner takes each row's distinct indices)."""
+    rows = [[(3 * i) % 40, (5 * i) % 40, (3 * i) % 40, 1, 1] for i in range(60)]
+    events = [("examples", {"model_id": "w1", "active": r, "y": 1 if i % 3 else -1})
+              for i, r in enumerate(rows)] + \
+             [("queries", {"model_id": "w1", "active": [j, j, 2 * j % 40]}) for j in range(10)]
+    merged = [(t, {**e, "active": sorted(set(e["active"]))}) for t, e in events]
+    a = await run([("models", winnow_config())] + events)
+    b = await run([("models", winnow_config())] + merged)
+    assert any(len(set(e["active"])) < len(e["active"]) for _, e in events)
+    assert len(a.outputs["predictions"]) == 70
+    for topic in ("predictions", "ledger", "releases"):
+        assert a.outputs[topic] == b.outputs[topic], topic
 
 
 class _Snapshots(dict):
