@@ -2,7 +2,8 @@
 
     python bench/throughput.py [--n 30000] [--rss-n 1000000] [--latency-at 300 ...] [--latency-secs 10]
                                [--capacity-runs 3] [--skip-rss] [--skip-scale-out] [--compare-with REV]
-                               [--secure-state DIR] [--only-capacity]
+                               [--secure-state DIR] [--only-capacity] [--latency-runs 1]
+                               [--latency-paths NAME ...] [--generator-nice 0] [--broker-gc-log PATH]
 
 One run measures, on the local broker (scripts/kafka.sh start), n records each:
 1. raw aiokafka consume -> produce (no processing: the floor any Kafka pipeline pays;
@@ -22,11 +23,15 @@ One run measures, on the local broker (scripts/kafka.sh start), n records each:
    plaintext one: the price of TLS, SASL and authorization, as ratios;
 4. end-to-end latency (input record timestamp -> prediction record timestamp) of the
    DP-Winnow (also with --consumer-thread) and the continual-Winnow worker at half the
-   rate each reached in 3, and of
+   rate each reached in 3 (--latency-runs runs each, --latency-paths to choose), and of
    continual Winnow at the steady rates of --latency-at (default 300, 1,000 and
    3,000/s), over
-   --latency-secs (10) of input paced in 2 ms ticks (pipeline.produce_paced), p50 / p99
-   (the first 20% of the inputs are warm-up and not counted);
+   --latency-secs (10) of input paced in 2 ms ticks (pipeline.produce_paced, in its own
+   process at niceness --generator-nice), p50 / p99 (the first 20% of the inputs are
+   warm-up and not counted); at half capacity with the breakdown of a traced worker
+   (bench/trace_worker.py): p50 / p99 / p99.9 per stage, and the worker events (GC,
+   stalls, commits, state writes, noise draws, the broker's GC pauses from
+   --broker-gc-log) that overlap the slowest 1%;
 5. scale-out: DP-Winnow over 4 models on distinct partitions, one worker against two;
 6. the worker's resident memory (with its noise helper process) after the first 10% and
    at the end of rss-n events.
@@ -41,6 +46,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import multiprocessing
+import os
 import subprocess
 import sys
 import tempfile
@@ -51,8 +58,10 @@ from pathlib import Path
 import numpy as np
 
 import pipeline as P          # bench/pipeline.py: produce, drain, raw_loop, create, Worker
+import trace_worker as T      # bench/trace_worker.py: the traced worker and the breakdown
 
 HERE = Path(__file__).resolve().parent
+BROKER_GC_LOG = Path("/tmp/dpstream-kafka-9092/gc.log")     # scripts/kafka.sh's default state
 CONTINUAL = {"model_id": "bench", "dimension": 1000, "budget": {"epsilon": 2.0, "delta": 1e-6},
              "params": {"kind": "continual_winnow", "max_active": 20}}
 
@@ -109,41 +118,76 @@ def raw_rate(data: list[bytes]) -> float:
 
 
 def start_worker(model: dict, args: tuple[str, ...] = (), env: dict | None = None,
-                 setup=None) -> tuple[P.Worker, str]:
+                 setup=None, command: tuple[str, ...] | None = None) -> tuple[P.Worker, str]:
     prefix = f"wt{uuid.uuid4().hex[:6]}-"
     if setup is not None:
         setup(prefix)
     worker = P.Worker(P.BROKER, prefix, Path(tempfile.mkdtemp(prefix="dpstream-wt-")), "w",
-                      args=args, env=env).start()
+                      args=args, env=env, **({"command": command} if command else {})).start()
     asyncio.run(P.produce(prefix + "models", [json.dumps(model).encode()]))
     asyncio.run(P.drain(prefix + "model-events", 1, timeout=60))
     return worker, prefix
 
 
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of the process and its live children (the noise helper)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    total = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        for child in (task / "children").read_text().split():
+            total += cpu_seconds(int(child))
+    return total
+
+
 def worker_rate(model: dict, data: list[bytes], args: tuple[str, ...] = (), env: dict | None = None,
-                setup=None) -> float:
+                setup=None, cpu: list | None = None) -> float:
+    """Records/s from the first prediction to the last; with ``cpu``, also appends the
+    worker's CPU microseconds per record (its process and helper, from /proc: far less
+    moved by the machine's other load than the rate, so the better regression check)."""
     worker, prefix = start_worker(model, args, env, setup)
     try:
+        before = cpu_seconds(worker.proc.pid)
         asyncio.run(P.produce(prefix + "examples", data))
         _, secs = asyncio.run(P.drain(prefix + "predictions", len(data)))
+        if cpu is not None:
+            cpu.append(1e6 * (cpu_seconds(worker.proc.pid) - before) / len(data))
     finally:
         worker.stop()
     return len(data) / secs
 
 
-def latency(model: dict, data: list[bytes], rate: float, args: tuple[str, ...] = ()) -> tuple[float, float]:
-    worker, prefix = start_worker(model, args)
+def _generate(topic: str, data: list[bytes], rate: float, nice: int) -> None:
+    os.nice(nice)
+    asyncio.run(P.produce_paced(topic, data, rate))
+
+
+def latency(model: dict, data: list[bytes], rate: float, args: tuple[str, ...] = (),
+            nice: int = 0, env: dict | None = None) -> dict:
+    """The worker (traced, bench/trace_worker.py) fed ``data`` at ``rate`` per second by a
+    load generator in its own process (``nice``: its scheduling priority, 19 the lowest):
+    the per-stage breakdown of the events after the first 20% (warm-up)."""
+    trace = Path(tempfile.mkdtemp(prefix="dpstream-trace-")) / "trace.jsonl"
+    worker, prefix = start_worker(model, args, env={"BENCH_TRACE": str(trace), **(env or {})},
+                                  command=(str(HERE / "trace_worker.py"),))
     try:
-        asyncio.run(P.produce_paced(prefix + "examples", data, rate))
+        generator = multiprocessing.get_context("spawn").Process(
+            target=_generate, args=(prefix + "examples", data, rate, nice))
+        generator.start()
+        generator.join()
+        if generator.exitcode != 0:
+            raise RuntimeError(f"the load generator failed (exit code {generator.exitcode})")
         preds, _ = asyncio.run(P.drain(prefix + "predictions", len(data)))
         inputs, _ = asyncio.run(P.drain(prefix + "examples", len(data)))
+        time.sleep(1.0)                     # the trace's last lines (flushed every 0.5 s)
     finally:
         worker.stop()
-    sent = {f"examples:{r.partition}:{r.offset}": r.timestamp for r in inputs}
-    warm = sorted(r.timestamp for r in inputs)[len(inputs) // 5]    # the first 20%: warm-up
-    lat = [r.timestamp - sent[json.loads(r.value)["source"]] for r in preds
-           if sent[json.loads(r.value)["source"]] >= warm]
-    return float(np.percentile(lat, 50)), float(np.percentile(lat, 99))
+    warm = sorted(r.timestamp for r in inputs)[len(inputs) // 5]
+    return T.breakdown(trace, inputs, preds, warm, BROKER_GC_LOG)
+
+
+def percentiles(result: dict) -> tuple[float, float]:
+    total = result["stages"]["total"]
+    return float(np.percentile(total, 50)), float(np.percentile(total, 99))
 
 
 def memory(model: dict, n: int) -> tuple[float, float]:
@@ -226,29 +270,9 @@ def secure_rates(state: Path, data: list[bytes], runs: int) -> dict[str, list[fl
     return out
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--n", type=int, default=30_000)
-    ap.add_argument("--latency-secs", type=float, default=10.0,
-                    help="seconds of steady input per latency measurement")
-    ap.add_argument("--latency-at", type=float, nargs="*", default=[300.0, 1_000.0, 3_000.0],
-                    help="more steady rates (examples/s) to measure latency at")
-    ap.add_argument("--capacity-runs", type=int, default=3,
-                    help="runs of the raw loop and of each bulk worker; ratios use their "
-                         "medians, half capacity halves the workers'")
-    ap.add_argument("--rss-n", type=int, default=1_000_000)
-    ap.add_argument("--skip-rss", action="store_true")
-    ap.add_argument("--skip-scale-out", action="store_true")
-    ap.add_argument("--compare-with", metavar="REV",
-                    help="also run the workers of this git revision, in the same run")
-    ap.add_argument("--secure-state", metavar="DIR", type=Path,
-                    help="a secured broker's state directory (KAFKA_SECURE=1 scripts/kafka.sh start): "
-                         "also run the raw loop and the worker over SASL_SSL")
-    ap.add_argument("--only-capacity", action="store_true",
-                    help="only the throughput table (no latency, scale-out or memory)")
-    args = ap.parse_args()
-    data = P.payloads(args.n)
-
+def capacity(args, data: list[bytes]) -> tuple[float, float]:
+    """The throughput table (and the SASL_SSL and --compare-with rows); returns the
+    DP-Winnow and continual-Winnow workers' median rates."""
     # The raw loop's median too: its first run on a fresh broker also waits for the group
     # coordinator (the offsets topic is created then), and one such run measured 22,545/s
     # against 108,663 and 119,185 for the next two bench runs on the same broker.
@@ -263,14 +287,17 @@ def main() -> None:
     # once measured 1.48x ours; interleaved, 0.97x).
     env = code_at(args.compare_with) if args.compare_with else None
     dp_runs, continual_runs, rev_runs = [], [], {"DP-Winnow d=1000 eps 4": [], "continual Winnow eps 2": []}
+    cpu = {(who, name): [] for who in ("this", "rev") for name in rev_runs}     # us per record
     for _ in range(args.capacity_runs):
-        dp_runs.append(worker_rate(P.MODEL, data))
+        dp_runs.append(worker_rate(P.MODEL, data, cpu=cpu["this", "DP-Winnow d=1000 eps 4"]))
         if env:
-            rev_runs["DP-Winnow d=1000 eps 4"].append(worker_rate(P.MODEL, data, env=env))
+            rev_runs["DP-Winnow d=1000 eps 4"].append(
+                worker_rate(P.MODEL, data, env=env, cpu=cpu["rev", "DP-Winnow d=1000 eps 4"]))
     for _ in range(args.capacity_runs):
-        continual_runs.append(worker_rate(CONTINUAL, data))
+        continual_runs.append(worker_rate(CONTINUAL, data, cpu=cpu["this", "continual Winnow eps 2"]))
         if env:
-            rev_runs["continual Winnow eps 2"].append(worker_rate(CONTINUAL, data, env=env))
+            rev_runs["continual Winnow eps 2"].append(
+                worker_rate(CONTINUAL, data, env=env, cpu=cpu["rev", "continual Winnow eps 2"]))
     dp_winnow = float(np.median(dp_runs))
     continual = float(np.median(continual_runs))
     rows.append((f"dpstream worker, DP-Winnow d=1000 eps 4 (median of {len(dp_runs)})", dp_winnow))
@@ -298,20 +325,81 @@ def main() -> None:
         print(f"this code / {args.compare_with}: DP-Winnow {dp_winnow / np.median(rev_runs['DP-Winnow d=1000 eps 4']):.3f}, "
               f"continual Winnow {continual / np.median(rev_runs['continual Winnow eps 2']):.3f} (runs at "
               f"{args.compare_with}: " + "; ".join(", ".join(f"{r:,.0f}" for r in v) for v in rev_runs.values()) + ")")
+    print("worker CPU per record (us, medians; process and noise helper): " + "; ".join(
+        f"{name} {np.median(cpu['this', name]):.1f}" + (
+            f" against {np.median(cpu['rev', name]):.1f} at {args.compare_with} "
+            f"({np.median(cpu['this', name]) / np.median(cpu['rev', name]):.3f})" if env else "")
+        for name in rev_runs))
     if args.secure_state:
         runs = "; ".join(f"{k} " + ", ".join(f"{r:,.0f}" for r in v) for k, v in tls.items())
         print(f"SASL_SSL / PLAINTEXT, interleaved runs: raw loop "
               f"{np.median(tls['raw_tls']) / np.median(tls['raw']):.3f}, DP-Winnow worker "
               f"{np.median(tls['worker_tls']) / np.median(tls['worker']):.3f} ({runs})")
-    if args.only_capacity:
-        return
-    for name, model, rate, extra in (("DP-Winnow", P.MODEL, dp_winnow / 2, ()),
-                                     ("DP-Winnow --consumer-thread", P.MODEL, dp_winnow / 2, ("--consumer-thread",)),
-                                     ("continual Winnow", CONTINUAL, continual / 2, ())):
-        p50, p99 = latency(model, P.payloads(int(rate * args.latency_secs), seed=1), rate=rate, args=extra)
-        print(f"latency at half capacity ({rate:,.0f} examples/s, {name}): p50 {p50:.0f} ms, p99 {p99:.0f} ms")
+    return dp_winnow, continual
+
+
+def main() -> None:
+    global BROKER_GC_LOG
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--n", type=int, default=30_000)
+    ap.add_argument("--latency-secs", type=float, default=10.0,
+                    help="seconds of steady input per latency measurement")
+    ap.add_argument("--latency-at", type=float, nargs="*", default=[300.0, 1_000.0, 3_000.0],
+                    help="more steady rates (examples/s) to measure latency at")
+    ap.add_argument("--latency-runs", type=int, default=1,
+                    help="runs of each half-capacity latency measurement (each with its breakdown)")
+    ap.add_argument("--latency-paths", nargs="*",
+                    default=["DP-Winnow", "DP-Winnow --consumer-thread", "continual Winnow"],
+                    help="which half-capacity latency paths to measure")
+    ap.add_argument("--generator-nice", type=int, nargs="+", default=[0],
+                    help="scheduling priorities of the load generator's process, interleaved per "
+                         "latency run (e.g. 0 19: how much of the tail is the generator's CPU)")
+    ap.add_argument("--half-at", type=float, nargs=2, metavar=("DP_WINNOW", "CONTINUAL"),
+                    help="measure latency at these rates (examples/s) instead of half of a "
+                         "capacity measured first (skips the throughput table)")
+    ap.add_argument("--broker-gc-log", type=Path, default=BROKER_GC_LOG,
+                    help="the broker's GC log (scripts/kafka.sh writes gc.log in its state directory)")
+    ap.add_argument("--capacity-runs", type=int, default=3,
+                    help="runs of the raw loop and of each bulk worker; ratios use their "
+                         "medians, half capacity halves the workers'")
+    ap.add_argument("--rss-n", type=int, default=1_000_000)
+    ap.add_argument("--skip-rss", action="store_true")
+    ap.add_argument("--skip-scale-out", action="store_true")
+    ap.add_argument("--compare-with", metavar="REV",
+                    help="also run the workers of this git revision, in the same run")
+    ap.add_argument("--secure-state", metavar="DIR", type=Path,
+                    help="a secured broker's state directory (KAFKA_SECURE=1 scripts/kafka.sh start): "
+                         "also run the raw loop and the worker over SASL_SSL")
+    ap.add_argument("--only-capacity", action="store_true",
+                    help="only the throughput table (no latency, scale-out or memory)")
+    args = ap.parse_args()
+    BROKER_GC_LOG = args.broker_gc_log
+    data = P.payloads(args.n)
+
+    if args.half_at:
+        dp_half, continual_half = args.half_at
+    else:
+        dp_winnow, continual = capacity(args, data)
+        if args.only_capacity:
+            return
+        dp_half, continual_half = dp_winnow / 2, continual / 2
+    for name, model, rate, extra in (("DP-Winnow", P.MODEL, dp_half, ()),
+                                     ("DP-Winnow --consumer-thread", P.MODEL, dp_half, ("--consumer-thread",)),
+                                     ("continual Winnow", CONTINUAL, continual_half, ())):
+        if name not in args.latency_paths:
+            continue
+        for run in range(args.latency_runs):
+            for nice in args.generator_nice:        # interleaved: each run at every niceness
+                result = latency(model, P.payloads(int(rate * args.latency_secs), seed=1 + run),
+                                 rate=rate, args=extra, nice=nice)
+                p50, p99 = percentiles(result)
+                print(f"\nlatency at {'the given rate' if args.half_at else 'half capacity'} "
+                      f"({rate:,.0f} examples/s, {name}, run {run + 1}"
+                      + (f", load generator at nice {nice}" if args.generator_nice != [0] else "")
+                      + f"): p50 {p50:.0f} ms, p99 {p99:.0f} ms")
+                print(T.report(result))
     for rate in args.latency_at:
-        p50, p99 = latency(CONTINUAL, P.payloads(max(1_000, int(args.latency_secs * rate)), seed=2), rate=rate)
+        p50, p99 = percentiles(latency(CONTINUAL, P.payloads(max(1_000, int(args.latency_secs * rate)), seed=2), rate=rate))
         print(f"latency at {rate:,.0f} examples/s (continual Winnow): p50 {p50:.0f} ms, p99 {p99:.0f} ms")
     if not args.skip_scale_out:
         one, two = scale_out(args.n)

@@ -72,6 +72,14 @@ def _totals(rule, charges, sum_eps, sum_delta, sum_eps_sq, sum_eps_tanh, delta_p
     return min(fits or options, key=lambda c: c.epsilon)
 
 
+def preload() -> None:
+    """Import dp-accounting now rather than at the first calibration. A long-running
+    process calls this at start: the import took 0.8-1.0 s here, and the worker's first
+    registration (feasibility calibrates on the event loop) held every partition's
+    events that long (bench/trace_worker.py: one 1,006 ms stall, seconds of backlog)."""
+    import dp_accounting.rdp.rdp_privacy_accountant  # noqa: F401
+
+
 @lru_cache(maxsize=4096)
 def zcdp_epsilon(rho: float, delta: float) -> float:
     """(epsilon at delta) of a rho-zCDP mechanism: its RDP curve is rho * alpha at every

@@ -324,6 +324,7 @@ def cmd_audit_report(args) -> int:
 def cmd_worker(args) -> int:
     import faust
 
+    from dpstream.mechanisms.accounting import preload
     from dpstream.mechanisms.continual import draw_ahead_in_a_process
 
     from .app import WorkerApp
@@ -336,6 +337,7 @@ def cmd_worker(args) -> int:
     if problems:
         raise Failed("the installed faust / mode / aiokafka lack what the worker relies on "
                      f"(streams/faust_seam.py): {'; '.join(problems)}")
+    preload()                             # not on the loop at the first registration
     kafka = _kafka(args)
     created = _broker_call(kafka, ensure_topics(kafka, prefix=args.prefix, partitions=args.partitions),
                            "Describe and Create the topics" + (f" {args.prefix}*" if args.prefix else ""))

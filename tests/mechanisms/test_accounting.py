@@ -116,3 +116,28 @@ def test_zcdp_conversion_is_dp_accountings_own_for_a_zcdp_event(rho):
     acc.compose(dp_accounting.ZCDpEvent(rho=rho))
     for delta in (1e-6, 1e-9):
         assert zcdp_epsilon(rho, delta) == pytest.approx(acc.get_epsilon(delta), rel=1e-12)
+
+
+def test_after_preload_a_registration_imports_nothing_more():
+    """The worker preloads dp-accounting at start (streams/cli.py): its import took ~1 s,
+    and the first registration paid it on the event loop. In a fresh interpreter, a
+    continual-Winnow registration after ``preload`` imports no module at all."""
+    import subprocess
+    import sys
+    script = """
+import asyncio, json, sys
+from dpstream.agents.records import RawRecord
+from dpstream.agents.sequencer import sequence_batch
+from dpstream.mechanisms.accounting import preload
+preload()
+before = set(sys.modules)
+cfg = {"model_id": "m", "dimension": 1000, "budget": {"epsilon": 2.0, "delta": 1e-6},
+       "params": {"kind": "continual_winnow", "max_active": 20}}
+async def emit(*args):
+    return None
+asyncio.run(sequence_batch([RawRecord("models", 0, 0, b"m", json.dumps(cfg).encode())], {}, emit))
+print(sorted(set(sys.modules) - before))
+"""
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip() == "[]"

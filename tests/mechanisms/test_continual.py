@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from dpstream.mechanisms.audit import epsilon_lower_bound
-from dpstream.mechanisms.continual import (TREE_PURPOSE, TreeNoise, calibrate_tree_sigma2, close_block,
+from dpstream.mechanisms.continual import (HELPER_NICE, TREE_PURPOSE, TreeNoise, calibrate_tree_sigma2, close_block,
                                            closed_nodes, draw_ahead_in_a_process, tree_epsilon,
                                            tree_levels)
 from dpstream.mechanisms.randomness import RandomStream
@@ -70,7 +70,7 @@ def test_a_noise_helper_that_dies_costs_time_never_different_noise(rng, in_a_pro
     dim = 3000
     noise = TreeNoise(rng, "m", 0, 25, dim)
     on_demand = TreeNoise(rng, "m", 0, 25, dim, prefetch=False)
-    nodes = [noise.node(t) for t in range(1, 9)]         # node 8: block 1 is sent ahead
+    nodes = [noise.node(t) for t in range(1, 9)]         # node 1: block 1 is sent ahead
     c, future, pool = noise._next
     for process in list(pool._processes.values()):
         process.kill()
@@ -80,6 +80,15 @@ def test_a_noise_helper_that_dies_costs_time_never_different_noise(rng, in_a_pro
     nodes += [noise.node(t) for t in range(32, 40)]
     for t, z in zip(range(1, 40), nodes):
         assert np.array_equal(z, on_demand.node(t))
+
+
+def test_the_noise_helper_runs_at_the_lowest_priority(rng, in_a_process):
+    import os
+    noise = TreeNoise(rng, "m", 0, 25, 3000)
+    noise.node(1)                                        # block 1 is on its way
+    _, future, pool = noise._next
+    future.result(timeout=60)
+    assert pool.submit(os.nice, 0).result(timeout=60) == min(19, os.nice(0) + HELPER_NICE)
 
 
 def test_the_helper_gets_one_block_stream_key_never_the_secret(rng):
