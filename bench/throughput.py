@@ -3,7 +3,8 @@
     python bench/throughput.py [--n 30000] [--rss-n 1000000] [--latency-at 300 ...] [--latency-secs 10]
                                [--capacity-runs 3] [--skip-rss] [--skip-scale-out] [--compare-with REV]
                                [--secure-state DIR] [--only-capacity] [--latency-runs 1]
-                               [--latency-paths NAME ...] [--generator-nice 0] [--broker-gc-log PATH]
+                               [--latency-paths NAME ...] [--generator-nice 0 [19 ...]]
+                               [--half-at DP_WINNOW CONTINUAL] [--broker-gc-log PATH]
 
 One run measures, on the local broker (scripts/kafka.sh start), n records each:
 1. raw aiokafka consume -> produce (no processing: the floor any Kafka pipeline pays;

@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 
 from dpstream.mechanisms.audit import epsilon_lower_bound
-from dpstream.mechanisms.continual import (HELPER_NICE, TREE_PURPOSE, TreeNoise, calibrate_tree_sigma2, close_block,
-                                           closed_nodes, draw_ahead_in_a_process, tree_epsilon,
-                                           tree_levels)
+from dpstream.mechanisms.continual import (HELPER_NICE, TREE_PURPOSE, TreeNoise, calibrate_tree_sigma2,
+                                           close_block, closed_nodes, draw_ahead_in_a_process,
+                                           tree_epsilon, tree_levels)
 from dpstream.mechanisms.randomness import RandomStream
 from dpstream.mechanisms.samplers import discrete_gaussian, discrete_gaussian_pmf
 
