@@ -318,7 +318,8 @@ class Handler:
 class BlockReleaseKind(Handler):
     """A kind whose learner releases once per block and charges each epoch as it starts it
     (``learners.protocol.BlockReleases``: continual Winnow, DP-FTRL). The learner is
-    ``self.model``, its parameters come from ``parameters(config)``."""
+    ``self.model``, its parameters come from ``parameters(config)``, its rows from the
+    event field ``row``."""
 
     online = True
     epochs_on_fresh_examples = True
@@ -352,5 +353,21 @@ class BlockReleaseKind(Handler):
     def internal_mistakes(self) -> int:
         return self.model.state.mistakes
 
+    row = "active"      # the event field a learner's row is in ("x" for dense rows)
+
+    def on_example(self, event, source, outputs) -> None:
+        self._begin(outputs)
+        step = self.model.learn_one(event[self.row], event["y"])
+        self._released(step)
+        self._predict("example", source, event, None, "learning", step.version, step.released)
+
+    def prepare_examples(self, items):
+        return self.model.checked([e[self.row] for e, _ in items], [e["y"] for e, _ in items])
+
     def on_examples(self, items, prepared, outputs) -> None:
         self._learn_in_blocks(items, prepared, outputs)
+
+    def on_query(self, event, source, outputs) -> None:
+        self._begin(outputs)
+        label = self.model.predict_one(event[self.row])
+        self._predict("query", source, event, label, "answered", self.model.version)

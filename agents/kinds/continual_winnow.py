@@ -150,17 +150,3 @@ class ContinualWinnowKind(BlockReleaseKind):
         elif step.released:
             self._write(s.alpha[s.b], "node", s.epoch, s.b)
         self.epoch = s.epoch
-
-    def on_example(self, event, source, outputs) -> None:
-        self._begin(outputs)
-        step = self.model.learn_one(event["active"], event["y"])
-        self._released(step)
-        self._predict("example", source, event, None, "learning", step.version, step.released)
-
-    def prepare_examples(self, items):
-        return self.model.checked([e["active"] for e, _ in items], [e["y"] for e, _ in items])
-
-    def on_query(self, event, source, outputs) -> None:
-        self._begin(outputs)
-        label = self.model.predict_one(event["active"])
-        self._predict("query", source, event, label, "answered", self.model.version)

@@ -52,6 +52,7 @@ class DPFTRLKind(BlockReleaseKind):
     Params = DPFTRLParams
     mechanisms = (mechanism_name(BLT), mechanism_name(TREE))
     parameters = staticmethod(parameters)          # the module's function, as the kind's
+    row = "x"                                      # dense rows, not sparse indices
 
     # ------------------------------------------------------------ the kind
     @classmethod
@@ -120,16 +121,3 @@ class DPFTRLKind(BlockReleaseKind):
         if s.epoch:
             keys.add(self.key("offset", s.epoch))
         return keys
-
-    def on_example(self, event, source, outputs) -> None:
-        self._begin(outputs)
-        step = self.model.learn_one(event["x"], event["y"])
-        self._predict("example", source, event, None, "learning", step.version, step.released)
-
-    def prepare_examples(self, items):
-        return self.model.checked([e["x"] for e, _ in items], [e["y"] for e, _ in items])
-
-    def on_query(self, event, source, outputs) -> None:
-        self._begin(outputs)
-        label = self.model.predict_one(event["x"])
-        self._predict("query", source, event, label, "answered", self.model.version)
