@@ -7,9 +7,9 @@ wraps, from outside the product, the steps each input passes and what can hold t
 (one JSON line per occurrence, wall-clock seconds, the clock Kafka's record timestamps
 use): ``fetch`` (a fetch handed to the bulk path: the input offsets it holds), ``batch``
 (``WorkerApp.apply_fetch``), ``seq`` (one ``sequence_batch`` chunk: parse, append to
-``model-events``, acknowledged), ``proc`` (``Processor.handle_batch``: apply, outputs
-delivered, state written), ``deliver`` (the processor's wait for the broker's
-acknowledgement of its outputs), ``state`` (the overlay written to the tables: the
+``model-events``, acknowledged), ``proc`` (``Processor.apply_batch`` and its settle: apply,
+outputs delivered, state written), ``deliver`` (the settle: the wait for the broker's
+acknowledgement of the outputs, then the state writes), ``state`` (the overlay written to the tables: the
 changelog sends), ``commit`` (the bulk path's offset commit), ``gc0``-``gc2`` (a
 collector pass over 1 ms, from ``gc.callbacks``), ``stall`` (the event loop late by over
 10 ms to a 5 ms timer), ``held`` (when the loop is 40 ms late, the loop thread's
@@ -124,7 +124,6 @@ def _ranges(batch: dict) -> list:
 
 def install(path: str) -> None:
     """Wrap the worker's steps (before the app is made) to write the trace to ``path``."""
-    from dpstream.agents import processor as processor_module
     from dpstream.agents.processor import Processor
     from dpstream.mechanisms import continual
     from dpstream.mechanisms.continual import TreeNoise
@@ -166,10 +165,22 @@ def install(path: str) -> None:
                                              lambda self, batch: {"r": _ranges(batch)})
     app_module.sequence_batch = timed("seq", app_module.sequence_batch,
                                       lambda chunk, *rest: {"r": _ranges({chunk[0].topic: chunk})})
-    Processor.handle_batch = timed("proc", Processor.handle_batch,
-                                   lambda self, records: {"n": len(records)})
-    processor_module.deliver = timed("deliver", processor_module.deliver,
-                                     lambda emit, items: {"n": len(items)})
+    apply_batch = Processor.apply_batch
+
+    async def traced_apply_batch(self, records):
+        t0 = time.time()
+        settle = await apply_batch(self, records)
+
+        async def traced_settle():
+            t1 = time.time()
+            try:
+                return await settle()
+            finally:
+                trace.write("proc", t0, time.time(), n=len(records))
+                trace.write("deliver", t1, time.time(), n=len(records))
+        return traced_settle
+
+    Processor.apply_batch = traced_apply_batch
     flush = Processor._flush
 
     def traced_flush(self):
@@ -275,8 +286,9 @@ def breakdown(trace_path: Path, inputs, preds, warm_from: float, gc_log: Path | 
               "applied": ms(out - seq1), "acked": ms(done - out), "total": ms(out - sent)}
     slow = stages["total"] >= np.percentile(stages["total"], 99)
     causes = {}
-    for cause in CAUSES:
-        spans = [(e["t0"], e["t1"]) for e in trace.get(cause, [])]
+    first, last = float(np.min(sent)), float(np.nanmax(out))
+    for cause in CAUSES:                    # counted over the measured events' span only
+        spans = [(e["t0"], e["t1"]) for e in trace.get(cause, []) if e["t1"] >= first and e["t0"] <= last]
         hit = np.zeros(len(rows), dtype=bool)
         for t0, t1 in spans:
             hit |= (sent <= t1) & (out >= t0)
@@ -286,7 +298,8 @@ def breakdown(trace_path: Path, inputs, preds, warm_from: float, gc_log: Path | 
 
 
 def report(result: dict) -> str:
-    """The breakdown as a table: p50 / p99 / p99.9 per stage, then the overlaps."""
+    """The breakdown as a table: p50 / p99 / p99.9 per stage, then the overlaps (with
+    each cause's count and total time from the first measured input to the last output)."""
     total = result["stages"]["total"]
     slow = total >= np.percentile(total, 99)
     lines = [f"| stage ({result['n']:,} events) | p50 ms | p99 ms | p99.9 ms | mean over the slowest 1% |",

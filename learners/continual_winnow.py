@@ -194,6 +194,7 @@ class ContinualWinnow(BlockReleases):
         self.ledger = Ledger(self.state.ledger, on_entry=[on_charge] if on_charge else [])
         self._noise = TreeNoise(rng, model_id, self.state.epoch, params.sigma2, self.dim)
         self._refresh()
+        self._noise.expect(self.state.b + 1)
 
     def _charge_epoch(self) -> None:
         """A fresh epoch ledger, charged the whole epoch's (epsilon, delta) up front: the
@@ -302,3 +303,4 @@ class ContinualWinnow(BlockReleases):
         self._charge_epoch()
         self._noise = TreeNoise(self.rng, self.model_id, s.epoch, self.params.sigma2, self.dim)
         self._refresh()
+        self._noise.expect(1)

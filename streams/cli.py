@@ -325,7 +325,7 @@ def cmd_worker(args) -> int:
     import faust
 
     from dpstream.mechanisms.accounting import preload
-    from dpstream.mechanisms.continual import draw_ahead_in_a_process
+    from dpstream.mechanisms.continual import draw_ahead_in_a_process, start_helper
 
     from .app import WorkerApp
     from .faust_seam import contract
@@ -357,6 +357,11 @@ def cmd_worker(args) -> int:
             hold_full_collections()
             shorten_thread_switches()
             draw_ahead_in_a_process()
+            try:                              # its start-up now, not mid-stream
+                await asyncio.wrap_future(start_helper())
+            except Exception as err:          # noqa: BLE001 - blocks are then drawn on demand
+                logging.getLogger("dpstream").warning(
+                    "the noise helper did not start (%s); noise is drawn on demand", type(err).__name__)
             logging.getLogger("dpstream").info(
                 "dpstream worker ready: broker %s, topic prefix %r, %d partitions, key fingerprint %s%s",
                 kafka.bootstrap, args.prefix, args.partitions, rng.fingerprint(),

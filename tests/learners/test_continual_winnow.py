@@ -60,6 +60,33 @@ def test_decisions_read_only_the_released_statistic():
     assert step.released
 
 
+def test_every_noise_block_is_drawn_ahead_never_on_the_learning_thread(monkeypatch):
+    """The first block of each epoch too (``TreeNoise.expect``): a block drawn on demand
+    holds the caller (a worker's event loop) for the whole draw. Waiting for a block on
+    its way is allowed; drawing one is not."""
+    import threading
+
+    from dpstream.mechanisms import continual
+    drawn_on: list[str] = []
+    draw = continual.draw_block
+
+    def recorded(*args):
+        drawn_on.append(threading.current_thread().name)
+        return draw(*args)
+
+    monkeypatch.setattr(continual, "draw_block", recorded)
+    actives, ys = rows(3000)
+    p = continual_winnow_parameters(epsilon=2.0, delta=1e-6, d=3000, max_active=6, horizon=1000, block=10)
+    m = ContinualWinnow(params=p, rng=RNG, model_id="ahead")
+    assert m._noise.per_chunk == 16                    # 100 releases an epoch: several blocks
+    steps = m.learn_many(actives, ys)
+    assert m.state.epoch == 3 and drawn_on
+    assert threading.current_thread().name not in drawn_on, drawn_on
+    again = ContinualWinnow(params=p, rng=RNG, model_id="ahead")    # the same noise
+    monkeypatch.setattr(continual, "draw_block", draw)
+    assert [s.prediction for s in again.learn_many(actives, ys)] == [s.prediction for s in steps]
+
+
 def test_it_learns_a_sparse_disjunction_at_epsilon_four():
     actives, ys = rows(40_000, d=100, seed=3)
     p = continual_winnow_parameters(epsilon=4.0, delta=1e-6, d=100, max_active=6,

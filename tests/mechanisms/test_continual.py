@@ -8,7 +8,7 @@ import pytest
 
 from dpstream.mechanisms.audit import epsilon_lower_bound
 from dpstream.mechanisms.continual import (HELPER_NICE, TREE_PURPOSE, TreeNoise, calibrate_tree_sigma2,
-                                           close_block, closed_nodes, draw_ahead_in_a_process,
+                                           close_block, closed_nodes, draw_ahead_in_a_process, start_helper,
                                            tree_epsilon, tree_levels)
 from dpstream.mechanisms.randomness import RandomStream
 from dpstream.mechanisms.samplers import discrete_gaussian, discrete_gaussian_pmf
@@ -89,6 +89,18 @@ def test_the_noise_helper_runs_at_the_lowest_priority(rng, in_a_process):
     _, future, pool = noise._next
     future.result(timeout=60)
     assert pool.submit(os.nice, 0).result(timeout=60) == min(19, os.nice(0) + HELPER_NICE)
+
+
+def test_a_helper_started_ahead_is_the_one_that_draws_the_blocks(rng, in_a_process):
+    import os
+    pid = start_helper().result(timeout=60)
+    assert pid != os.getpid()
+    noise = TreeNoise(rng, "m", 0, 25, 3000)
+    noise.expect(1)                                      # the epoch's first block, ahead
+    _, future, pool = noise._next
+    assert pool.submit(os.getpid).result(timeout=60) == pid
+    on_demand = TreeNoise(rng, "m", 0, 25, 3000, prefetch=False)
+    assert np.array_equal(noise.node(1), on_demand.node(1)) and future.done()
 
 
 def test_the_helper_gets_one_block_stream_key_never_the_secret(rng):
