@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable, MutableMapping
+from collections.abc import MutableMapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -44,7 +44,7 @@ from dpstream.mechanisms.randomness import KeyedRandomness
 from dpstream.schemas import ModelConfig, Rejected
 
 from .kinds import Handler, Outputs, kind
-from .records import Emit, Fetch, RawRecord, deliver, send
+from .records import Emit, Fetch, RawRecord, deliver
 
 PREDICTIONS, LEDGER, RELEASES, REJECTED = "predictions", "ledger", "releases", "rejected"
 log = logging.getLogger("dpstream.processor")
@@ -132,18 +132,7 @@ class Processor:
 
     async def handle_batch(self, records: list[RawRecord]) -> None:
         """Apply ``records`` (in log order); with ``fetch``, first re-read the records of
-        each partition the runtime skipped (``log/<partition>``: next expected offset).
-        Returns once their outputs are durable and the state is written
-        (``apply_batch``, then its settle)."""
-        await (await self.apply_batch(records))()
-
-    async def apply_batch(self, records: list[RawRecord]) -> Callable[[], Awaitable[None]]:
-        """Apply ``records`` and send their outputs (the ledger records made durable
-        first); return ``settle``, which waits until the other outputs are durable too
-        and then writes the state. Between the two the caller may do other work, but
-        must not apply another batch before ``settle`` returned or raised (the bulk path
-        sequences the next batch meanwhile, streams/app.py). Either step that raises
-        leaves the state as it was before the batch (a retry applies it again)."""
+        each partition the runtime skipped (``log/<partition>``: next expected offset)."""
         outputs = Outputs()
         dirty: dict[str, tuple[Handler, int]] = {}        # model id -> (handler, partition)
         positions: dict[int, int] = {}
@@ -171,35 +160,22 @@ class Processor:
                 await self._call(heavy, self._apply_each, todo, outputs, dirty)
             self._flush()                               # cold records, before the outputs
             await deliver(self.emit, [o for o in outputs.items if o[0] == LEDGER])
-            durable = await send(self.emit, [o for o in outputs.items if o[0] != LEDGER])
+            await deliver(self.emit, [o for o in outputs.items if o[0] != LEDGER])
         except BaseException:
-            self._forget(dirty)
+            self.state.discard()
+            for model_id in dirty:
+                self._handlers.pop(model_id, None)
             raise
-
-        async def settle() -> None:
-            try:
-                await durable
-            except BaseException:
-                self._forget(dirty)
-                raise
-            for model_id, (handler, p) in dirty.items():
-                if not self.owns(p):          # partition revoked meanwhile: the new owner writes
-                    self._handlers.pop(model_id, None)
-                    continue
-                self._set_partition(p)
-                handler.save()
-            for p, position in positions.items():
-                self._set_partition(p)
-                self.state[f"log/{p}"] = position
-            self._flush()
-        return settle
-
-    def _forget(self, dirty: dict) -> None:
-        """Drop what a batch that failed did: its buffered writes, its models' handlers
-        (the next attempt reloads them from the state mapping)."""
-        self.state.discard()
-        for model_id in dirty:
-            self._handlers.pop(model_id, None)
+        for model_id, (handler, p) in dirty.items():
+            if not self.owns(p):          # partition revoked meanwhile: the new owner writes
+                self._handlers.pop(model_id, None)
+                continue
+            self._set_partition(p)
+            handler.save()
+        for p, position in positions.items():
+            self._set_partition(p)
+            self.state[f"log/{p}"] = position
+        self._flush()
 
     @staticmethod
     async def _call(offload: bool, fn, *args) -> None:

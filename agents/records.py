@@ -48,17 +48,7 @@ class RawRecord:            # five times as much to build, once per record on th
 async def deliver(emit: Emit, items: Iterable[tuple[str, str | None, dict]]
                   ) -> list[tuple[int, int] | None]:
     """Enqueue ``items`` in order, then wait until every one of them is durable; return
-    where each landed, ``(partition, offset)``, where the runtime says (else None)
-    (``send``, then its wait)."""
-    return await (await send(emit, items))
-
-
-async def send(emit: Emit, items: Iterable[tuple[str, str | None, dict]]
-               ) -> Awaitable[list[tuple[int, int] | None]]:
-    """Enqueue ``items`` in order; return an awaitable that completes once every one of
-    them is durable and gives where each landed, ``(partition, offset)``, where the
-    runtime says (else None). Between the two, the caller may do other work (the bulk
-    path sequences the next batch while a batch's outputs are on their way).
+    where each landed, ``(partition, offset)``, where the runtime says (else None).
 
     A runtime may give ``emit`` a ``many(items)`` that enqueues a whole list at once and
     returns ``(awaitable, indices)`` pairs: the awaitable completes once the items at
@@ -70,21 +60,17 @@ async def send(emit: Emit, items: Iterable[tuple[str, str | None, dict]]
     items = list(items)
     where: list[tuple[int, int] | None] = [None] * len(items)
     if many is not None:
-        groups = await many(items) if items else []
-
-        async def placed() -> list[tuple[int, int] | None]:
-            firsts = await asyncio.gather(*(wait for wait, _ in groups))
-            for (_, indices), first in zip(groups, firsts):
-                if first is not None:
-                    for k, i in enumerate(indices):
-                        where[i] = (first.partition, first.offset + k)
+        if not items:
             return where
-        return placed()
+        groups = await many(items)
+        placed = await asyncio.gather(*(wait for wait, _ in groups))
+        for (_, indices), first in zip(groups, placed):
+            if first is not None:
+                for k, i in enumerate(indices):
+                    where[i] = (first.partition, first.offset + k)
+        return where
     waits = [w for w in [await emit(topic, key, value) for topic, key, value in items]
              if w is not None]
-
-    async def durable() -> list[tuple[int, int] | None]:
-        if waits:
-            await asyncio.gather(*waits)
-        return where
-    return durable()
+    if waits:
+        await asyncio.gather(*waits)
+    return where

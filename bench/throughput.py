@@ -17,7 +17,8 @@ One run measures, on the local broker (scripts/kafka.sh start), n records each:
    (streams/bulk.py; the median of --capacity-runs runs), and DP-Winnow with faust's
    consumer in its own thread (--consumer-thread; the default runs it on the worker's
    loop, streams/faust_seam.py); with ``--compare-with REV``, the same two workers as the
-   git revision REV had them, in the same run (its code, this environment);
+   git revision REV had them, in the same run (its code, this environment), and each
+   latency run below followed by one of REV's worker (traced by REV's trace_worker.py);
    With ``--secure-state DIR`` (a ``KAFKA_SECURE=1 scripts/kafka.sh start`` broker's state
    directory), the raw loop (as the admin) and the DP-Winnow worker (as the worker
    principal, with its ACLs) over SASL_SSL (SCRAM-SHA-512 over TLS), each run next to a
@@ -166,24 +167,38 @@ def latency(model: dict, data: list[bytes], rate: float, args: tuple[str, ...] =
             nice: int = 0, env: dict | None = None) -> dict:
     """The worker (traced, bench/trace_worker.py) fed ``data`` at ``rate`` per second by a
     load generator in its own process (``nice``: its scheduling priority, 19 the lowest):
-    the per-stage breakdown of the events after the first 20% (warm-up)."""
+    the per-stage breakdown of the events after the first 20% (warm-up). With ``env``
+    from ``code_at``, that revision's worker, traced by its own bench/trace_worker.py."""
     trace = Path(tempfile.mkdtemp(prefix="dpstream-trace-")) / "trace.jsonl"
+    tracer = Path(env["PYTHONPATH"].split(":")[-1]) / "bench" if env else HERE
     worker, prefix = start_worker(model, args, env={"BENCH_TRACE": str(trace), **(env or {})},
-                                  command=(str(HERE / "trace_worker.py"),))
+                                  command=(str(tracer / "trace_worker.py"),))
     try:
         generator = multiprocessing.get_context("spawn").Process(
             target=_generate, args=(prefix + "examples", data, rate, nice))
+        cpu0, machine0 = cpu_seconds(worker.proc.pid), machine_busy()
         generator.start()
         generator.join()
         if generator.exitcode != 0:
             raise RuntimeError(f"the load generator failed (exit code {generator.exitcode})")
         preds, _ = asyncio.run(P.drain(prefix + "predictions", len(data)))
+        cpu1, machine1 = cpu_seconds(worker.proc.pid), machine_busy()
         inputs, _ = asyncio.run(P.drain(prefix + "examples", len(data)))
         time.sleep(1.0)                     # the trace's last lines (flushed every 0.5 s)
     finally:
         worker.stop()
     warm = sorted(r.timestamp for r in inputs)[len(inputs) // 5]
-    return T.breakdown(trace, inputs, preds, warm, BROKER_GC_LOG)
+    result = T.breakdown(trace, inputs, preds, warm, BROKER_GC_LOG)
+    result["cpu_us"] = 1e6 * (cpu1 - cpu0) / len(data)
+    result["machine_busy"] = (machine1[0] - machine0[0]) / max(1e-9, machine1[1] - machine0[1])
+    return result
+
+
+def machine_busy() -> tuple[float, float]:
+    """(busy, total) CPU time of the whole machine so far, from /proc/stat (jiffies)."""
+    fields = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    idle = fields[3] + fields[4]                    # idle + iowait
+    return float(sum(fields) - idle), float(sum(fields))
 
 
 def percentiles(result: dict) -> tuple[float, float]:
@@ -391,14 +406,18 @@ def main() -> None:
             continue
         for run in range(args.latency_runs):
             for nice in args.generator_nice:        # interleaved: each run at every niceness
-                result = latency(model, P.payloads(int(rate * args.latency_secs), seed=1 + run),
-                                 rate=rate, args=extra, nice=nice)
-                p50, p99 = percentiles(result)
-                print(f"\nlatency at {'the given rate' if args.half_at else 'half capacity'} "
-                      f"({rate:,.0f} examples/s, {name}, run {run + 1}"
-                      + (f", load generator at nice {nice}" if args.generator_nice != [0] else "")
-                      + f"): p50 {p50:.0f} ms, p99 {p99:.0f} ms")
-                print(T.report(result))
+                for code in ("this", args.compare_with) if args.compare_with else ("this",):
+                    result = latency(model, P.payloads(int(rate * args.latency_secs), seed=1 + run),
+                                     rate=rate, args=extra, nice=nice,
+                                     env=None if code == "this" else code_at(code))
+                    p50, p99 = percentiles(result)
+                    print(f"\nlatency at {'the given rate' if args.half_at else 'half capacity'} "
+                          f"({rate:,.0f} examples/s, {name}, run {run + 1}"
+                          + (f", load generator at nice {nice}" if args.generator_nice != [0] else "")
+                          + (f", {'this code' if code == 'this' else code}" if args.compare_with else "")
+                          + f"): p50 {p50:.0f} ms, p99 {p99:.0f} ms; worker CPU "
+                          f"{result['cpu_us']:.1f} us per record, machine {result['machine_busy']:.0%} busy")
+                    print(T.report(result))
     for rate in args.latency_at:
         p50, p99 = percentiles(latency(CONTINUAL, P.payloads(max(1_000, int(args.latency_secs * rate)), seed=2), rate=rate))
         print(f"latency at {rate:,.0f} examples/s (continual Winnow): p50 {p50:.0f} ms, p99 {p99:.0f} ms")

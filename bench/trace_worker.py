@@ -7,9 +7,9 @@ wraps, from outside the product, the steps each input passes and what can hold t
 (one JSON line per occurrence, wall-clock seconds, the clock Kafka's record timestamps
 use): ``fetch`` (a fetch handed to the bulk path: the input offsets it holds), ``batch``
 (``WorkerApp.apply_fetch``), ``seq`` (one ``sequence_batch`` chunk: parse, append to
-``model-events``, acknowledged), ``proc`` (``Processor.apply_batch`` and its settle: apply,
-outputs delivered, state written), ``deliver`` (the settle: the wait for the broker's
-acknowledgement of the outputs, then the state writes), ``state`` (the overlay written to the tables: the
+``model-events``, acknowledged), ``proc`` (``Processor.handle_batch``: apply, outputs
+delivered, state written), ``deliver`` (the processor's wait for the broker's
+acknowledgement of its outputs), ``state`` (the overlay written to the tables: the
 changelog sends), ``commit`` (the bulk path's offset commit), ``gc0``-``gc2`` (a
 collector pass over 1 ms, from ``gc.callbacks``), ``stall`` (the event loop late by over
 10 ms to a 5 ms timer), ``held`` (when the loop is 40 ms late, the loop thread's
@@ -124,6 +124,7 @@ def _ranges(batch: dict) -> list:
 
 def install(path: str) -> None:
     """Wrap the worker's steps (before the app is made) to write the trace to ``path``."""
+    from dpstream.agents import processor as processor_module
     from dpstream.agents.processor import Processor
     from dpstream.mechanisms import continual
     from dpstream.mechanisms.continual import TreeNoise
@@ -165,22 +166,10 @@ def install(path: str) -> None:
                                              lambda self, batch: {"r": _ranges(batch)})
     app_module.sequence_batch = timed("seq", app_module.sequence_batch,
                                       lambda chunk, *rest: {"r": _ranges({chunk[0].topic: chunk})})
-    apply_batch = Processor.apply_batch
-
-    async def traced_apply_batch(self, records):
-        t0 = time.time()
-        settle = await apply_batch(self, records)
-
-        async def traced_settle():
-            t1 = time.time()
-            try:
-                return await settle()
-            finally:
-                trace.write("proc", t0, time.time(), n=len(records))
-                trace.write("deliver", t1, time.time(), n=len(records))
-        return traced_settle
-
-    Processor.apply_batch = traced_apply_batch
+    Processor.handle_batch = timed("proc", Processor.handle_batch,
+                                   lambda self, records: {"n": len(records)})
+    processor_module.deliver = timed("deliver", processor_module.deliver,
+                                     lambda emit, items: {"n": len(items)})
     flush = Processor._flush
 
     def traced_flush(self):

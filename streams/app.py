@@ -13,8 +13,7 @@ go to the partition of the event being processed.
 The bulk path (streams/bulk.py) reads whole fetches; ``apply_fetch`` runs each through
 the sequencer, and hands the log records it appended straight to the processor once the
 broker acknowledged them (their offsets come from the acknowledgement), so an event
-costs one trip through Kafka, not two (and while a batch's outputs are on their way, the
-next batch is sequenced: ``_process``); the same records, read back from
+costs one trip through Kafka, not two; the same records, read back from
 ``model-events`` later, sit below the processor's position and are dropped unparsed.
 The log stays the source of truth: a crash between appending and applying leaves a
 backlog the processor reads first (streams/logread.py).
@@ -40,7 +39,6 @@ cluster (raise it in production).
 """
 from __future__ import annotations
 
-import asyncio
 import gc
 import logging
 import time
@@ -54,7 +52,7 @@ from dpstream.agents.sequencer import last_handled, sequence_batch
 from dpstream.mechanisms.randomness import KeyedRandomness
 
 from . import faust_seam as seam
-from .bulk import RELEASE_AFTER, RETRY_PAUSE, BulkPath
+from .bulk import RELEASE_AFTER, BulkPath
 from .kafka import Kafka, running
 from .logread import read_range
 from .observe import Metrics, collect_status, model_partition
@@ -135,13 +133,7 @@ class WorkerApp:
         self.metrics = Metrics(latency=latency_metrics)
         self._declare()
         self.outputs = OutputsProducer(app, self.names, self.metrics.observe_emits)
-        # The sequencer's appends on a producer of their own: aiokafka keeps one request in
-        # flight per connection, and a batch's appends are sent while the batch before
-        # it waits for its outputs (``_process``).
-        self.appends = OutputsProducer(app, self.names, self.metrics.observe_emits)
         self.emit = emit_override if emit_override is not None else self.outputs
-        self.append = emit_override if emit_override is not None else self.appends
-        self._settling: asyncio.Future | None = None     # the last applied batch's settle
         self.revoked: set[int] = set()       # model-events partitions taken away, not yet back
         self.model_view = seam.TableStore(self.model_state)
         self.sequencer_view = seam.TableStore(self.sequencer_state)
@@ -150,7 +142,7 @@ class WorkerApp:
         self.dp_topics = {prefix + t: t for t in (*INPUTS, MODEL_EVENTS)}
         self.bulk = BulkPath(app, self.dp_topics, self.apply_fetch, log_topic=self.log_name,
                              log_positions=self.log_positions, on_batch=self.on_batch,
-                             settled=self.settled, explain=kafka.explain)
+                             explain=kafka.explain)
         self._fetching = None                # aiokafka's consumer under faust's, once known
         self._paced = False                  # fetches wait for BUSY_FETCH_MIN_BYTES (pace_fetches)
         self._last_full_gc = time.monotonic()
@@ -231,15 +223,17 @@ class WorkerApp:
         skipped any record: then no record of the batch may be acked (the partitions'
         next owner, maybe this worker again, re-reads them from the committed offsets).
 
-        Returns once the batch is sequenced and its log records applied with their
-        outputs sent; ``settled()`` returns once those outputs are durable and the state
-        written (``_process``): the applier sequences the next batch meanwhile. An
-        earlier trial of that overlap (2026-11, the consumer then in its own thread and
-        the appends on the outputs' connection) made batches smaller and latency worse
-        (p50 80-135 ms against 47-60 ms at 3,000 examples/s); with the appends on a
-        connection of their own it shortened the queue before a batch (p99 "fetched ->
-        its batch starts" 2.9-8.3 ms against 15-17 ms at the same rates, bench/throughput.py
-        --half-at 12745 8819)."""
+        One stage, not a pipeline: measured, sequencing the next fetch while this one's
+        outputs are in flight made batches smaller and latency worse (p50 80-135 ms
+        against 47-60 ms at 3,000 examples/s): on two shared cores the worker is
+        CPU-bound, and a batch's fixed cost is paid once per batch. Tried again on
+        2026-12-01 with the appends on a producer of their own and the processor's
+        settle (outputs acknowledged, state written) overlapping the next batch's
+        sequencing (commit 66ce28d, reverted): interleaved with this code at the same
+        rates (bench/throughput.py --half-at 12000 8000 --compare-with), 4-11% more
+        worker CPU per record for
+        DP-Winnow (63.6-71.4 us against 59.8-67.2) and p99 no better (34 / 44 / 35 ms
+        against 30 / 98 / 30)."""
         inputs = [r for name in INPUTS for r in batch.get(name, ())]
         events = batch.get(MODEL_EVENTS, [])
         for name, recs in batch.items():
@@ -253,71 +247,15 @@ class WorkerApp:
                     continue
                 with self.metrics.timer(stage):
                     if stage == "processor":
-                        await self._process(chunk)
+                        await self.processor.handle_batch(chunk)
                         continue
-                    appended = await sequence_batch(chunk, self.sequencer_view, self.append, self.fetch)
+                    appended = await sequence_batch(chunk, self.sequencer_view, self.emit, self.fetch)
                     mine = self.assigned_log_partitions()
                     appended = [r for r in appended if r.partition in mine and self.owns(r.partition)]
                     if appended:
                         self.bulk.hold({r.partition for r in appended})   # not read back
-                        await self._process(appended)
+                        await self.processor.handle_batch(appended)
         return complete
-
-    async def _process(self, records: list[RawRecord]) -> None:
-        """Apply log records through the processor once the batch before them settled,
-        and leave their settle (outputs durable, then state written) running: the
-        applier goes on to sequence the next batch meanwhile (``settled`` waits for it).
-
-        Measured (bench/throughput.py, traced): waiting for a batch's outputs before
-        sequencing the next one put a broker round trip and the state writes between
-        every two batches: "fetched -> its batch starts" p99 15-17 ms at half capacity.
-        Crash order is unchanged: a batch's state is written after its outputs are
-        durable, its inputs are acked only after that (streams/bulk.py), and the next
-        batch is applied only after it."""
-        await self.settled()
-        generation, settle = self.app.consumer_generation_id, None
-        try:
-            settle = await self.processor.apply_batch(records)
-        except asyncio.CancelledError:
-            raise
-        except Exception as err:            # noqa: BLE001 - retried by _settle
-            self._retrying(err)
-        self._settling = asyncio.ensure_future(self._settle(records, settle, generation))
-
-    async def settled(self) -> None:
-        """Returns once the last batch applied has its outputs durable and its state
-        written, or was given up because the consumer's generation changed (its
-        partitions may have moved; the owner applies them from the log)."""
-        if self._settling is not None:
-            await asyncio.shield(self._settling)
-
-    async def _settle(self, records: list[RawRecord], settle, generation: int) -> None:
-        """``settle``, and after a failure (a broker outage, a revoked right) the batch
-        applied again every RETRY_PAUSE s from the state it left (keyed noise: the same
-        outputs), while the consumer's generation stays the same."""
-        while True:
-            if settle is not None:
-                try:
-                    await settle()
-                    return
-                except asyncio.CancelledError:
-                    raise
-                except Exception as err:        # noqa: BLE001 - retried, never fatal
-                    self._retrying(err)
-            await asyncio.sleep(RETRY_PAUSE)
-            if self.app.consumer_generation_id != generation:
-                return
-            try:
-                settle = await self.processor.apply_batch(records)
-            except asyncio.CancelledError:
-                raise
-            except Exception as err:            # noqa: BLE001 - retried, never fatal
-                settle = None
-                self._retrying(err)
-
-    def _retrying(self, err: BaseException) -> None:
-        logger.error("%s; retrying the batch every %.0f s, nothing is lost",
-                     self.kafka.explain(err, "Write topic {}"), RETRY_PAUSE)
 
     # ------------------------------------------------------------ timers
     async def unpace_fetches(self) -> None:
@@ -428,7 +366,6 @@ class WorkerApp:
         @app.on_before_shutdown.connect
         async def stop_outputs_producer(sender, **kwargs) -> None:
             await w.outputs.stop()
-            await w.appends.stop()
 
         for interval, method in ((PACE_IDLE_AFTER, self.unpace_fetches), (TAIL_CHECK, self.tail_check),
                                  (FULL_GC_CHECK, self.full_collection), (RELEASE_AFTER, self.release_idle)):

@@ -11,10 +11,9 @@ changelogs and recovery, commits, rebalancing, the web views.
 
 Crash safety is the agents' own and unchanged: a batch's state is written only after its
 outputs are acknowledged (agents/records.py), and a record is acked to faust only after
-that (``settled``: the applier goes on to the next batch while a batch's outputs are on
-their way, and acks it once they are durable and its state written), so committed
-offsets never run ahead of outputs or state (faust flushes its own producer, which
-carries the table changelogs, before each commit). A fetch taken under an older consumer generation
+that, so committed offsets never run ahead of outputs or state (outputs are awaited per
+batch on the app's outputs producer; faust flushes its own producer, which carries the
+table changelogs, before each commit). A fetch taken under an older consumer generation
 (a rebalance happened since) is dropped unacked: the partition's new owner re-reads it,
 and the processor's ``owns`` fence keeps a stale worker from writing state. A batch that
 fails (broker unreachable, a delivery timeout) is retried after a pause, from the state
@@ -47,9 +46,8 @@ class BulkPath:
     """The queue of fetches, the task that applies them, and the held log partitions.
 
     ``apply`` receives, per batch, the records of each dpstream topic in offset order per
-    partition, and must make their outputs and state durable before it returns, or, with
-    ``settled``, before ``settled()`` returns (then the applier starts on the next batch
-    meanwhile and acks this one once settled); it returns False if it left any record out (a partition revoked meanwhile), and then
+    partition, and must make their outputs and state durable before it returns; it
+    returns False if it left any record out (a partition revoked meanwhile), and then
     none of the batch is acked. ``log_positions()`` gives, per partition of ``log_topic``
     this worker owns, the offset below which every record is applied (a partition the
     worker appends to itself is held back instead of read back, ``hold``).
@@ -57,11 +55,8 @@ class BulkPath:
 
     def __init__(self, app, topics: dict[str, str], apply: ApplyFetch, *, log_topic: str,
                  log_positions: Callable[[], dict[int, int]], on_batch: Callable[[], None],
-                 settled: Callable[[], Awaitable[None]] | None = None,
                  explain: Callable[[BaseException, str], str] | None = None):
         self._app, self._apply, self._log_topic = app, apply, log_topic
-        self._settled = settled
-        self._finishing: asyncio.Future | None = None       # the last batch's acks
         self._explain = explain or (lambda err, doing: f"{doing} failed ({type(err).__name__})")
         self._log_positions, self._on_batch = log_positions, on_batch
         self._queue: asyncio.Queue = asyncio.Queue(maxsize=QUEUED_FETCHES)
@@ -91,8 +86,7 @@ class BulkPath:
     def idle(self) -> float:
         """Seconds since faust's consumer last handed over any dpstream record, or 0 while
         anything is queued or being applied."""
-        if self.busy or not self._queue.empty() or (
-                self._finishing is not None and not self._finishing.done()):
+        if self.busy or not self._queue.empty():
             return 0.0
         return time.monotonic() - self.last_fetch
 
@@ -178,34 +172,15 @@ class BulkPath:
                     continue
                 if not complete or app.consumer_generation_id != generation:
                     break                       # revoked meanwhile: the new owner commits
-                if self._settled is None:
-                    await self._finish(generation, offsets)
-                else:                           # the next batch is sequenced meanwhile
-                    self._finishing = asyncio.ensure_future(self._finish(generation, offsets))
+                for tp, acks in offsets.items():
+                    seam.ack(app, tp, acks)
+                await self._hold_applied()
+                if seam.commit_due(app) and (self._committing is None or self._committing.done()):
+                    # In the background, as faust's own periodic commit runs: a commit
+                    # (a producer flush, then an offset commit) costs tens of ms, which
+                    # the next batch need not wait for; what it commits is already acked.
+                    self._committing = asyncio.ensure_future(self._commit())
                 break
-
-    async def _finish(self, generation: int, offsets: dict) -> None:
-        """Once the batch settled (its outputs durable, its state written: ``settled``),
-        ack its records, follow the held log partitions, and commit when due."""
-        app = self._app
-        try:
-            if self._settled is not None:
-                await self._settled()
-            if app.consumer_generation_id != generation:
-                return                          # given up or revoked: the new owner commits
-            for tp, acks in offsets.items():
-                seam.ack(app, tp, acks)
-            await self._hold_applied()
-        except asyncio.CancelledError:
-            raise
-        except Exception:                       # noqa: BLE001 - unacked: read again by its owner
-            log.exception("finishing a batch failed; its records stay unacked")
-            return
-        if seam.commit_due(app) and (self._committing is None or self._committing.done()):
-            # In the background, as faust's own periodic commit runs: a commit (a producer
-            # flush, then an offset commit) costs tens of ms, which the next batch need
-            # not wait for; what it commits is already acked.
-            self._committing = asyncio.ensure_future(self._commit())
 
     async def _hold_applied(self) -> None:
         """After a batch's acks: ack each owned log partition up to what the processor
