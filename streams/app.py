@@ -231,9 +231,8 @@ class WorkerApp:
         settle (outputs acknowledged, state written) overlapping the next batch's
         sequencing (commit 66ce28d, reverted): interleaved with this code at the same
         rates (bench/throughput.py --half-at 12000 8000 --compare-with), 4-11% more
-        worker CPU per record for
-        DP-Winnow (63.6-71.4 us against 59.8-67.2) and p99 no better (34 / 44 / 35 ms
-        against 30 / 98 / 30)."""
+        worker CPU per record for DP-Winnow (63.6-71.4 us against 59.8-67.2) and p99 no
+        better (34 / 44 / 35 ms against 30 / 98 / 30)."""
         inputs = [r for name in INPUTS for r in batch.get(name, ())]
         events = batch.get(MODEL_EVENTS, [])
         for name, recs in batch.items():
