@@ -321,6 +321,9 @@ def cmd_audit_report(args) -> int:
     return 0
 
 
+HELPER_START_TIMEOUT = 60.0     # seconds the worker waits for its noise helper at start
+
+
 def cmd_worker(args) -> int:
     import faust
 
@@ -358,7 +361,7 @@ def cmd_worker(args) -> int:
             shorten_thread_switches()
             draw_ahead_in_a_process()
             try:                              # its start-up now, not mid-stream
-                await asyncio.wrap_future(start_helper())
+                await asyncio.wait_for(asyncio.wrap_future(start_helper()), HELPER_START_TIMEOUT)
             except Exception as err:          # noqa: BLE001 - blocks are then drawn on demand
                 logging.getLogger("dpstream").warning(
                     "the noise helper did not start (%s); noise is drawn on demand", type(err).__name__)
