@@ -14,7 +14,9 @@ One run measures, on the local broker (scripts/kafka.sh start), n records each:
 3. the dpstream worker (streams/app.py: sequencer -> model-events -> processor ->
    predictions) on DP-Winnow (d = 1,000, 20 active, epsilon 4) and on continual Winnow at
    epsilon 2 (d = 1,000), produce -> the predictions topic, reading whole fetches
-   (streams/bulk.py; the median of --capacity-runs runs), and DP-Winnow with faust's
+   (streams/bulk.py; the median of --capacity-runs runs; each rate over the span of the
+   worker's own predictions, pipeline.produced_rate, as the worker reads the inputs
+   while they are produced), and DP-Winnow with faust's
    consumer in its own thread (--consumer-thread; the default runs it on the worker's
    loop, streams/faust_seam.py); with ``--compare-with REV``, the same two workers as the
    git revision REV had them, in the same run (its code, this environment), and each
@@ -143,19 +145,20 @@ def cpu_seconds(pid: int) -> float:
 
 def worker_rate(model: dict, data: list[bytes], args: tuple[str, ...] = (), env: dict | None = None,
                 setup=None, cpu: list | None = None) -> float:
-    """Records/s from the first prediction to the last; with ``cpu``, also appends the
-    worker's CPU microseconds per record (its process and helper, from /proc: far less
-    moved by the machine's other load than the rate, so the better regression check)."""
+    """Records/s over the span of the worker's own predictions (their timestamps:
+    ``pipeline.produced_rate``); with ``cpu``, also appends the worker's CPU
+    microseconds per record (its process and helper, from /proc: far less moved by the
+    machine's other load than the rate, so the better regression check)."""
     worker, prefix = start_worker(model, args, env, setup)
     try:
         before = cpu_seconds(worker.proc.pid)
         asyncio.run(P.produce(prefix + "examples", data))
-        _, secs = asyncio.run(P.drain(prefix + "predictions", len(data)))
+        predictions, _ = asyncio.run(P.drain(prefix + "predictions", len(data)))
         if cpu is not None:
             cpu.append(1e6 * (cpu_seconds(worker.proc.pid) - before) / len(data))
     finally:
         worker.stop()
-    return len(data) / secs
+    return P.produced_rate(predictions)
 
 
 def _generate(topic: str, data: list[bytes], rate: float, nice: int) -> None:
@@ -248,8 +251,7 @@ def scale_out(n: int, models: int = 4) -> tuple[float, float]:
                                   keys=[m.encode() for m in ids]))
             asyncio.run(P.drain(prefix + "model-events", models, timeout=120))
             asyncio.run(P.produce(prefix + "examples", data, keys=keys))
-            _, secs = asyncio.run(P.drain(prefix + "predictions", n))
-            rates.append(n / secs)
+            rates.append(P.produced_rate(asyncio.run(P.drain(prefix + "predictions", n))[0]))
         finally:
             for w in workers:
                 w.stop()

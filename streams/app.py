@@ -128,6 +128,7 @@ class WorkerApp:
         )
         if not consumer_thread:          # the Kafka consumer on this loop (faust_seam.py)
             seam.consume_in_loop(app)
+        seam.faster_commits()            # what to commit, found without a walk per offset
         self.log_name = prefix + MODEL_EVENTS
         self.names = {topic: prefix + topic for topic in (MODEL_EVENTS, *OUTPUTS)}
         self.metrics = Metrics(latency=latency_metrics)

@@ -11,3 +11,43 @@ def test_the_contract_notices_a_missing_internal(monkeypatch):
     from faust.transport.consumer import Consumer
     monkeypatch.delattr(Consumer, "_wait_next_records")
     assert any("_wait_next_records" in p for p in contract())
+
+
+def test_the_first_run_of_acked_offsets_is_fausts_own_answer_in_every_case():
+    import numpy as np
+    from faust.utils.functional import consecutive_numbers
+
+    from dpstream.streams.faust_seam import first_run
+    rng = np.random.default_rng(7)          # test data only, no mechanism
+    cases = [[], [5], [5, 6, 7], [5, 7], [5, 5, 6], [3, 1, 2], [1, 3, 2, 4], [4, 5, 7, 6],
+             list(range(100, 10_100))]
+    for _ in range(300):
+        start, n = int(rng.integers(0, 50)), int(rng.integers(1, 40))
+        run = list(range(start, start + n))
+        if rng.random() < 0.5:              # a gap, a duplicate, or a shuffle
+            k = int(rng.integers(0, n))
+            run = [*run[:k], *(o + 2 for o in run[k:])] if rng.random() < 0.5 else \
+                sorted([*run, run[k]]) if rng.random() < 0.5 else list(rng.permutation(run))
+        cases.append([int(o) for o in run])
+    for acked in cases:
+        assert next(first_run(list(acked)), None) == next(consecutive_numbers(list(acked)), None), acked
+
+
+def test_commits_use_the_fast_first_run_and_commit_what_faust_would():
+    import faust
+    from faust.types import TP
+
+    from dpstream.streams import faust_seam
+    app = faust.App("dpstream-seam-test", broker="kafka://127.0.0.1:1")
+    app.finalize()
+    faust_seam.faster_commits()
+    import faust.transport.consumer as module
+    assert module.consecutive_numbers is faust_seam.first_run
+    consumer, tp = app.consumer, TP("examples", 0)
+    consumer._committed_offset[tp] = 100
+    for acked, expected, left in (([*range(100, 10_100)], 10_100, []),
+                                  ([*range(100, 200), *range(300, 400)], 200, [*range(300, 400)])):
+        consumer._acked[tp] = list(reversed(acked))         # faust sorts them first
+        consumer._acked_index[tp] = set(acked)
+        assert consumer._new_offset(tp) == expected
+        assert consumer._acked[tp] == left and consumer._acked_index[tp] == set(left)
