@@ -5,6 +5,7 @@
                                [--secure-state DIR] [--only-capacity] [--latency-runs 1]
                                [--latency-paths NAME ...] [--generator-nice 0 [19 ...]]
                                [--half-at DP_WINNOW CONTINUAL] [--broker-gc-log PATH]
+                               [--layouts shared [own-core]]
 
 One run measures, on the local broker (scripts/kafka.sh start), n records each:
 1. raw aiokafka consume -> produce (no processing: the floor any Kafka pipeline pays;
@@ -31,7 +32,9 @@ One run measures, on the local broker (scripts/kafka.sh start), n records each:
    continual Winnow at the steady rates of --latency-at (default 300, 1,000 and
    3,000/s), over
    --latency-secs (10) of input paced in 2 ms ticks (pipeline.produce_paced, in its own
-   process at niceness --generator-nice), p50 / p99 (the first 20% of the inputs are
+   process at niceness --generator-nice; with --layouts shared own-core, each run also
+   with the worker alone on one core and the broker and generator on the other, as
+   where the tail is contention), p50 / p99 (the first 20% of the inputs are
    warm-up and not counted); at half capacity with the breakdown of a traced worker
    (bench/trace_worker.py): p50 / p99 / p99.9 per stage, and the worker events (GC,
    stalls, commits, state writes, noise draws, the broker's GC pauses from
@@ -49,6 +52,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import itertools
 import json
 import multiprocessing
 import os
@@ -161,24 +165,45 @@ def worker_rate(model: dict, data: list[bytes], args: tuple[str, ...] = (), env:
     return P.produced_rate(predictions)
 
 
-def _generate(topic: str, data: list[bytes], rate: float, nice: int) -> None:
+def _generate(topic: str, data: list[bytes], rate: float, nice: int, cpus: set[int] | None) -> None:
     os.nice(nice)
+    if cpus:
+        os.sched_setaffinity(0, cpus)
     asyncio.run(P.produce_paced(topic, data, rate))
 
 
+def pin(pid: int, cpus: set[int]) -> None:
+    """Every thread of process ``pid`` on ``cpus`` (threads started later inherit it)."""
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            os.sched_setaffinity(int(task.name), cpus)
+        except (ProcessLookupError, PermissionError):      # a thread that just ended
+            pass
+
+
 def latency(model: dict, data: list[bytes], rate: float, args: tuple[str, ...] = (),
-            nice: int = 0, env: dict | None = None) -> dict:
+            nice: int = 0, env: dict | None = None, own_core: bool = False) -> dict:
     """The worker (traced, bench/trace_worker.py) fed ``data`` at ``rate`` per second by a
     load generator in its own process (``nice``: its scheduling priority, 19 the lowest):
     the per-stage breakdown of the events after the first 20% (warm-up). With ``env``
-    from ``code_at``, that revision's worker, traced by its own bench/trace_worker.py."""
+    from ``code_at``, that revision's worker, traced by its own bench/trace_worker.py.
+    With ``own_core``, the worker's process alone on the first CPU (its noise helper
+    process free to run anywhere), the broker (scripts/kafka.sh's pid file) and the load
+    generator on the others: as a deployment with the broker on other machines would
+    have it, as far as two cores can show."""
     trace = Path(tempfile.mkdtemp(prefix="dpstream-trace-")) / "trace.jsonl"
     tracer = Path(env["PYTHONPATH"].split(":")[-1]) / "bench" if env else HERE
     worker, prefix = start_worker(model, args, env={"BENCH_TRACE": str(trace), **(env or {})},
                                   command=(str(tracer / "trace_worker.py"),))
+    every = os.sched_getaffinity(0)
+    first, others = {min(every)}, every - {min(every)}
+    broker = int((BROKER_GC_LOG.parent / "kafka.pid").read_text()) if own_core else None
     try:
+        if own_core:
+            pin(worker.proc.pid, first)
+            pin(broker, others)
         generator = multiprocessing.get_context("spawn").Process(
-            target=_generate, args=(prefix + "examples", data, rate, nice))
+            target=_generate, args=(prefix + "examples", data, rate, nice, others if own_core else None))
         cpu0, machine0 = cpu_seconds(worker.proc.pid), machine_busy()
         generator.start()
         generator.join()
@@ -189,6 +214,8 @@ def latency(model: dict, data: list[bytes], rate: float, args: tuple[str, ...] =
         inputs, _ = asyncio.run(P.drain(prefix + "examples", len(data)))
         time.sleep(1.0)                     # the trace's last lines (flushed every 0.5 s)
     finally:
+        if broker is not None:
+            pin(broker, every)
         worker.stop()
     warm = sorted(r.timestamp for r in inputs)[len(inputs) // 5]
     result = T.breakdown(trace, inputs, preds, warm, BROKER_GC_LOG)
@@ -372,6 +399,10 @@ def main() -> None:
     ap.add_argument("--generator-nice", type=int, nargs="+", default=[0],
                     help="scheduling priorities of the load generator's process, interleaved per "
                          "latency run (e.g. 0 19: how much of the tail is the generator's CPU)")
+    ap.add_argument("--layouts", nargs="+", choices=("shared", "own-core"), default=["shared"],
+                    help="where the worker runs in the latency runs, interleaved per run: shared "
+                         "(any core) or own-core (its process alone on the first core, the broker "
+                         "and the load generator on the others: how much of the tail is contention)")
     ap.add_argument("--half-at", type=float, nargs=2, metavar=("DP_WINNOW", "CONTINUAL"),
                     help="measure latency at these rates (examples/s) instead of half of a "
                          "capacity measured first (skips the throughput table)")
@@ -407,19 +438,23 @@ def main() -> None:
         if name not in args.latency_paths:
             continue
         for run in range(args.latency_runs):
-            for nice in args.generator_nice:        # interleaved: each run at every niceness
-                for code in ("this", args.compare_with) if args.compare_with else ("this",):
-                    result = latency(model, P.payloads(int(rate * args.latency_secs), seed=1 + run),
-                                     rate=rate, args=extra, nice=nice,
-                                     env=None if code == "this" else code_at(code))
-                    p50, p99 = percentiles(result)
-                    print(f"\nlatency at {'the given rate' if args.half_at else 'half capacity'} "
-                          f"({rate:,.0f} examples/s, {name}, run {run + 1}"
-                          + (f", load generator at nice {nice}" if args.generator_nice != [0] else "")
-                          + (f", {'this code' if code == 'this' else code}" if args.compare_with else "")
-                          + f"): p50 {p50:.0f} ms, p99 {p99:.0f} ms; worker CPU "
-                          f"{result['cpu_us']:.1f} us per record, machine {result['machine_busy']:.0%} busy")
-                    print(T.report(result))
+            # interleaved: each run at every niceness, in every layout, with each code
+            for nice, layout, code in itertools.product(
+                    args.generator_nice, args.layouts,
+                    ("this", args.compare_with) if args.compare_with else ("this",)):
+                result = latency(model, P.payloads(int(rate * args.latency_secs), seed=1 + run),
+                                 rate=rate, args=extra, nice=nice, own_core=layout == "own-core",
+                                 env=None if code == "this" else code_at(code))
+                p50, p99 = percentiles(result)
+                print(f"\nlatency at {'the given rate' if args.half_at else 'half capacity'} "
+                      f"({rate:,.0f} examples/s, {name}, run {run + 1}"
+                      + (f", load generator at nice {nice}" if args.generator_nice != [0] else "")
+                      + (f", worker {'on its own core' if layout == 'own-core' else 'on shared cores'}"
+                         if args.layouts != ["shared"] else "")
+                      + (f", {'this code' if code == 'this' else code}" if args.compare_with else "")
+                      + f"): p50 {p50:.0f} ms, p99 {p99:.0f} ms; worker CPU "
+                      f"{result['cpu_us']:.1f} us per record, machine {result['machine_busy']:.0%} busy")
+                print(T.report(result))
     for rate in args.latency_at:
         p50, p99 = percentiles(latency(CONTINUAL, P.payloads(max(1_000, int(args.latency_secs * rate)), seed=2), rate=rate))
         print(f"latency at {rate:,.0f} examples/s (continual Winnow): p50 {p50:.0f} ms, p99 {p99:.0f} ms")
