@@ -166,9 +166,10 @@ def first_run(acked: list[int]):
     """faust's ``consecutive_numbers`` (faust/utils/functional.py) as
     ``Consumer._new_offset`` uses it: ``next()`` of it is the first run of consecutive
     offsets in ``acked``, the partition's acked offsets since the last commit, sorted.
-    faust walks them one by one in Python (``groupby`` over ``enumerate`` with a lambda):
-    2 ms per 10,000 offsets, with the loop held, for each input and log partition at
-    every commit (every 10,000 acked records, streams/app.py). The bulk path acks whole
+    faust walks them one by one in Python (``groupby`` over ``enumerate`` with a lambda),
+    with the loop held, for each input and log partition at every commit (every 10,000
+    acked records, streams/app.py): ``_new_offset`` took 1.47 ms per 10,000 offsets, 0.74
+    with this (the rest is faust's sort and set updates; a /tmp probe). The bulk path acks whole
     runs, so the usual list is one run: strictly increasing (checked in C, ``map`` of
     ``operator.lt``) and spanning its length. Then the run is the list (a copy: faust
     deletes it from ``acked`` next); otherwise faust's own function decides, so the
