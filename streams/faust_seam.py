@@ -169,12 +169,13 @@ def first_run(acked: list[int]):
     faust walks them one by one in Python (``groupby`` over ``enumerate`` with a lambda),
     with the loop held, for each input and log partition at every commit (every 10,000
     acked records, streams/app.py): ``_new_offset`` took 1.47 ms per 10,000 offsets, 0.74
-    with this (the rest is faust's sort and set updates; a /tmp probe). The bulk path acks whole
-    runs, so the usual list is one run: strictly increasing (checked in C, ``map`` of
-    ``operator.lt``) and spanning its length. Then the run is the list (a copy: faust
-    deletes it from ``acked`` next); otherwise faust's own function decides, so the
-    result is faust's in every case (tests/streams/test_faust_seam.py)."""
-    if acked and acked[-1] - acked[0] == len(acked) - 1 and all(map(lt, acked, islice(acked, 1, None))):
+    with this (the rest is faust's sort and set updates; a /tmp probe). The bulk path
+    acks whole runs, so the usual list is one run: strictly increasing (checked in C,
+    ``map`` of ``operator.lt``) and spanning its length. Then the run is the list (a
+    copy: faust deletes it from ``acked`` next); otherwise faust's own function decides,
+    so the result is faust's in every case (tests/streams/test_faust_seam.py)."""
+    if (acked and acked[-1] - acked[0] == len(acked) - 1
+            and all(map(lt, acked, islice(acked, 1, None)))):
         yield list(acked)
         return
     yield from consecutive_numbers(acked)
