@@ -197,6 +197,9 @@ def latency(model: dict, data: list[bytes], rate: float, args: tuple[str, ...] =
                                   command=(str(tracer / "trace_worker.py"),))
     every = os.sched_getaffinity(0)
     first, others = {min(every)}, every - {min(every)}
+    if own_core and not others:
+        worker.stop()
+        raise SystemExit("--layouts own-core needs two or more CPUs")
     broker = int((BROKER_GC_LOG.parent / "kafka.pid").read_text()) if own_core else None
     try:
         if own_core:
