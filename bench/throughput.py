@@ -33,8 +33,8 @@ One run measures, on the local broker (scripts/kafka.sh start), n records each:
    3,000/s), over
    --latency-secs (10) of input paced in 2 ms ticks (pipeline.produce_paced, in its own
    process at niceness --generator-nice; with --layouts shared own-core, each run also
-   with the worker alone on one core and the broker and generator on the other, as
-   where the tail is contention), p50 / p99 (the first 20% of the inputs are
+   with the worker alone on one core and the broker and generator on the other: how
+   much of the tail is contention), p50 / p99 (the first 20% of the inputs are
    warm-up and not counted); at half capacity with the breakdown of a traced worker
    (bench/trace_worker.py): p50 / p99 / p99.9 per stage, and the worker events (GC,
    stalls, commits, state writes, noise draws, the broker's GC pauses from
