@@ -22,6 +22,9 @@ What each part replaces, and why:
   dpstream topics go to ``handover`` as one batch per fetch; every other record (table
   changelogs while tables recover) keeps faust's own callback. It keeps faust's
   bookkeeping: ``_read_offset``, gaps (``_add_gap``), and skips records already read.
+  Records of a partition that left faust's active set while the fetch waited are given
+  back (``_seek`` to the first of them), where faust's ``getmany`` drops them: that lost
+  table changelog records and left a worker in recovery forever (``unread``).
 * **Acks** (``ack``): what ``Consumer.ack`` does per message (``faust.types.tuples.ack_lock``,
   ``_committed_offset``, ``_acked_index``, ``_acked``, ``_n_acked``, ``_waiting_for_ack``),
   per partition, without building a message per record; commits (``commit_due``) as
@@ -95,6 +98,23 @@ def install_drain(app, topics: dict[str, str], handover: Handover,
     fetcher calls the drain loop once, at start)."""
     consumer = app.consumer
 
+    async def unread(tp, offset: int) -> None:
+        """Give back the records of a partition that left the active set while its fetch
+        waited: aiokafka moved its position past them when it returned them, so dropping
+        them (as faust's ``getmany`` does) loses them. Seen in the two-worker kill test
+        (about 1 run in 4): the rebalance emptied faust's live active set during the
+        wait, aiokafka (``Fetcher.fetched_records``: ``if partitions and tp not in
+        partitions``) then returned every buffered partition, recovery had just sought
+        a table changelog to 0, and its records were dropped here: the changelog's
+        position sat at its end and recovery waited for them forever. Seeking back to
+        the first of them (aiokafka returned them, so that was its position) makes the
+        consumer fetch them again once faust resumes the partition. A partition revoked
+        meanwhile cannot be sought; its next owner reads it from the committed offset."""
+        try:
+            await consumer._seek(tp, offset)
+        except Exception:              # noqa: BLE001 - not assigned any more
+            pass
+
     async def drain(fetcher) -> None:
         callback = consumer.callback
         read_offset = consumer._read_offset
@@ -115,6 +135,7 @@ def install_drain(app, topics: dict[str, str], handover: Handover,
             offsets: dict = {}                     # TP -> offsets handed over, to ack
             for tp, recs in records.items():
                 if active is not None and tp not in active and tp not in consumer._buffered_partitions:
+                    await unread(tp, recs[0].offset)
                     continue
                 name = topics.get(tp.topic)
                 if name is None:                   # changelogs while recovering: faust's path
@@ -404,6 +425,7 @@ _METHODS = [
     (FaustConsumer, "pause_partitions", ("self", "tps")),
     (FaustConsumer, "resume_partitions", ("self", "tps")),
     (FaustConsumer, "seek_wait", ("self", "partitions")),
+    (FaustConsumer, "_seek", ("self", "partition", "offset")),
     (FaustConsumer, "commit", None),
     (FaustConsumer, "_new_offset", ("self", "tp")),
     (AIOKafkaDriverConsumer, "_new_consumer_thread", ("self",)),

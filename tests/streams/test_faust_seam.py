@@ -51,3 +51,56 @@ def test_commits_use_the_fast_first_run_and_commit_what_faust_would():
         consumer._acked_index[tp] = set(acked)
         assert consumer._new_offset(tp) == expected
         assert consumer._acked[tp] == left and consumer._acked_index[tp] == set(left)
+
+
+async def test_records_of_a_partition_that_left_the_active_set_are_given_back_not_dropped():
+    """A fetch can return records of a partition faust no longer asks for (a rebalance
+    emptied its live active set while the fetch waited, and aiokafka then returns every
+    partition); aiokafka's position is already past them. The drain loop must seek back
+    to the first of them, hand over only the active partition's records, and pass no
+    changelog record of the inactive partition to faust: the two-worker kill test hung
+    in table recovery when those records were dropped instead."""
+    import asyncio
+    from types import SimpleNamespace
+
+    import faust
+    from faust.types import TP
+
+    from dpstream.streams import faust_seam
+    app = faust.App("dpstream-seam-drain", broker="kafka://127.0.0.1:1")
+    app.finalize()
+    consumer = app.consumer
+    examples, gone, changelog = TP("t-examples", 0), TP("t-examples", 1), TP("t-app-state-changelog", 0)
+    rec = lambda tp, o: SimpleNamespace(partition=tp.partition, offset=o, key=b"k", value=b"v")  # noqa: E731
+    fetch = {examples: [rec(examples, 5), rec(examples, 6)], gone: [rec(gone, 40), rec(gone, 41)],
+             changelog: [rec(changelog, 0), rec(changelog, 1)]}
+    calls = {"fetches": 0}
+
+    async def wait_next_records(timeout):
+        calls["fetches"] += 1
+        if calls["fetches"] > 1:
+            consumer._stopped.set()
+            return {}, {examples}
+        return fetch, {examples}               # only examples:0 is still active
+
+    sought, handed, delivered = [], [], []
+
+    async def seek(tp, offset):
+        sought.append((tp, offset))
+
+    async def callback(message):
+        delivered.append(message)
+
+    async def handover(generation, batch, offsets):
+        handed.append((batch, offsets))
+
+    consumer._wait_next_records = wait_next_records
+    consumer._seek = seek
+    consumer.callback = callback
+    faust_seam.install_drain(app, {"t-examples": "examples"}, handover)
+    await asyncio.wait_for(consumer._drain_messages(SimpleNamespace(_stopped=asyncio.Event())), 5)
+    assert sorted(sought) == sorted([(gone, 40), (changelog, 0)])
+    assert delivered == []
+    [(batch, offsets)] = handed
+    assert [r.offset for r in batch["examples"]] == [5, 6] and offsets == {examples: [5, 6]}
+    assert consumer._read_offset.get(gone) is None and consumer._read_offset.get(changelog) is None
