@@ -59,6 +59,7 @@ from .observe import Metrics, collect_status, model_partition
 from .outputs import OutputsProducer
 from .topics import INPUTS, METADATA_MAX_AGE_MS, MODEL_EVENTS, OUTPUTS
 from .tuning import FULL_GC_AT_MOST, FULL_GC_CHECK, pace_fetches, shorten_fetch_wait
+from .watchdog import CHECK_EVERY, RecoveryWatchdog
 
 BATCH = 500                         # events per agent call at most
 TAIL_CHECK = 5.0                    # seconds without a fetch before the worker checks the log ends
@@ -72,7 +73,7 @@ CHANGELOG_COMPACTION = {"segment.ms": "60000", "segment.bytes": str(16 * 1024 * 
 class WorkerApp:
     """One worker's faust app and what it runs: the tables, the outputs producer, the
     processor, the bulk path, the timers (fetch pacing, the tail check, the collector's
-    full passes) and the web pages (``/status/``, ``/metrics/``).
+    full passes, the recovery watchdog) and the web pages (``/status/``, ``/metrics/``).
 
     ``emit_override`` (tests, benches) replaces the outputs producer: every output goes
     to it instead of Kafka."""
@@ -147,6 +148,7 @@ class WorkerApp:
         self._fetching = None                # aiokafka's consumer under faust's, once known
         self._paced = False                  # fetches wait for BUSY_FETCH_MIN_BYTES (pace_fetches)
         self._last_full_gc = time.monotonic()
+        self.watchdog = RecoveryWatchdog.of(app)   # table recovery never waits for ever
         self._wire()
 
     # ------------------------------------------------------------ topics and tables
@@ -314,6 +316,10 @@ class WorkerApp:
             gc.collect()
             self._last_full_gc = time.monotonic()
 
+    async def watch_recovery(self) -> None:
+        """Seek again, then exit, when table recovery stalls (streams/watchdog.py)."""
+        await self.watchdog.check()
+
     async def release_idle(self) -> None:
         """Release held log partitions when no batch runs (an idle worker)."""
         if self.bulk.held:
@@ -368,7 +374,8 @@ class WorkerApp:
             await w.outputs.stop()
 
         for interval, method in ((PACE_IDLE_AFTER, self.unpace_fetches), (TAIL_CHECK, self.tail_check),
-                                 (FULL_GC_CHECK, self.full_collection), (RELEASE_AFTER, self.release_idle)):
+                                 (FULL_GC_CHECK, self.full_collection), (RELEASE_AFTER, self.release_idle),
+                                 (CHECK_EVERY, self.watch_recovery)):
             app.timer(interval, name=f"dpstream.{method.__name__}")(_call(method))
 
         async def status_view(web, request):

@@ -51,6 +51,10 @@ What each part replaces, and why:
 * **The aiokafka consumer and its fetcher** (``aiokafka_consumer``, ``set_fetch_wait``):
   the fetch waits (``Fetcher._fetch_max_wait_ms``, ``_fetch_min_bytes``,
   ``_fetcher_timeout``; streams/tuning.py says why each value).
+* **Table recovery's progress** (``recovery_remaining``, ``seek_recovery``): faust's
+  ``Recovery.active_remaining`` and ``active_offsets``, for the recovery watchdog
+  (streams/watchdog.py), which seeks stuck changelog partitions with ``seek_wait`` and
+  stops a worker whose recovery stalls with ``App.crash``.
 * **Tables** (``TableStore``): writes with an explicit changelog partition
   (``Collection.send_changelog``, then the store, ``table.data``), because batches have no
   current event.
@@ -241,6 +245,24 @@ def is_paused(app, tp) -> bool:
 def in_recovery(app) -> bool:
     """Whether faust is restoring tables (it pauses every partition meanwhile)."""
     return app.tables.recovery.in_recovery
+
+
+def recovery_remaining(app) -> dict:
+    """What faust's table recovery still has to read, per active changelog partition
+    (``Recovery.active_remaining``: end offset noted at its start minus the last offset
+    read); empty when no recovery runs."""
+    recovery = app.tables.recovery
+    if not recovery.in_recovery:
+        return {}
+    return {tp: n for tp, n in recovery.active_remaining().items() if n > 0}
+
+
+async def seek_recovery(app, tps) -> None:
+    """Seek changelog partitions back to the last offset recovery read (0 when none), as
+    faust's ``Recovery._seek_offsets`` does at recovery start: their records are fetched
+    again and recovery skips those it already has."""
+    offsets = app.tables.recovery.active_offsets
+    await app.consumer.seek_wait({tp: max(offsets.get(tp) or 0, 0) for tp in tps})
 
 
 def assigned_actives(app) -> set:
@@ -478,8 +500,13 @@ def contract() -> list[str]:
     for name in ("consumer_generation_id", "rebalancing", "in_recovery", "assignor"):
         if not hasattr(app, name):
             problems.append(f"faust App.{name} is gone")
-    if not hasattr(app.tables, "recovery") or not hasattr(app.tables.recovery, "in_recovery"):
-        problems.append("faust TableManager.recovery.in_recovery is gone")
+    if not hasattr(app.tables, "recovery"):
+        problems.append("faust TableManager.recovery is gone")
+    else:
+        problems += [f"faust Recovery.{f} is gone" for f in ("in_recovery", "active_remaining", "active_offsets")
+                     if not hasattr(app.tables.recovery, f)]
+    if not inspect.iscoroutinefunction(getattr(app, "crash", None)):
+        problems.append("faust App.crash is no longer a coroutine function")
     from faust.transport.consumer import Fetcher as FaustFetcher
     if not hasattr(FaustFetcher(app), "_stopped"):
         problems.append("faust Fetcher._stopped is gone")
