@@ -46,7 +46,9 @@ Ratios to the raw loop are the numbers to quote: this 2-core machine is shared a
 noisy, absolute rates move between runs. Measure on a fresh broker
 (``scripts/kafka.sh reset`` then ``start``): a development broker that had kept
 ~2,700 test topics (10,907 partitions) answered metadata requests with all of them,
-and metadata updates took ~2% of the worker's event-loop samples (py-spy).
+and metadata updates took ~2% of the worker's event-loop samples (py-spy). Each
+measurement deletes its own topics when it ends (``retire``), so the last measurements of
+a run meet the broker as the first did.
 """
 from __future__ import annotations
 
@@ -87,6 +89,7 @@ def faust_passthrough(mode: str, data: list[bytes]) -> float:
     finally:
         proc.terminate()
         proc.wait()
+        asyncio.run(P.delete_prefixed(prefix))
     return len(data) / secs
 
 
@@ -122,7 +125,10 @@ def raw_rate(data: list[bytes]) -> float:
     prefix = f"rw{uuid.uuid4().hex[:6]}-"
     asyncio.run(P.create([prefix + "in", prefix + "out"]))
     asyncio.run(P.produce(prefix + "in", data))
-    return len(data) / asyncio.run(P.raw_loop(prefix + "in", prefix + "out", len(data)))
+    try:
+        return len(data) / asyncio.run(P.raw_loop(prefix + "in", prefix + "out", len(data)))
+    finally:
+        asyncio.run(P.delete_prefixed(prefix))
 
 
 def start_worker(model: dict, args: tuple[str, ...] = (), env: dict | None = None,
@@ -135,6 +141,14 @@ def start_worker(model: dict, args: tuple[str, ...] = (), env: dict | None = Non
     asyncio.run(P.produce(prefix + "models", [json.dumps(model).encode()]))
     asyncio.run(P.drain(prefix + "model-events", 1, timeout=60))
     return worker, prefix
+
+
+def retire(worker, prefix: str) -> None:
+    """Stop a measurement's worker and delete its topics (``pipeline.delete_prefixed``)."""
+    try:
+        worker.stop()
+    finally:
+        asyncio.run(P.delete_prefixed(prefix))
 
 
 def cpu_seconds(pid: int) -> float:
@@ -161,7 +175,7 @@ def worker_rate(model: dict, data: list[bytes], args: tuple[str, ...] = (), env:
         if cpu is not None:
             cpu.append(1e6 * (cpu_seconds(worker.proc.pid) - before) / len(data))
     finally:
-        worker.stop()
+        retire(worker, prefix)
     return P.produced_rate(predictions)
 
 
@@ -198,7 +212,7 @@ def latency(model: dict, data: list[bytes], rate: float, args: tuple[str, ...] =
     every = os.sched_getaffinity(0)
     first, others = {min(every)}, every - {min(every)}
     if own_core and not others:
-        worker.stop()
+        retire(worker, prefix)
         raise SystemExit("--layouts own-core needs two or more CPUs")
     broker = int((BROKER_GC_LOG.parent / "kafka.pid").read_text()) if own_core else None
     try:
@@ -219,7 +233,7 @@ def latency(model: dict, data: list[bytes], rate: float, args: tuple[str, ...] =
     finally:
         if broker is not None:
             pin(broker, every)
-        worker.stop()
+        retire(worker, prefix)
     warm = sorted(r.timestamp for r in inputs)[len(inputs) // 5]
     result = T.breakdown(trace, inputs, preds, warm, BROKER_GC_LOG)
     result["cpu_us"] = 1e6 * (cpu1 - cpu0) / len(data)
@@ -252,7 +266,7 @@ def memory(model: dict, n: int) -> tuple[float, float]:
         asyncio.run(P.drain(prefix + "predictions", n, timeout=7200))
         return early, rss_mb(worker.proc.pid)
     finally:
-        worker.stop()
+        retire(worker, prefix)
 
 
 def scale_out(n: int, models: int = 4) -> tuple[float, float]:
@@ -285,6 +299,7 @@ def scale_out(n: int, models: int = 4) -> tuple[float, float]:
         finally:
             for w in workers:
                 w.stop()
+            asyncio.run(P.delete_prefixed(prefix))
     return rates[0], rates[1]
 
 

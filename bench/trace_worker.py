@@ -14,7 +14,8 @@ changelog sends), ``commit`` (the bulk path's offset commit), ``gc0``-``gc2`` (a
 collector pass over 1 ms, from ``gc.callbacks``), ``stall`` (the event loop late by over
 10 ms to a 5 ms timer), ``held`` (when the loop is 40 ms late, the loop thread's
 innermost frames: what holds it), ``noise`` (a continual-release noise block drawn ahead
-by the helper process, mechanisms/continual.py) and ``rebalance``. It records offsets
+by the helper process, mechanisms/continual.py), ``noise_wait`` (a learner waiting over
+1 ms for a block the helper had not finished) and ``rebalance``. It records offsets
 and times only. The broker's GC pauses come from its log (``broker_pauses``).
 
 ``breakdown`` joins a trace with the input and prediction records (their timestamps:
@@ -24,7 +25,8 @@ event (a cause shows up far more often among the slow ones).
 
 Experiment switches (environment, read here only): ``BENCH_PACE=min_bytes,max_wait_ms``
 (the fetch pacing under load, streams/tuning.py), ``BENCH_HELPER=same`` (the noise
-helper at the worker's priority instead of the lowest), ``BENCH_TRACE_SLOW=seconds``
+helper at the worker's priority instead of the idle class; ``nice``: niceness +19
+instead), ``BENCH_TRACE_SLOW=seconds``
 (asyncio's debug mode, naming each callback slower than that; it slows the worker).
 
 What the breakdown found (continual Winnow at 8,000 examples/s, half capacity, 2 cores
@@ -183,6 +185,8 @@ def install(path: str) -> None:
     Processor._flush = traced_flush
     if os.environ.get("BENCH_HELPER") == "same":    # an experiment: the noise helper unniced
         continual._lower_priority = int             # (a picklable no-op for its initializer)
+    if os.environ.get("BENCH_HELPER") == "nice":    # an experiment: niced, not SCHED_IDLE
+        continual._lower_priority = continual._nice
     ahead = TreeNoise._ahead
 
     def traced_ahead(self, c):
@@ -193,6 +197,17 @@ def install(path: str) -> None:
         return chunk, future, pool
 
     TreeNoise._ahead = traced_ahead
+    take = TreeNoise._take
+
+    def traced_take(self, c):
+        t0 = time.time()
+        try:
+            return take(self, c)
+        finally:
+            if (t1 := time.time()) - t0 > 0.001:
+                trace.write("noise_wait", t0, t1)
+
+    TreeNoise._take = traced_take
     for name in ("_on_assigned", "_on_revoked"):
         setattr(app_module.WorkerApp, name, timed("rebalance", getattr(app_module.WorkerApp, name)))
 
