@@ -200,11 +200,11 @@ def _lower_priority() -> None:
     the worker's loop wakes up (a reply from the broker), while the kernel preempts an
     idle-class task at once for any normal one. Traced (bench/trace_worker.py, continual
     Winnow at 9,000 examples/s on 2 cores, interleaved runs): p99 51 / 43 / 42 ms idle
-    against 54 / 62 / 44 niced; in four niced bench runs before, the slowest 1% of
-    events overlapped a draw in 6, 44, 70 and 97% of cases, all events in 18-31%.
-    Starving it is not a risk: the worker never
-    waited for a block in those runs (``noise_wait`` traces), and a worker that waits
-    frees its core for the helper."""
+    against 54 / 62 / 44 niced; in bench runs the same day, 70-97% of the slowest 1% of
+    events overlapped a draw in five of six runs with the helper niced (15-27% of all
+    events), 0-21% in the three with it idle (README, "Where the latency tail goes").
+    Starving it is not a risk: the worker never waited for a block in those runs
+    (``noise_wait`` traces), and a worker that waits frees its core for the helper."""
     try:
         os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
     except (AttributeError, OSError):

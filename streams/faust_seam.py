@@ -106,7 +106,7 @@ def install_drain(app, topics: dict[str, str], handover: Handover,
         """Give back the records of a partition that left the active set while its fetch
         waited: aiokafka moved its position past them when it returned them, so dropping
         them (as faust's ``getmany`` does) loses them. Seen in the two-worker kill test
-        (about 1 run in 4): the rebalance emptied faust's live active set during the
+        (7 of 34 runs): the rebalance emptied faust's live active set during the
         wait, aiokafka (``Fetcher.fetched_records``: ``if partitions and tp not in
         partitions``) then returned every buffered partition, recovery had just sought
         a table changelog to 0, and its records were dropped here: the changelog's

@@ -60,7 +60,10 @@ class RecoveryWatchdog:
         if not self._sought:
             log.error("table recovery made no progress for %.0f s (%d changelog records to go "
                       "in %d partitions); seeking them again", now - self._since, records, partitions)
-            await self._seek_again(set(remaining))
+            try:
+                await self._seek_again(set(remaining))
+            except Exception as err:          # noqa: BLE001 - revoked meanwhile: a new recovery starts
+                log.warning("seeking the stuck changelog partitions failed (%s)", type(err).__name__)
             self._sought, self._since = True, now
             return
         log.critical("table recovery made no progress for %.0f s after seeking again (%d changelog "

@@ -60,3 +60,19 @@ async def test_progress_after_the_seek_resets_it():
     r.remaining = {}                                    # recovery done
     await r.run(dog, 400)
     assert r.sought == [["p0"]] and r.crashed == []
+
+
+async def test_a_seek_that_fails_does_not_stop_the_watchdog():
+    r = Recovery()
+
+    async def seek(tps):
+        raise RuntimeError("revoked")
+
+    async def crash(exc):
+        r.crashed.append(exc)
+    dog = RecoveryWatchdog(lambda: dict(r.remaining), seek, crash, stall=60.0, clock=lambda: r.now)
+    r.remaining = {"p0": 5}
+    await r.run(dog, 70)                                # the seek raised, and was logged
+    assert r.crashed == []
+    await r.run(dog, 140)
+    assert len(r.crashed) == 1
