@@ -9,13 +9,13 @@ class Recovery:
     def __init__(self):
         self.remaining, self.sought, self.crashed, self.now = {}, [], [], 0.0
 
-    def dog(self):
-        async def seek(tps):
+    def dog(self, seek=None):
+        async def record(tps):
             self.sought.append(sorted(tps))
 
         async def crash(exc):
             self.crashed.append(exc)
-        return RecoveryWatchdog(lambda: dict(self.remaining), seek, crash, stall=60.0,
+        return RecoveryWatchdog(lambda: dict(self.remaining), seek or record, crash, stall=60.0,
                                 clock=lambda: self.now)
 
     async def run(self, dog, until, every=10.0):
@@ -67,10 +67,7 @@ async def test_a_seek_that_fails_does_not_stop_the_watchdog():
 
     async def seek(tps):
         raise RuntimeError("revoked")
-
-    async def crash(exc):
-        r.crashed.append(exc)
-    dog = RecoveryWatchdog(lambda: dict(r.remaining), seek, crash, stall=60.0, clock=lambda: r.now)
+    dog = r.dog(seek)
     r.remaining = {"p0": 5}
     await r.run(dog, 70)                                # the seek raised, and was logged
     assert r.crashed == []
