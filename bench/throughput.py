@@ -471,7 +471,8 @@ def main() -> None:
                          if args.layouts != ["shared"] else "")
                       + (f", {'this code' if code == 'this' else code}" if args.compare_with else "")
                       + f"): p50 {p50:.0f} ms, p99 {p99:.0f} ms; worker CPU "
-                      f"{result['cpu_us']:.1f} us per record, machine {result['machine_busy']:.0%} busy")
+                      f"{result['cpu_us']:.1f} us per record ({result['cpu_us'] * rate / 1e6:.2f} "
+                      f"cores at this rate), machine {result['machine_busy']:.0%} busy")
                 print(T.report(result))
     for rate in args.latency_at:
         p50, p99 = percentiles(latency(CONTINUAL, P.payloads(max(1_000, int(args.latency_secs * rate)), seed=2), rate=rate))

@@ -16,7 +16,8 @@ collector pass over 1 ms, from ``gc.callbacks``), ``stall`` (the event loop late
 innermost frames: what holds it), ``noise`` (a continual-release noise block drawn ahead
 by the helper process, mechanisms/continual.py), ``noise_wait`` (a learner waiting over
 1 ms for a block the helper had not finished) and ``rebalance``. It records offsets
-and times only. The broker's GC pauses come from its log (``broker_pauses``).
+and times only. The broker's GC pauses and concurrent GC work come from its log
+(``broker_pauses``).
 
 ``breakdown`` joins a trace with the input and prediction records (their timestamps:
 the load generator's send, the worker's produce) into per-event stages, and names the
@@ -60,7 +61,8 @@ STAGES = (("fetched", "input sent -> fetched by the worker"),
           ("applied", "model-events acked -> prediction produced"),
           ("acked", "prediction produced -> outputs acked, state written"),
           ("total", "end to end: input sent -> prediction produced"))
-CAUSES = ("gc2", "gc1", "gc0", "stall", "commit", "state", "rebalance", "broker_gc", "noise")
+CAUSES = ("gc2", "gc1", "gc0", "stall", "commit", "state", "rebalance", "broker_gc",
+          "broker_gc_work", "noise")
 
 
 # ---------------------------------------------------------------- the traced worker
@@ -236,14 +238,19 @@ def _locate(events: list[dict], name: str, partition: int, offsets: np.ndarray) 
 
 
 def broker_pauses(gc_log: Path) -> list[dict]:
-    """The broker JVM's stop-the-world pauses from its GC log (scripts/kafka.sh writes
-    ``gc.log`` in the broker's state directory), as trace events: each line is written
-    as its pause ends, ``[2026-12-01T19:20:05.109+0000][2.826s] GC(6) Pause Young ... 22.204ms``."""
+    """The broker JVM's collector work from its GC log (scripts/kafka.sh writes
+    ``gc.log`` in the broker's state directory), as trace events: ``broker_gc`` for a
+    stop-the-world pause, ``broker_gc_work`` for a phase that runs beside the broker's
+    threads (ZGC's, logged with ``gc+phases``) but takes CPU from the cores the worker
+    shares. Each line is written as its phase ends,
+    ``[2026-12-01T19:20:05.109+0000][2.826s] GC(6) Pause Young ... 22.204ms`` or
+    ``... GC(2) Concurrent Mark 96.926ms``."""
     out = []
     for line in gc_log.read_text().splitlines() if gc_log.exists() else ():
-        if " Pause " in line and line.endswith("ms"):
+        kind = "broker_gc" if " Pause " in line else "broker_gc_work" if " Concurrent " in line else None
+        if kind and line.endswith("ms"):
             end = datetime.strptime(line[1:29], "%Y-%m-%dT%H:%M:%S.%f%z").timestamp()
-            out.append({"k": "broker_gc", "t0": end - float(line.rsplit(" ", 1)[1][:-2]) / 1000, "t1": end})
+            out.append({"k": kind, "t0": end - float(line.rsplit(" ", 1)[1][:-2]) / 1000, "t1": end})
     return out
 
 
@@ -257,7 +264,8 @@ def breakdown(trace_path: Path, inputs, preds, warm_from: float, gc_log: Path | 
     from dpstream.streams.topics import EXAMPLES
     trace = _load(trace_path)
     if gc_log is not None:
-        trace["broker_gc"] = broker_pauses(gc_log)
+        for event in broker_pauses(gc_log):
+            trace.setdefault(event["k"], []).append(event)
     produced = {json.loads(r.value)["source"]: r.timestamp / 1000 for r in preds}
     rows = [(r.partition, r.offset, r.timestamp / 1000) for r in inputs
             if r.timestamp >= warm_from and f"{EXAMPLES}:{r.partition}:{r.offset}" in produced]

@@ -23,7 +23,8 @@
 # Environment: KAFKA_VERSION (default 4.0.1), KAFKA_PORT (9092), KAFKA_CONTROLLER_PORT (9093),
 # DPSTREAM_KAFKA_HOME (jar cache, default ~/.cache/dpstream/kafka-<version>),
 # DPSTREAM_KAFKA_STATE (logs and data, default /tmp/dpstream-kafka-<port>), PYTHON (for the
-# readiness check; default: the repo's .venv, else python3).
+# readiness check; default: the repo's .venv, else python3), KAFKA_GC_OPTS (the broker's
+# collector options, default -XX:+UseZGC).
 # Facts relied on (design.md section 3): node id 1 with roles broker,controller; PLAINTEXT on
 # 9092 and CONTROLLER on 9093; quorum voter 1@localhost:9093; replication factor 1 and min ISR 1
 # for the offsets and transaction-state topics; storage formatted once with a cluster id.
@@ -260,12 +261,15 @@ start() {
       format -t "$cid" -c "$STATE/server.properties" "${scram[@]}" >"$STATE/format.log" 2>&1 \
       || { cat "$STATE/format.log" >&2; die "storage format failed"; }
   fi
-  # GC pauses logged: bench/trace_worker.py lines them up with the worker's slowest events.
-  # (Kafka's own start-script options, 1 GiB and a 20 ms pause goal, were no better for
-  # the worker's latency tail: p99 41-391 ms in ten bench runs on a fresh broker, against
-  # 32-57 ms in six with these; bench/throughput.py, 2026-12-01.)
-  nohup java -Xmx512m -Xms256m -XX:+UseG1GC \
-    -Xlog:gc:file="$STATE/gc.log":time,uptime -cp "$cp" \
+  # The broker's collector is ZGC (pauses of ~0.01 ms). G1's young pauses (10-18 ms every
+  # few seconds here) were in flight for most of the worker's slowest 1% in many bench
+  # runs; in an interleaved A/B at fixed rates (README, "The broker's collector") every
+  # one of 8 ZGC runs had a lower p99 than its G1 counterpart. All of it, pauses and
+  # concurrent phases, is logged (gc, gc+phases): bench/trace_worker.py lines it up with
+  # the worker's slowest events.
+  # shellcheck disable=SC2086  # KAFKA_GC_OPTS is a list of JVM options
+  nohup java -Xmx512m -Xms256m ${KAFKA_GC_OPTS:--XX:+UseZGC} \
+    -Xlog:gc,gc+phases:file="$STATE/gc.log":time,uptime -cp "$cp" \
     -Dlog4j2.configurationFile="$STATE/log4j2.properties" \
     kafka.Kafka "$STATE/server.properties" >"$STATE/stdout.log" 2>&1 &
   echo $! > "$STATE/kafka.pid"
