@@ -17,7 +17,7 @@ innermost frames: what holds it), ``noise`` (a continual-release noise block dra
 by the helper process, mechanisms/continual.py), ``noise_wait`` (a learner waiting over
 1 ms for a block the helper had not finished) and ``rebalance``. It records offsets
 and times only. The broker's GC pauses and concurrent GC work come from its log
-(``broker_pauses``).
+(``broker_gc_events``).
 
 ``breakdown`` joins a trace with the input and prediction records (their timestamps:
 the load generator's send, the worker's produce) into per-event stages, and names the
@@ -237,7 +237,7 @@ def _locate(events: list[dict], name: str, partition: int, offsets: np.ndarray) 
     return found
 
 
-def broker_pauses(gc_log: Path) -> list[dict]:
+def broker_gc_events(gc_log: Path) -> list[dict]:
     """The broker JVM's collector work from its GC log (scripts/kafka.sh writes
     ``gc.log`` in the broker's state directory), as trace events: ``broker_gc`` for a
     stop-the-world pause, ``broker_gc_work`` for a phase that runs beside the broker's
@@ -264,7 +264,7 @@ def breakdown(trace_path: Path, inputs, preds, warm_from: float, gc_log: Path | 
     from dpstream.streams.topics import EXAMPLES
     trace = _load(trace_path)
     if gc_log is not None:
-        for event in broker_pauses(gc_log):
+        for event in broker_gc_events(gc_log):
             trace.setdefault(event["k"], []).append(event)
     produced = {json.loads(r.value)["source"]: r.timestamp / 1000 for r in preds}
     rows = [(r.partition, r.offset, r.timestamp / 1000) for r in inputs
