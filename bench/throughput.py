@@ -5,7 +5,7 @@
                                [--secure-state DIR] [--only-capacity] [--latency-runs 1]
                                [--latency-paths NAME ...] [--generator-nice 0 [19 ...]]
                                [--half-at DP_WINNOW CONTINUAL] [--broker-gc-log PATH]
-                               [--layouts shared [own-core]]
+                               [--layouts shared [own-core]] [--batch-cost RUNS]
 
 One run measures, on the local broker (scripts/kafka.sh start), n records each:
 1. raw aiokafka consume -> produce (no processing: the floor any Kafka pipeline pays;
@@ -42,6 +42,13 @@ One run measures, on the local broker (scripts/kafka.sh start), n records each:
 5. scale-out: DP-Winnow over 4 models on distinct partitions, one worker against two;
 6. the worker's resident memory (with its noise helper process) after the first 10% and
    at the end of rss-n events.
+With ``--batch-cost RUNS`` it measures only what a stream's small batches cost: the
+worker's CPU per record draining a backlog of --batch-cost-n inputs in batches of ~100
+records (the producer's 16 KiB record batches, fetched one at a time: what a steady stream
+brings) against its usual batches of thousands, DP-Winnow and continual Winnow, with the
+requests each batch made (the trace), RUNS times interleaved (and REV's code beside,
+with --compare-with, traced by this trace_worker.py). Nothing else runs meanwhile (no load generator: inputs are all
+produced first), so the difference is the per-batch cost, not contention.
 Ratios to the raw loop are the numbers to quote: this 2-core machine is shared and
 noisy, absolute rates move between runs. Measure on a fresh broker
 (``scripts/kafka.sh reset`` then ``start``): a development broker that had kept
@@ -239,6 +246,48 @@ def latency(model: dict, data: list[bytes], rate: float, args: tuple[str, ...] =
     result["cpu_us"] = 1e6 * (cpu1 - cpu0) / len(data)
     result["machine_busy"] = (machine1[0] - machine0[0]) / max(1e-9, machine1[1] - machine0[1])
     return result
+
+
+async def produce_in_batches(topic: str, values: list[bytes], batch_bytes: int) -> None:
+    """All of ``values`` as fast as the producer goes, in record batches of at most
+    ``batch_bytes`` (a broker returns whole record batches, so these set fetch sizes)."""
+    from aiokafka import AIOKafkaProducer
+    p = AIOKafkaProducer(**P.CONNECTION, linger_ms=5, max_batch_size=batch_bytes)
+    await p.start()
+    try:
+        await asyncio.gather(*[await p.send(topic, key=b"bench", value=v) for v in values])
+    finally:
+        await p.stop()
+
+
+def batch_cost(model: dict, data: list[bytes], small: bool, env: dict | None = None) -> dict:
+    """The traced worker draining ``data``, produced before it reads any (its consumer
+    is started but the records land faster than it applies them): CPU per record and
+    requests per batch over what it applies after the last input is produced. ``small``:
+    stream-sized batches (16 KiB producer batches, 24 KiB fetches, no merging)."""
+    trace = Path(tempfile.mkdtemp(prefix="dpstream-trace-")) / "trace.jsonl"
+    switches = {"BENCH_TRACE": str(trace), **({"BENCH_FETCH_BYTES": "24576"} if small else {})}
+    # this trace_worker.py for any code (``env``: another revision's), so that both have
+    # the same switches and request counts
+    worker, prefix = start_worker(model, (), env={**switches, **(env or {})},
+                                  command=(str(HERE / "trace_worker.py"),))
+    try:
+        asyncio.run(produce_in_batches(prefix + "examples", data, 16_384 if small else 262_144))
+        t0, c0 = time.time(), cpu_seconds(worker.proc.pid)
+        preds, _ = asyncio.run(P.drain(prefix + "predictions", len(data)))
+        c1 = cpu_seconds(worker.proc.pid)
+        time.sleep(1.0)                     # the trace's last lines (flushed every 0.5 s)
+    finally:
+        retire(worker, prefix)
+    after = [r.timestamp / 1000 for r in preds if r.timestamp / 1000 > t0]
+    events = T._load(trace)
+    within = lambda kind: [e for e in events.get(kind, []) if t0 <= e["t0"] <= max(after)]  # noqa: E731
+    batches, produce = within("batch"), within("produce")
+    n = max(1, len(batches))
+    return {"cpu_us": 1e6 * (c1 - c0) / max(1, len(after)), "records": len(after),
+            "per_batch": len(after) / n, "fetch": len(within("fetch_request")) / n,
+            "produce": len(produce) / n,
+            "changelog": sum("changelog" in e.get("t", ()) for e in produce) / n}
 
 
 def machine_busy() -> tuple[float, float]:
@@ -439,8 +488,28 @@ def main() -> None:
                          "also run the raw loop and the worker over SASL_SSL")
     ap.add_argument("--only-capacity", action="store_true",
                     help="only the throughput table (no latency, scale-out or memory)")
+    ap.add_argument("--batch-cost", type=int, metavar="RUNS",
+                    help="only the cost of stream-sized batches against backlog batches, RUNS "
+                         "times interleaved")
+    ap.add_argument("--batch-cost-n", type=int, default=120_000)
     args = ap.parse_args()
     BROKER_GC_LOG = args.broker_gc_log
+    if args.batch_cost:
+        data = P.payloads(args.batch_cost_n, seed=3)
+        codes = ("this", args.compare_with) if args.compare_with else ("this",)
+        envs = {code: None if code == "this" else code_at(code) for code in codes}
+        for run, (name, model) in itertools.product(range(args.batch_cost),
+                                                     (("DP-Winnow", P.MODEL), ("continual Winnow", CONTINUAL))):
+            for code in codes if run % 2 == 0 else codes[::-1]:
+                for small in (True, False):
+                    r = batch_cost(model, data, small, envs[code])
+                    print(f"{name}{'' if code == 'this' else ', ' + code}, "
+                          f"{'stream-sized' if small else 'backlog'} batches of "
+                          f"{r['per_batch']:,.0f} records: {r['cpu_us']:.1f} us of CPU per record "
+                          f"(over {r['records']:,}); per batch {r['fetch']:.2f} fetch and "
+                          f"{r['produce']:.2f} produce requests ({r['changelog']:.2f} with table "
+                          f"changelog records)", flush=True)
+        return
     data = P.payloads(args.n)
 
     if args.half_at:

@@ -15,8 +15,10 @@ collector pass over 1 ms, from ``gc.callbacks``), ``stall`` (the event loop late
 10 ms to a 5 ms timer), ``held`` (when the loop is 40 ms late, the loop thread's
 innermost frames: what holds it), ``noise`` (a continual-release noise block drawn ahead
 by the helper process, mechanisms/continual.py), ``noise_wait`` (a learner waiting over
-1 ms for a block the helper had not finished) and ``rebalance``. It records offsets
-and times only. The broker's GC pauses and concurrent GC work come from its log
+1 ms for a block the helper had not finished), ``rebalance``, and each request to the
+broker: ``fetch_request`` and ``produce`` (the kinds of topic in it: ``log``,
+``outputs``, ``changelog``); a stream's cost per record is mostly its requests per
+batch. It records offsets and times only. The broker's GC pauses and concurrent GC work come from its log
 (``broker_gc_events``).
 
 ``breakdown`` joins a trace with the input and prediction records (their timestamps:
@@ -28,7 +30,9 @@ Experiment switches (environment, read here only): ``BENCH_PACE=min_bytes,max_wa
 (the fetch pacing under load, streams/tuning.py), ``BENCH_HELPER=same`` (the noise
 helper at the worker's priority instead of the idle class; ``nice``: niceness +19
 instead), ``BENCH_TRACE_SLOW=seconds``
-(asyncio's debug mode, naming each callback slower than that; it slows the worker).
+(asyncio's debug mode, naming each callback slower than that; it slows the worker),
+``BENCH_FETCH_BYTES=n`` (fetches of at most n bytes per partition, each applied as its
+own batch: a backlog read in a stream's batch sizes, bench/throughput.py --batch-cost).
 
 What the breakdown found (continual Winnow at 8,000 examples/s, half capacity, 2 cores
 shared with the broker and the load generator): batches of ~115 records every ~14 ms,
@@ -126,6 +130,12 @@ def _ranges(batch: dict) -> list:
     return out
 
 
+def _request_kind(topic: str) -> str:
+    from dpstream.streams.topics import MODEL_EVENTS
+    return ("changelog" if topic.endswith("-changelog") else
+            "log" if topic.endswith(MODEL_EVENTS) else "outputs")
+
+
 def install(path: str) -> None:
     """Wrap the worker's steps (before the app is made) to write the trace to ``path``."""
     from dpstream.agents import processor as processor_module
@@ -140,6 +150,16 @@ def install(path: str) -> None:
         from dpstream.streams import tuning
         pace = os.environ["BENCH_PACE"].split(",")
         tuning.BUSY_FETCH_MIN_BYTES, tuning.BUSY_FETCH_MAX_WAIT_MS = int(pace[0]), int(pace[1])
+    if os.environ.get("BENCH_FETCH_BYTES"):    # an experiment: stream-sized batches
+        from dpstream.streams import bulk
+        size, make = int(os.environ["BENCH_FETCH_BYTES"]), app_module.WorkerApp.__init__
+        bulk.MERGE_RECORDS = 1                  # each fetch its own batch
+
+        def small_fetches(self, *args, **kwargs):
+            kwargs["faust_settings"] = {**(kwargs.get("faust_settings") or {}),
+                                        "consumer_max_fetch_size": size}
+            make(self, *args, **kwargs)
+        app_module.WorkerApp.__init__ = small_fetches
     gc.callbacks.append(trace.on_gc)
 
     def timed(kind, fn, describe=None):
@@ -165,6 +185,24 @@ def install(path: str) -> None:
         return await handover(self, generation, batch, offsets)
 
     BulkPath._handover = traced_handover
+    from aiokafka.consumer.fetcher import Fetcher
+    from aiokafka.producer.sender import Sender
+    send_produce, fetch_request = Sender._send_produce_req, Fetcher._proc_fetch_request
+
+    async def traced_produce(self, node_id, batches):
+        t0 = time.time()
+        try:
+            return await send_produce(self, node_id, batches)
+        finally:
+            trace.write("produce", t0, time.time(), t=sorted({_request_kind(tp.topic) for tp in batches}))
+
+    async def traced_fetch(self, assignment, node_id, request):
+        t0 = time.time()
+        try:
+            return await fetch_request(self, assignment, node_id, request)
+        finally:
+            trace.write("fetch_request", t0, time.time())
+    Sender._send_produce_req, Fetcher._proc_fetch_request = traced_produce, traced_fetch
     BulkPath._commit = timed("commit", BulkPath._commit)
     app_module.WorkerApp.apply_fetch = timed("batch", app_module.WorkerApp.apply_fetch,
                                              lambda self, batch: {"r": _ranges(batch)})
@@ -306,7 +344,15 @@ def breakdown(trace_path: Path, inputs, preds, warm_from: float, gc_log: Path | 
             hit |= (sent <= t1) & (out >= t0)
         causes[cause] = (float(hit[slow].mean()) if slow.any() else 0.0, float(hit.mean()),
                          len(spans), float(sum(t1 - t0 for t0, t1 in spans) * 1000))
-    return {"stages": stages, "causes": causes, "n": len(rows), "sent": sent}
+    within = lambda kind: [e for e in trace.get(kind, []) if first <= e["t0"] <= last]  # noqa: E731
+    batches, produce = max(1, len(within("batch"))), within("produce")
+    requests = None                        # (a trace_worker.py of older code counts none)
+    if produce:
+        requests = {"batches": len(within("batch")), "fetch": len(within("fetch_request")) / batches,
+                    "produce": len(produce) / batches}
+        for kind in ("log", "outputs", "changelog"):
+            requests[kind] = sum(kind in e.get("t", ()) for e in produce) / batches
+    return {"stages": stages, "causes": causes, "n": len(rows), "sent": sent, "requests": requests}
 
 
 def report(result: dict) -> str:
@@ -329,6 +375,11 @@ def report(result: dict) -> str:
                  "count, total ms): " + "; ".join(
                      f"{c} {s:.0%} / {a:.0%} ({n}, {ms:.0f})"
                      for c, (s, a, n, ms) in result["causes"].items()))
+    r = result.get("requests")
+    if r and r["batches"]:
+        lines.append(f"requests per batch ({r['batches']:,} batches): {r['fetch']:.2f} fetch, "
+                     f"{r['produce']:.2f} produce (with log appends {r['log']:.2f}, outputs "
+                     f"{r['outputs']:.2f}, table changelogs {r['changelog']:.2f})")
     return "\n".join(lines)
 
 

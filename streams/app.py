@@ -137,8 +137,12 @@ class WorkerApp:
         self.outputs = OutputsProducer(app, self.names, self.metrics.observe_emits)
         self.emit = emit_override if emit_override is not None else self.outputs
         self.revoked: set[int] = set()       # model-events partitions taken away, not yet back
-        self.model_view = seam.TableStore(self.model_state)
-        self.sequencer_view = seam.TableStore(self.sequencer_state)
+        self.changelog = seam.ChangelogWriter(app)   # a chunk's table writes in one step
+        self.model_view = seam.TableStore(self.model_state, self.changelog)
+        # the sequencer's records (input offsets, registrations) may wait for the end of
+        # its chunk, to leave with the processor's (apply_fetch says why that is safe)
+        self.sequencer_view = seam.TableStore(self.sequencer_state, self.changelog,
+                                              deferrable=True)
         self.processor = Processor(rng, self.model_view, self.emit, self.fetch, offload=True,
                                    owns=self.owns)
         self.dp_topics = {prefix + t: t for t in (*INPUTS, MODEL_EVENTS)}
@@ -235,7 +239,21 @@ class WorkerApp:
         sequencing (commit 66ce28d, reverted): interleaved with this code at the same
         rates (bench/throughput.py --half-at 12000 8000 --compare-with), 4-11% more
         worker CPU per record for DP-Winnow (63.6-71.4 us against 59.8-67.2) and p99 no
-        better (34 / 44 / 35 ms against 30 / 98 / 30)."""
+        better (34 / 44 / 35 ms against 30 / 98 / 30).
+
+        Requests per batch: a stream brings batches of ~100 records, and an aiokafka
+        request costs the loop ~0.3 ms of CPU on this machine (a produce round trip, a
+        /tmp probe), so requests, not records, set a stream's cost per record. The
+        tables' changelog records go through ``ChangelogWriter``: the processor's on the
+        loop's next turn, as faust's own path would send them (so its ``owns`` fence is
+        unchanged), the sequencer's held until its chunk ends, right after the
+        processor's last state write, so that both leave in one request (where faust's
+        path took 1.6-2.6 requests per batch and ~0.14 ms of loop time per record).
+        Holding the sequencer's is safe: they are still appended before the batch is
+        acked (so before any commit, which flushes faust's producer), and at worst they
+        land later than before; a restarted owner that finds older input offsets re-appends
+        inputs the processor then skips as applied (``LogEvent.already_applied``), and a
+        registration sent again is identical."""
         inputs = [r for name in INPUTS for r in batch.get(name, ())]
         events = batch.get(MODEL_EVENTS, [])
         for name, recs in batch.items():
@@ -248,15 +266,18 @@ class WorkerApp:
                 if not chunk:
                     continue
                 with self.metrics.timer(stage):
-                    if stage == "processor":
-                        await self.processor.handle_batch(chunk)
-                        continue
-                    appended = await sequence_batch(chunk, self.sequencer_view, self.emit, self.fetch)
-                    mine = self.assigned_log_partitions()
-                    appended = [r for r in appended if r.partition in mine and self.owns(r.partition)]
-                    if appended:
-                        self.bulk.hold({r.partition for r in appended})   # not read back
-                        await self.processor.handle_batch(appended)
+                    async with self.changelog.held():
+                        if stage == "processor":
+                            await self.processor.handle_batch(chunk)
+                            continue
+                        appended = await sequence_batch(chunk, self.sequencer_view, self.emit,
+                                                        self.fetch)
+                        mine = self.assigned_log_partitions()
+                        appended = [r for r in appended
+                                    if r.partition in mine and self.owns(r.partition)]
+                        if appended:
+                            self.bulk.hold({r.partition for r in appended})   # not read back
+                            await self.processor.handle_batch(appended)
         return complete
 
     # ------------------------------------------------------------ timers

@@ -15,6 +15,7 @@ import orjson
 from aiokafka.partitioner import DefaultPartitioner
 
 from . import faust_seam as seam
+from .batches import send_records
 
 
 def encode(value: dict) -> bytes:
@@ -83,14 +84,9 @@ class OutputsProducer:
         self.observe(items)
         out = []
         for (name, kb, where), indices in groups.items():
-            batch, members = producer.create_batch(), []
-            for i in indices:
-                vb = encoded[i]
-                if batch.append(key=kb, value=vb, timestamp=None) is None:      # batch full
-                    out.append((await producer.send_batch(batch, name, partition=where), members))
-                    batch, members = producer.create_batch(), []
-                    if batch.append(key=kb, value=vb, timestamp=None) is None:
-                        raise ValueError("an output record is larger than the producer batch size")
-                members.append(i)
-            out.append((await producer.send_batch(batch, name, partition=where), members))
+            sent = await send_records(producer, name, where, [(kb, encoded[i]) for i in indices])
+            start = 0
+            for future, count in sent:
+                out.append((future, indices[start:start + count]))
+                start += count
         return out

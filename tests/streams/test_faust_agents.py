@@ -1,8 +1,9 @@
 """The worker's faust app without a broker: the bulk path's ``apply_fetch`` (what the
 worker runs on every fetch) over faust's own tables in memory, with outputs collected
-instead of produced."""
+instead of produced (table changelog records too: ``ChangelogWriter.send``)."""
 import asyncio
 import json
+from types import SimpleNamespace
 
 import pytest
 
@@ -27,7 +28,36 @@ def worker():
                   emit_override=collect, app_id="dpstream-test")
     w.app.finalize()
     w.app.conf.store = "memory://"
+    w.changelog.send = changelog_to(collected)
     return w, collected
+
+
+def changelog_to(timeline):
+    async def send(topic, partition, records):
+        timeline.append(("changelog", topic, [(k, v) for k, v in records]))
+    return send
+
+
+class PlacingLog:
+    """Outputs collected in order, each placed at the next offset of its topic (as the
+    outputs producer's acknowledgements would place them)."""
+
+    def __init__(self, timeline):
+        self.timeline, self.offsets = timeline, {}
+
+    async def many(self, items):
+        groups = []
+        for i, (topic, key, value) in enumerate(items):
+            self.timeline.append((topic, key, value))
+            offset = self.offsets[topic] = self.offsets.get(topic, -1) + 1
+            placed = asyncio.get_running_loop().create_future()
+            placed.set_result(SimpleNamespace(partition=0, offset=offset))
+            groups.append((placed, [i]))
+        return groups
+
+    async def __call__(self, topic, key, value):
+        (placed, _), = await self.many([(topic, key, value)])
+        return placed
 
 
 def record(topic, offset, value, key=b"w1"):
@@ -41,7 +71,7 @@ async def test_the_bulk_path_sequences_valid_inputs_and_dead_letters_the_rest(wo
         "examples": [record("examples", 0, {"model_id": "w1", "active": [1, 4], "y": 1}),
                      record("examples", 1, b"{broken")],
         "queries": [record("queries", 0, {"model_id": "w1", "active": [12]})]})
-    topics = [t for t, _, _ in out]
+    topics = [t for t, _, _ in out if t != "changelog"]
     assert topics == ["model-events", "model-events", "rejected", "rejected"]
     assert out[1][2]["event"]["active"] == [1, 4] and out[1][1] == "w1"
     assert out[2][2]["reason"] == "malformed JSON" and "broken" not in json.dumps(out[2][2])
@@ -65,3 +95,39 @@ async def test_the_bulk_path_applies_the_log_registers_predicts_and_charges(work
     assert by_topic["predictions"][-1]["epsilon_spent"] == by_topic["ledger"][-1]["spent_epsilon"]
     assert w.model_view.get("log/0") == 4           # the processor's next log offset
     assert w.status()["models"]["w1"]["events"] == 3      # the registration, the example, the query
+
+
+async def test_a_chunks_table_writes_leave_together_after_its_outputs():
+    """Both agents' changelog records of a chunk go to faust's producer in one step, after
+    the processor's outputs (the crash order), and hold what the tables hold. (A chunk
+    that writes large state sends those records before its outputs, as before, and the
+    sequencer's waiting records go with them: still after their log appends.)"""
+    timeline = []
+    log = PlacingLog(timeline)
+    w = WorkerApp(kafka=Kafka("127.0.0.1:1"), rng=KeyedRandomness(b"faust-agent-tests-key-0000000000"),
+                  emit_override=log, app_id="dpstream-test")
+    w.app.finalize()
+    w.app.conf.store = "memory://"
+    w.changelog.send = changelog_to(timeline)
+    w.assigned_log_partitions = lambda: {0}          # no broker: this worker owns partition 0
+    assert await w.apply_fetch({
+        "models": [record("models", 0, MODEL)],
+        "examples": [record("examples", 0, {"model_id": "w1", "active": [1, 4], "y": 1})]})
+    kinds = [entry[0] for entry in timeline]
+    appended = max(i for i, kind in enumerate(kinds) if kind == "model-events")
+    assert min(i for i, kind in enumerate(kinds) if kind == "changelog") > appended
+    assert kinds[-1] == "changelog" and kinds.index("predictions") < len(kinds) - 1
+    timeline.clear()
+    assert await w.apply_fetch({"queries": [record("queries", 0, {"model_id": "w1", "active": [2]}),
+                                            record("queries", 1, {"model_id": "w1", "active": [3]})]})
+    kinds = [entry[0] for entry in timeline]
+    assert kinds[:4] == ["model-events", "model-events", "predictions", "predictions"]
+    assert kinds[4:] == ["changelog", "changelog"]     # one step, after every output
+    written = {}
+    for _, topic, records in timeline[4:]:
+        table = "sequencer" if "sequencer-state" in topic else "model"
+        written[table] = {k.decode(): json.loads(v) for k, v in records}
+    assert written["sequencer"] == {"src/queries:0": 1}
+    assert written["model"]["log/0"] == 4 == w.model_view.get("log/0")
+    for key, value in written["model"].items():
+        assert w.model_view.get(key) == value

@@ -104,3 +104,73 @@ async def test_records_of_a_partition_that_left_the_active_set_are_given_back_no
     [(batch, offsets)] = handed
     assert [r.offset for r in batch["examples"]] == [5, 6] and offsets == {examples: [5, 6]}
     assert consumer._read_offset.get(gone) is None and consumer._read_offset.get(changelog) is None
+
+
+def _tables():
+    """A worker app's two tables (no broker), with a ChangelogWriter collecting its steps."""
+    from dpstream.mechanisms.randomness import KeyedRandomness
+    from dpstream.streams.app import WorkerApp
+    from dpstream.streams.kafka import Kafka
+    w = WorkerApp(kafka=Kafka("127.0.0.1:1"), rng=KeyedRandomness(b"faust-seam-tests-key-00000000000"),
+                  emit_override=lambda *a: None, app_id="dpstream-seam")
+    w.app.finalize()
+    return w
+
+
+async def test_changelog_records_are_serialized_as_fausts_own_path_would_write_them():
+    """Recovery reads the changelog with the table's codecs: the writer's bytes must be
+    what faust's ``send_changelog`` would produce (``as_future_message``), tombstones too."""
+    w = _tables()
+    sent = []
+
+    async def send(topic, partition, records):
+        sent.append((topic, partition, records))
+    w.changelog.send = send
+    values = [{"a": 1, "b": [1.5, -2, None], "c": {"d": "e"}}, [3, 4], 7, "text", None]
+    async with w.changelog.held():
+        w.model_view.set_partition(2)
+        for i, value in enumerate(values):
+            if value is None:
+                w.model_view[f"k{i - 1}"] = 0
+                del w.model_view[f"k{i - 1}"]
+            else:
+                w.model_view[f"k{i}"] = value
+    (topic, partition, records), = sent
+    assert topic == w.model_state.changelog_topic.get_topic_name() and partition == 2
+    table = w.model_state
+    for (key, value), expect in zip(records, [*values[:-1], 0, None]):
+        message = table.changelog_topic.as_future_message(
+            key=key, value=expect, partition=2, key_serializer=table.key_serializer,
+            value_serializer=table.value_serializer if expect is not None else "raw").message
+        assert (key, value) == (message.key, message.value)
+    assert "k3" not in w.model_view
+
+
+async def test_a_deferrable_store_waits_for_its_block_and_a_failed_step_keeps_its_records():
+    import asyncio
+
+    import pytest
+    w = _tables()
+    steps, fail = [], [False]
+
+    async def send(topic, partition, records):
+        if fail[0]:
+            fail[0] = False
+            raise ConnectionError("broker away")
+        steps.append([k for k, _ in records])
+    w.changelog.send = send
+    w.sequencer_view.set_partition(0)
+    w.model_view.set_partition(0)
+    async with w.changelog.held():
+        w.sequencer_view["src/examples:0"] = 1          # deferrable: waits for the block's end
+        await asyncio.sleep(0.01)
+        assert steps == []
+    assert steps == [[b"src/examples:0"]]
+    fail[0] = True                                      # the step at the block's end fails:
+    with pytest.raises(ConnectionError):                # the block raises (the batch is retried)
+        async with w.changelog.held():
+            w.sequencer_view["src/examples:0"] = 2
+    assert steps == [[b"src/examples:0"]] and w.sequencer_view.get("src/examples:0") == 2
+    w.model_view["log/0"] = 5                           # not deferrable: sent on the next turn,
+    await asyncio.sleep(0.01)                           # with the record the failed step kept
+    assert steps == [[b"src/examples:0"], [b"src/examples:0"], [b"log/0"]]
