@@ -248,7 +248,7 @@ class WorkerApp:
         loop's next turn, as faust's own path would send them (so its ``owns`` fence is
         unchanged), the sequencer's held until its chunk ends, right after the
         processor's last state write, so that both leave in one request (where faust's
-        path took 1.6-2.6 requests per batch and ~0.14 ms of loop time per record).
+        path took 2.5-2.9 requests per batch and ~0.14 ms of loop time per record).
         Holding the sequencer's is safe: they are still appended before the batch is
         acked (so before any commit, which flushes faust's producer), and at worst they
         land later than before; a restarted owner that finds older input offsets re-appends

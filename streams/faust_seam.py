@@ -362,7 +362,7 @@ class ChangelogWriter:
     queue and a task that publishes one message at a time) would have sent them too.
     Inside ``held()`` a ``deferrable`` store's records wait for the block's end. faust's
     path cost the loop ~0.14 ms per record and sent a batch's writes to two tables in
-    1.6-2.6 requests (a /tmp probe of 106-record batches).
+    2.5-2.9 requests (bench/throughput.py --batch-cost, 106-record batches).
     Serialized by faust's own topic (``prepare_key``, ``prepare_value``, with the
     table's serializers; a tombstone is a raw None), so recovery reads them as faust's.
 
@@ -370,9 +370,9 @@ class ChangelogWriter:
     faust calls it before every commit and when partitions are revoked, so appended
     records are covered exactly as faust's own (faust's ``_on_changelog_sent`` only
     records persisted offsets, which the memory store does not keep). Steps run one at a
-    time (a lock), so a partition's records keep their order. A failed step keeps its
-    records for the next (the store holds them already; a write the agents would skip
-    as done must still reach the changelog)."""
+    time (a lock), so a partition's records keep their order. A failed step keeps the
+    records it did not append for the next (the store holds them already; a write the
+    agents would skip as done must still reach the changelog)."""
 
     def __init__(self, app, send=None):
         self.app = app
@@ -413,6 +413,7 @@ class ChangelogWriter:
             if not self._pending:
                 return
             pending, self._pending = self._pending, []
+            sent: set[tuple[str, int]] = set()
             try:
                 groups: dict[tuple[str, int], list[tuple[bytes | None, bytes | None]]] = {}
                 for table, partition, key, value in pending:
@@ -421,14 +422,27 @@ class ChangelogWriter:
                     vb = None if value is None else \
                         topic.prepare_value(value, table.value_serializer, None, headers)[0]
                     groups.setdefault((topic.get_topic_name(), partition), []).append((kb, vb))
-                for (name, partition), records in groups.items():
-                    await self.send(name, partition, records)
-            except BaseException:
-                self._pending[:0] = pending        # sent again with the next step
+                for where, records in groups.items():
+                    await self.send(*where, records)
+                    sent.add(where)
+            except BaseException:                  # the unsent go again with the next step
+                self._pending[:0] = [r for r in pending
+                                     if (r[0].changelog_topic.get_topic_name(), r[1]) not in sent]
                 raise
 
     async def _send_to_faust(self, topic: str, partition: int, records: list) -> None:
-        await send_records(self.app.producer._ensure_producer(), topic, partition, records)
+        for delivery, _ in await send_records(self.app.producer._ensure_producer(), topic,
+                                              partition, records):
+            delivery.add_done_callback(_log_undelivered)
+
+
+def _log_undelivered(delivery) -> None:
+    """A changelog batch the broker never acknowledged (aiokafka gave up retrying): a
+    restart would restore that partition's older state and re-read more of its log (the
+    agents' gap re-reads, idempotent by offset); say so, with the error's name only."""
+    if not delivery.cancelled() and delivery.exception() is not None:
+        log.warning("table changelog records were not delivered (%s); a restart re-reads "
+                    "more of the log", type(delivery.exception()).__name__)
 
 
 class TableStore:

@@ -174,3 +174,18 @@ async def test_a_deferrable_store_waits_for_its_block_and_a_failed_step_keeps_it
     w.model_view["log/0"] = 5                           # not deferrable: sent on the next turn,
     await asyncio.sleep(0.01)                           # with the record the failed step kept
     assert steps == [[b"src/examples:0"], [b"src/examples:0"], [b"log/0"]]
+
+
+async def test_an_undelivered_changelog_batch_is_logged_by_its_error_name_only(caplog):
+    import asyncio
+
+    from dpstream.streams.faust_seam import _log_undelivered
+    delivery = asyncio.get_running_loop().create_future()
+    delivery.set_exception(TimeoutError("model/secret-model/head"))
+    _log_undelivered(delivery)
+    ok = asyncio.get_running_loop().create_future()
+    ok.set_result(None)
+    _log_undelivered(ok)
+    assert [r.getMessage() for r in caplog.records] == [
+        "table changelog records were not delivered (TimeoutError); a restart re-reads "
+        "more of the log"]
