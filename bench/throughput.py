@@ -280,14 +280,10 @@ def batch_cost(model: dict, data: list[bytes], small: bool, env: dict | None = N
     finally:
         retire(worker, prefix)
     after = [r.timestamp / 1000 for r in preds if r.timestamp / 1000 > t0]
-    events = T._load(trace)
-    within = lambda kind: [e for e in events.get(kind, []) if t0 <= e["t0"] <= max(after)]  # noqa: E731
-    batches, produce = within("batch"), within("produce")
-    n = max(1, len(batches))
+    requests = T.requests_per_batch(T._load(trace), t0, max(after, default=t0)) or \
+        {"batches": 0, "fetch": 0.0, "produce": 0.0, "changelog": 0.0}
     return {"cpu_us": 1e6 * (c1 - c0) / max(1, len(after)), "records": len(after),
-            "per_batch": len(after) / n, "fetch": len(within("fetch_request")) / n,
-            "produce": len(produce) / n,
-            "changelog": sum("changelog" in e.get("t", ()) for e in produce) / n}
+            "per_batch": len(after) / max(1, requests["batches"]), **requests}
 
 
 def machine_busy() -> tuple[float, float]:

@@ -16,7 +16,7 @@ collector pass over 1 ms, from ``gc.callbacks``), ``stall`` (the event loop late
 innermost frames: what holds it), ``noise`` (a continual-release noise block drawn ahead
 by the helper process, mechanisms/continual.py), ``noise_wait`` (a learner waiting over
 1 ms for a block the helper had not finished), ``rebalance``, and each request to the
-broker: ``fetch_request`` and ``produce`` (the kinds of topic in it: ``log``,
+broker: ``fetch_request`` and ``produce`` (the roles of the topics in it: ``log``,
 ``outputs``, ``changelog``); a stream's cost per record is mostly its requests per
 batch. It records offsets and times only. The broker's GC pauses and concurrent GC work come from its log
 (``broker_gc_events``).
@@ -130,7 +130,7 @@ def _ranges(batch: dict) -> list:
     return out
 
 
-def _request_kind(topic: str) -> str:
+def _topic_role(topic: str) -> str:
     from dpstream.streams.topics import MODEL_EVENTS
     return ("changelog" if topic.endswith("-changelog") else
             "log" if topic.endswith(MODEL_EVENTS) else "outputs")
@@ -194,7 +194,7 @@ def install(path: str) -> None:
         try:
             return await send_produce(self, node_id, batches)
         finally:
-            trace.write("produce", t0, time.time(), t=sorted({_request_kind(tp.topic) for tp in batches}))
+            trace.write("produce", t0, time.time(), t=sorted({_topic_role(tp.topic) for tp in batches}))
 
     async def traced_fetch(self, assignment, node_id, request):
         t0 = time.time()
@@ -344,15 +344,23 @@ def breakdown(trace_path: Path, inputs, preds, warm_from: float, gc_log: Path | 
             hit |= (sent <= t1) & (out >= t0)
         causes[cause] = (float(hit[slow].mean()) if slow.any() else 0.0, float(hit.mean()),
                          len(spans), float(sum(t1 - t0 for t0, t1 in spans) * 1000))
-    within = lambda kind: [e for e in trace.get(kind, []) if first <= e["t0"] <= last]  # noqa: E731
-    batches, produce = max(1, len(within("batch"))), within("produce")
-    requests = None                        # (a trace_worker.py of older code counts none)
-    if produce:
-        requests = {"batches": len(within("batch")), "fetch": len(within("fetch_request")) / batches,
-                    "produce": len(produce) / batches}
-        for kind in ("log", "outputs", "changelog"):
-            requests[kind] = sum(kind in e.get("t", ()) for e in produce) / batches
-    return {"stages": stages, "causes": causes, "n": len(rows), "sent": sent, "requests": requests}
+    return {"stages": stages, "causes": causes, "n": len(rows), "sent": sent,
+            "requests": requests_per_batch(trace, first, last)}
+
+
+def requests_per_batch(trace: dict[str, list[dict]], t0: float, t1: float) -> dict | None:
+    """Over the batches that started between t0 and t1: their count, and per batch the
+    fetch requests and produce requests (and those with log appends, outputs, table
+    changelog records). None when the trace counted no requests (an older trace_worker)."""
+    within = lambda event: [e for e in trace.get(event, []) if t0 <= e["t0"] <= t1]  # noqa: E731
+    batches, produce = len(within("batch")), within("produce")
+    if not produce:
+        return None
+    n = max(1, batches)
+    out = {"batches": batches, "fetch": len(within("fetch_request")) / n, "produce": len(produce) / n}
+    for role in ("log", "outputs", "changelog"):
+        out[role] = sum(role in e.get("t", ()) for e in produce) / n
+    return out
 
 
 def report(result: dict) -> str:

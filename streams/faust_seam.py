@@ -371,8 +371,8 @@ class ChangelogWriter:
     records are covered exactly as faust's own (faust's ``_on_changelog_sent`` only
     records persisted offsets, which the memory store does not keep). Steps run one at a
     time (a lock), so a partition's records keep their order. A failed step keeps the
-    records it did not append for the next (the store holds them already; a write the
-    agents would skip as done must still reach the changelog)."""
+    records it did not append for the next, each key's last write only (the store holds
+    them already; a write the agents would skip as done must still reach the changelog)."""
 
     def __init__(self, app, send=None):
         self.app = app
@@ -428,6 +428,11 @@ class ChangelogWriter:
             except BaseException:                  # the unsent go again with the next step
                 self._pending[:0] = [r for r in pending
                                      if (r[0].changelog_topic.get_topic_name(), r[1]) not in sent]
+                # bounded while the broker is away: a key's last write only (what
+                # compaction and recovery keep), each at its last place, so order holds
+                last = {(id(t), p, k): i for i, (t, p, k, _) in enumerate(self._pending)}
+                self._pending = [r for i, r in enumerate(self._pending)
+                                 if last[(id(r[0]), r[1], r[2])] == i]
                 raise
 
     async def _send_to_faust(self, topic: str, partition: int, records: list) -> None:

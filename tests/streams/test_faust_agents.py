@@ -113,16 +113,16 @@ async def test_a_chunks_table_writes_leave_together_after_its_outputs():
     assert await w.apply_fetch({
         "models": [record("models", 0, MODEL)],
         "examples": [record("examples", 0, {"model_id": "w1", "active": [1, 4], "y": 1})]})
-    kinds = [entry[0] for entry in timeline]
-    appended = max(i for i, kind in enumerate(kinds) if kind == "model-events")
-    assert min(i for i, kind in enumerate(kinds) if kind == "changelog") > appended
-    assert kinds[-1] == "changelog" and kinds.index("predictions") < len(kinds) - 1
+    topics = [entry[0] for entry in timeline]
+    appended = max(i for i, topic in enumerate(topics) if topic == "model-events")
+    assert min(i for i, topic in enumerate(topics) if topic == "changelog") > appended
+    assert topics[-1] == "changelog" and topics.index("predictions") < len(topics) - 1
     timeline.clear()
     assert await w.apply_fetch({"queries": [record("queries", 0, {"model_id": "w1", "active": [2]}),
                                             record("queries", 1, {"model_id": "w1", "active": [3]})]})
-    kinds = [entry[0] for entry in timeline]
-    assert kinds[:4] == ["model-events", "model-events", "predictions", "predictions"]
-    assert kinds[4:] == ["changelog", "changelog"]     # one step, after every output
+    topics = [entry[0] for entry in timeline]
+    assert topics[:4] == ["model-events", "model-events", "predictions", "predictions"]
+    assert topics[4:] == ["changelog", "changelog"]    # one step, after every output
     written = {}
     for _, topic, records in timeline[4:]:
         table = "sequencer" if "sequencer-state" in topic else "model"

@@ -171,6 +171,11 @@ async def test_a_deferrable_store_waits_for_its_block_and_a_failed_step_keeps_it
         async with w.changelog.held():
             w.sequencer_view["src/examples:0"] = 2
     assert steps == [[b"src/examples:0"]] and w.sequencer_view.get("src/examples:0") == 2
+    fail[0] = True                                      # failing again, the same key written
+    with pytest.raises(ConnectionError):                # again: kept once (its last write)
+        async with w.changelog.held():
+            w.sequencer_view["src/examples:0"] = 3
+    assert len(w.changelog._pending) == 1
     w.model_view["log/0"] = 5                           # not deferrable: sent on the next turn,
     await asyncio.sleep(0.01)                           # with the record the failed step kept
     assert steps == [[b"src/examples:0"], [b"src/examples:0"], [b"log/0"]]
