@@ -5,7 +5,8 @@
                                [--secure-state DIR] [--only-capacity] [--latency-runs 1]
                                [--latency-paths NAME ...] [--generator-nice 0 [19 ...]]
                                [--half-at DP_WINNOW CONTINUAL] [--broker-gc-log PATH]
-                               [--layouts shared [own-core]] [--batch-cost RUNS]
+                               [--layouts shared [own-core]] [--paces default [B,MS ...]]
+                               [--batch-cost RUNS [--profile]]
 
 One run measures, on the local broker (scripts/kafka.sh start), n records each:
 1. raw aiokafka consume -> produce (no processing: the floor any Kafka pipeline pays;
@@ -21,7 +22,8 @@ One run measures, on the local broker (scripts/kafka.sh start), n records each:
    consumer in its own thread (--consumer-thread; the default runs it on the worker's
    loop, streams/faust_seam.py); with ``--compare-with REV``, the same two workers as the
    git revision REV had them, in the same run (its code, this environment), and each
-   latency run below followed by one of REV's worker (traced by REV's trace_worker.py);
+   latency run below followed by one of REV's worker (traced by this trace_worker.py,
+   as this code's is: the same tracer's cost for both);
    With ``--secure-state DIR`` (a ``KAFKA_SECURE=1 scripts/kafka.sh start`` broker's state
    directory), the raw loop (as the admin) and the DP-Winnow worker (as the worker
    principal, with its ACLs) over SASL_SSL (SCRAM-SHA-512 over TLS), each run next to a
@@ -34,7 +36,9 @@ One run measures, on the local broker (scripts/kafka.sh start), n records each:
    --latency-secs (10) of input paced in 2 ms ticks (pipeline.produce_paced, in its own
    process at niceness --generator-nice; with --layouts shared own-core, each run also
    with the worker alone on one core and the broker and generator on the other: how
-   much of the tail is contention), p50 / p99 (the first 20% of the inputs are
+   much of the tail is contention; with --paces, each run also with other fetch pacings
+   under load, ``min_bytes,max_wait_ms``, streams/tuning.py ``pace_fetches``), p50 /
+   p99 (the first 20% of the inputs are
    warm-up and not counted); at half capacity with the breakdown of a traced worker
    (bench/trace_worker.py): p50 / p99 / p99.9 per stage, and the worker events (GC,
    stalls, commits, state writes, noise draws, the broker's GC pauses from
@@ -48,7 +52,9 @@ records (the producer's 16 KiB record batches, fetched one at a time: what a ste
 brings) against its usual batches of thousands, DP-Winnow and continual Winnow, with the
 requests each batch made (the trace), RUNS times interleaved (and REV's code beside,
 with --compare-with, traced by this trace_worker.py). Nothing else runs meanwhile (no load generator: inputs are all
-produced first), so the difference is the per-batch cost, not contention.
+produced first), so the difference is the per-batch cost, not contention. With
+``--profile``, py-spy samples each of those workers, and the difference is attributed
+to packages, and inside aiokafka to its routines (bench/pyspy.py).
 Ratios to the raw loop are the numbers to quote: this 2-core machine is shared and
 noisy, absolute rates move between runs. Measure on a fresh broker
 (``scripts/kafka.sh reset`` then ``start``): a development broker that had kept
@@ -61,6 +67,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import itertools
 import json
 import multiprocessing
@@ -75,6 +82,7 @@ from pathlib import Path
 import numpy as np
 
 import pipeline as P          # bench/pipeline.py: produce, drain, raw_loop, create, Worker
+import pyspy                  # bench/pyspy.py: where the worker's CPU goes (--profile)
 import trace_worker as T      # bench/trace_worker.py: the traced worker and the breakdown
 
 HERE = Path(__file__).resolve().parent
@@ -203,19 +211,22 @@ def pin(pid: int, cpus: set[int]) -> None:
 
 
 def latency(model: dict, data: list[bytes], rate: float, args: tuple[str, ...] = (),
-            nice: int = 0, env: dict | None = None, own_core: bool = False) -> dict:
+            nice: int = 0, env: dict | None = None, own_core: bool = False,
+            pace: str = "default") -> dict:
     """The worker (traced, bench/trace_worker.py) fed ``data`` at ``rate`` per second by a
     load generator in its own process (``nice``: its scheduling priority, 19 the lowest):
     the per-stage breakdown of the events after the first 20% (warm-up). With ``env``
-    from ``code_at``, that revision's worker, traced by its own bench/trace_worker.py.
+    from ``code_at``, that revision's worker (traced by this bench/trace_worker.py, so
+    that both carry the same tracer).
     With ``own_core``, the worker's process alone on the first CPU (its noise helper
     process free to run anywhere), the broker (scripts/kafka.sh's pid file) and the load
     generator on the others: as a deployment with the broker on other machines would
-    have it, as far as two cores can show."""
+    have it, as far as two cores can show. ``pace``: the fetch pacing under load,
+    ``min_bytes,max_wait_ms`` (bench/trace_worker.py ``BENCH_PACE``), or the worker's own."""
     trace = Path(tempfile.mkdtemp(prefix="dpstream-trace-")) / "trace.jsonl"
-    tracer = Path(env["PYTHONPATH"].split(":")[-1]) / "bench" if env else HERE
-    worker, prefix = start_worker(model, args, env={"BENCH_TRACE": str(trace), **(env or {})},
-                                  command=(str(tracer / "trace_worker.py"),))
+    switches = {"BENCH_TRACE": str(trace), **({} if pace == "default" else {"BENCH_PACE": pace})}
+    worker, prefix = start_worker(model, args, env={**switches, **(env or {})},
+                                  command=(str(HERE / "trace_worker.py"),))
     every = os.sched_getaffinity(0)
     first, others = {min(every)}, every - {min(every)}
     if own_core and not others:
@@ -260,11 +271,13 @@ async def produce_in_batches(topic: str, values: list[bytes], batch_bytes: int) 
         await p.stop()
 
 
-def batch_cost(model: dict, data: list[bytes], small: bool, env: dict | None = None) -> dict:
+def batch_cost(model: dict, data: list[bytes], small: bool, env: dict | None = None,
+               profile: Path | None = None) -> dict:
     """The traced worker draining ``data``, produced before it reads any (its consumer
     is started but the records land faster than it applies them): CPU per record and
     requests per batch over what it applies after the last input is produced. ``small``:
-    stream-sized batches (16 KiB producer batches, 24 KiB fetches, no merging)."""
+    stream-sized batches (16 KiB producer batches, 24 KiB fetches, no merging). With
+    ``profile``, py-spy samples the worker meanwhile into that file (bench/pyspy.py)."""
     trace = Path(tempfile.mkdtemp(prefix="dpstream-trace-")) / "trace.jsonl"
     switches = {"BENCH_TRACE": str(trace), **({"BENCH_FETCH_BYTES": "24576"} if small else {})}
     # this trace_worker.py for any code (``env``: another revision's), so that both have
@@ -273,9 +286,10 @@ def batch_cost(model: dict, data: list[bytes], small: bool, env: dict | None = N
                                   command=(str(HERE / "trace_worker.py"),))
     try:
         asyncio.run(produce_in_batches(prefix + "examples", data, 16_384 if small else 262_144))
-        t0, c0 = time.time(), cpu_seconds(worker.proc.pid)
-        preds, _ = asyncio.run(P.drain(prefix + "predictions", len(data)))
-        c1 = cpu_seconds(worker.proc.pid)
+        with pyspy.recording(worker.proc.pid, profile) if profile else contextlib.nullcontext():
+            t0, c0 = time.time(), cpu_seconds(worker.proc.pid)
+            preds, _ = asyncio.run(P.drain(prefix + "predictions", len(data)))
+            c1 = cpu_seconds(worker.proc.pid)
         time.sleep(1.0)                     # the trace's last lines (flushed every 0.5 s)
     finally:
         retire(worker, prefix)
@@ -283,7 +297,7 @@ def batch_cost(model: dict, data: list[bytes], small: bool, env: dict | None = N
     requests = T.requests_per_batch(T._load(trace), t0, max(after, default=t0)) or \
         {"batches": 0, "fetch": 0.0, "produce": 0.0, "changelog": 0.0}
     return {"cpu_us": 1e6 * (c1 - c0) / max(1, len(after)), "records": len(after),
-            "per_batch": len(after) / max(1, requests["batches"]), **requests}
+            "per_batch": len(after) / max(1, requests["batches"]), "profile": profile, **requests}
 
 
 def machine_busy() -> tuple[float, float]:
@@ -466,6 +480,10 @@ def main() -> None:
                     help="where the worker runs in the latency runs, interleaved per run: shared "
                          "(any core) or own-core (its process alone on the first core, the broker "
                          "and the load generator on the others: how much of the tail is contention)")
+    ap.add_argument("--paces", nargs="+", default=["default"], metavar="PACE",
+                    help="fetch pacings under load, interleaved per latency run: default (the "
+                         "worker's) or min_bytes,max_wait_ms (e.g. default 32768,20: bigger "
+                         "batches, fewer of them)")
     ap.add_argument("--half-at", type=float, nargs=2, metavar=("DP_WINNOW", "CONTINUAL"),
                     help="measure latency at these rates (examples/s) instead of half of a "
                          "capacity measured first (skips the throughput table)")
@@ -488,8 +506,13 @@ def main() -> None:
                     help="only the cost of stream-sized batches against backlog batches, RUNS "
                          "times interleaved")
     ap.add_argument("--batch-cost-n", type=int, default=120_000)
+    ap.add_argument("--profile", action="store_true",
+                    help="with --batch-cost: py-spy the worker, and print where the CPU of "
+                         "stream-sized batches goes beyond the backlog's (bench/pyspy.py)")
     args = ap.parse_args()
     BROKER_GC_LOG = args.broker_gc_log
+    if args.profile and pyspy.executable() is None:
+        raise SystemExit("--profile needs py-spy (pip install -e '.[bench]')")
     if args.batch_cost:
         data = P.payloads(args.batch_cost_n, seed=3)
         codes = ("this", args.compare_with) if args.compare_with else ("this",)
@@ -497,14 +520,19 @@ def main() -> None:
         for run, (name, model) in itertools.product(range(args.batch_cost),
                                                      (("DP-Winnow", P.MODEL), ("continual Winnow", CONTINUAL))):
             for code in codes if run % 2 == 0 else codes[::-1]:
+                drains = {}
                 for small in (True, False):
-                    r = batch_cost(model, data, small, envs[code])
+                    profile = Path(tempfile.mkdtemp(prefix="dpstream-spy-")) / "raw.txt" \
+                        if args.profile else None
+                    r = drains[small] = batch_cost(model, data, small, envs[code], profile)
                     print(f"{name}{'' if code == 'this' else ', ' + code}, "
                           f"{'stream-sized' if small else 'backlog'} batches of "
                           f"{r['per_batch']:,.0f} records: {r['cpu_us']:.1f} us of CPU per record "
                           f"(over {r['records']:,}); per batch {r['fetch']:.2f} fetch and "
                           f"{r['produce']:.2f} produce requests ({r['changelog']:.2f} with table "
                           f"changelog records)", flush=True)
+                if args.profile:
+                    print(pyspy.compare(drains[True], drains[False]), flush=True)
         return
     data = P.payloads(args.n)
 
@@ -521,19 +549,22 @@ def main() -> None:
         if name not in args.latency_paths:
             continue
         for run in range(args.latency_runs):
-            # interleaved: each run at every niceness, in every layout, with each code
-            for nice, layout, code in itertools.product(
-                    args.generator_nice, args.layouts,
-                    ("this", args.compare_with) if args.compare_with else ("this",)):
+            # interleaved: each run at every niceness, in every layout, pacing, with each
+            # code (every other run in reverse order)
+            settings = list(itertools.product(
+                args.generator_nice, args.layouts, args.paces,
+                ("this", args.compare_with) if args.compare_with else ("this",)))
+            for nice, layout, pace, code in settings if run % 2 == 0 else settings[::-1]:
                 result = latency(model, P.payloads(int(rate * args.latency_secs), seed=1 + run),
                                  rate=rate, args=extra, nice=nice, own_core=layout == "own-core",
-                                 env=None if code == "this" else code_at(code))
+                                 env=None if code == "this" else code_at(code), pace=pace)
                 p50, p99 = percentiles(result)
                 print(f"\nlatency at {'the given rate' if args.half_at else 'half capacity'} "
                       f"({rate:,.0f} examples/s, {name}, run {run + 1}"
                       + (f", load generator at nice {nice}" if args.generator_nice != [0] else "")
                       + (f", worker {'on its own core' if layout == 'own-core' else 'on shared cores'}"
                          if args.layouts != ["shared"] else "")
+                      + (f", fetch pacing {pace}" if args.paces != ["default"] else "")
                       + (f", {'this code' if code == 'this' else code}" if args.compare_with else "")
                       + f"): p50 {p50:.0f} ms, p99 {p99:.0f} ms; worker CPU "
                       f"{result['cpu_us']:.1f} us per record ({result['cpu_us'] * rate / 1e6:.2f} "

@@ -104,6 +104,15 @@ def pace_fetches(consumer, busy: bool) -> None:
     10-11%, busy 77-84%, p50 29-30 ms. At 1,000/s the worker used 0.61 of a core
     instead of 0.75 (p99 32 ms), at 300/s p99 30 ms. An idle worker keeps the 50 ms
     long poll (an idle fetch every 10 ms cost 13.6% of a core): the first record after
-    a pause is fetched as soon as it lands, and pacing starts with its batch."""
+    a pause is fetched as soon as it lands, and pacing starts with its batch.
+
+    Larger paces were tried and left (2026-12-02, ``bench/throughput.py --half-at 16000
+    11600 --latency-paths DP-Winnow "continual Winnow" --latency-runs 3 --paces default
+    32768,20 65536,30 --latency-at``, interleaved): bigger
+    batches, fewer of them, cost less CPU per record (DP-Winnow at 16,000 examples/s:
+    0.56-0.77 cores at 64 KiB / 30 ms against 0.88-0.90 at the default), but p50 rose
+    by the wait (28-37 ms against 18-23) and p99 did not fall (46-123 ms against 71-88;
+    at 32 KiB / 20 ms 57-116). Continual Winnow at 11,600/s: p99 44-49 ms at the
+    default, 37-99 at 32 KiB, 62-70 at 64 KiB (p50 12-18, 21-22, 38-41)."""
     seam.set_fetch_wait(consumer, min_bytes=BUSY_FETCH_MIN_BYTES if busy else 1,
                         max_wait_ms=BUSY_FETCH_MAX_WAIT_MS if busy else FETCH_MAX_WAIT_MS)
