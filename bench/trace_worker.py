@@ -345,7 +345,17 @@ def breakdown(trace_path: Path, inputs, preds, warm_from: float, gc_log: Path | 
         causes[cause] = (float(hit[slow].mean()) if slow.any() else 0.0, float(hit.mean()),
                          len(spans), float(sum(t1 - t0 for t0, t1 in spans) * 1000))
     return {"stages": stages, "causes": causes, "n": len(rows), "sent": sent,
-            "requests": requests_per_batch(trace, first, last)}
+            "requests": requests_per_batch(trace, first, last),
+            "busy": busy_fraction(trace, first, last)}
+
+
+def busy_fraction(trace: dict[str, list[dict]], t0: float, t1: float) -> float:
+    """The share of t0..t1 the applier spent in batches (``WorkerApp.apply_fetch``, from
+    its start to its state written: CPU and the broker round trips it waits for). The
+    worker's ``dpstream_processing_seconds`` histogram (``--latency-metrics``) times the
+    same spans per chunk, so the rate of its sum is this share, as an operator sees it."""
+    spans = [(max(t0, e["t0"]), min(t1, e["t1"])) for e in trace.get("batch", [])]
+    return sum(max(0.0, b - a) for a, b in spans) / max(1e-9, t1 - t0)
 
 
 def requests_per_batch(trace: dict[str, list[dict]], t0: float, t1: float) -> dict | None:
@@ -383,6 +393,9 @@ def report(result: dict) -> str:
                  "count, total ms): " + "; ".join(
                      f"{c} {s:.0%} / {a:.0%} ({n}, {ms:.0f})"
                      for c, (s, a, n, ms) in result["causes"].items()))
+    if "busy" in result:
+        lines.append(f"the applier was busy {result['busy']:.0%} of the time (in batches: CPU "
+                     f"and the round trips they wait for)")
     r = result.get("requests")
     if r and r["batches"]:
         lines.append(f"requests per batch ({r['batches']:,} batches): {r['fetch']:.2f} fetch, "

@@ -3,6 +3,7 @@ worker runs on every fetch) over faust's own tables in memory, with outputs coll
 instead of produced (table changelog records too: ``ChangelogWriter.send``)."""
 import asyncio
 import json
+import time
 from types import SimpleNamespace
 
 import pytest
@@ -17,6 +18,17 @@ MODEL = {"type": "model", "model_id": "w1", "dimension": 10,
          "params": {"kind": "winnow", "eps_hat": 1.0, "eta": 0.1, "m": 50, "K": 5, "L": 2.0}}
 
 
+def new_worker(emit, timeline: list, **settings) -> WorkerApp:
+    """A worker app with in-memory tables whose outputs go to ``emit`` and whose table
+    changelog records go to ``timeline``."""
+    w = WorkerApp(kafka=Kafka("127.0.0.1:1"), rng=KeyedRandomness(b"faust-agent-tests-key-0000000000"),
+                  emit_override=emit, app_id="dpstream-test", **settings)
+    w.app.finalize()
+    w.app.conf.store = "memory://"
+    w.changelog.send = changelog_to(timeline)
+    return w
+
+
 @pytest.fixture
 def worker():
     collected = []
@@ -24,12 +36,7 @@ def worker():
     async def collect(topic, key, value):
         collected.append((topic, key, value))
 
-    w = WorkerApp(kafka=Kafka("127.0.0.1:1"), rng=KeyedRandomness(b"faust-agent-tests-key-0000000000"),
-                  emit_override=collect, app_id="dpstream-test")
-    w.app.finalize()
-    w.app.conf.store = "memory://"
-    w.changelog.send = changelog_to(collected)
-    return w, collected
+    return new_worker(collect, collected), collected
 
 
 def changelog_to(timeline):
@@ -103,12 +110,7 @@ async def test_a_chunks_table_writes_leave_together_after_its_outputs():
     that writes large state sends those records before its outputs, as before, and the
     sequencer's waiting records go with them: still after their log appends.)"""
     timeline = []
-    log = PlacingLog(timeline)
-    w = WorkerApp(kafka=Kafka("127.0.0.1:1"), rng=KeyedRandomness(b"faust-agent-tests-key-0000000000"),
-                  emit_override=log, app_id="dpstream-test")
-    w.app.finalize()
-    w.app.conf.store = "memory://"
-    w.changelog.send = changelog_to(timeline)
+    w = new_worker(PlacingLog(timeline), timeline)
     w.assigned_log_partitions = lambda: {0}          # no broker: this worker owns partition 0
     assert await w.apply_fetch({
         "models": [record("models", 0, MODEL)],
@@ -131,3 +133,25 @@ async def test_a_chunks_table_writes_leave_together_after_its_outputs():
     assert written["model"]["log/0"] == 4 == w.model_view.get("log/0")
     for key, value in written["model"].items():
         assert w.model_view.get(key) == value
+
+
+async def test_batch_time_is_exposed_only_when_asked_for_and_covers_the_batch(worker):
+    """The processing-time histogram (a timing side channel) is absent by default; with
+    ``latency_metrics`` the rate of its sum is the share of time spent in batches (the
+    saturation signal the README tells operators to scale out by): its spans cover
+    nearly all of ``apply_fetch``, and never more."""
+    quiet, _ = worker
+    assert await quiet.apply_fetch({"models": [record("models", 0, MODEL)]})
+    assert b"dpstream_processing_seconds" not in quiet.metrics.text()
+    timeline = []
+    w = new_worker(PlacingLog(timeline), timeline, latency_metrics=True)
+    w.assigned_log_partitions = lambda: {0}
+    examples = [record("examples", i, {"model_id": "w1", "active": [1 + i % 9], "y": i % 2})
+                for i in range(1_200)]                      # three chunks of BATCH = 500 at most
+    t0 = time.perf_counter()
+    assert await w.apply_fetch({"models": [record("models", 0, MODEL)], "examples": examples})
+    elapsed = time.perf_counter() - t0
+    sample = w.metrics.registry.get_sample_value
+    assert sample("dpstream_processing_seconds_count", {"stage": "sequencer"}) == 3
+    timed = sample("dpstream_processing_seconds_sum", {"stage": "sequencer"})
+    assert 0.8 * elapsed <= timed <= elapsed
