@@ -108,11 +108,11 @@ def pace_fetches(consumer, busy: bool) -> None:
 
     Larger paces were tried and left (2026-12-02, ``bench/throughput.py --half-at 16000
     11600 --latency-paths DP-Winnow "continual Winnow" --latency-runs 3 --paces default
-    32768,20 65536,30 --latency-at``, interleaved): bigger
-    batches, fewer of them, cost less CPU per record (DP-Winnow at 16,000 examples/s:
-    0.56-0.77 cores at 64 KiB / 30 ms against 0.88-0.90 at the default), but p50 rose
-    by the wait (28-37 ms against 18-23) and p99 did not fall (46-123 ms against 71-88;
-    at 32 KiB / 20 ms 57-116). Continual Winnow at 11,600/s: p99 44-49 ms at the
-    default, 37-99 at 32 KiB, 62-70 at 64 KiB (p50 12-18, 21-22, 38-41)."""
+    32768,20 65536,30 --latency-at``, interleaved): bigger batches, fewer of them, cost
+    less CPU per record (DP-Winnow at 16,000 examples/s: 0.56-0.77 cores at 64 KiB / 30
+    ms against 0.88-0.90 at the default), but p50 rose by the wait (28-37 ms against
+    18-23) and p99 did not fall (46-123 ms against 71-88; at 32 KiB / 20 ms 57-116).
+    Continual Winnow at 11,600/s: p99 44-49 ms at the default, 37-99 at 32 KiB, 62-70 at
+    64 KiB (p50 12-18, 21-22, 38-41)."""
     seam.set_fetch_wait(consumer, min_bytes=BUSY_FETCH_MIN_BYTES if busy else 1,
                         max_wait_ms=BUSY_FETCH_MAX_WAIT_MS if busy else FETCH_MAX_WAIT_MS)
