@@ -86,9 +86,9 @@ def compare(small: dict, large: dict, under: str = "aiokafka", floor_us: float =
     """Lines for two profiled drains (``profile``: the file; ``records``; ``batches``):
     microseconds per record of each, and the difference per small batch, per package
     (those differing by ``floor_us`` per record or more), then inside ``under``."""
-    lines = []
+    lines, of_small, of_large = [], attribute(small["profile"], under), attribute(large["profile"], under)
     for label, index in (("self time by package", 0), (f"inside {under}, by its outermost routine", 1)):
-        a, b = attribute(small["profile"], under)[index], attribute(large["profile"], under)[index]
+        a, b = of_small[index], of_large[index]
         rows = sorted(set(a) | set(b), key=lambda k: b[k] / large["records"] - a[k] / small["records"])
         lines.append(f"{label}: us per record in stream-sized / backlog batches, and the "
                      f"difference per stream-sized batch")

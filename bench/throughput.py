@@ -22,8 +22,8 @@ One run measures, on the local broker (scripts/kafka.sh start), n records each:
    consumer in its own thread (--consumer-thread; the default runs it on the worker's
    loop, streams/faust_seam.py); with ``--compare-with REV``, the same two workers as the
    git revision REV had them, in the same run (its code, this environment), and each
-   latency run below followed by one of REV's worker (traced by this trace_worker.py,
-   as this code's is: the same tracer's cost for both);
+   latency run below paired with one of REV's worker, in alternating order (traced by
+   this trace_worker.py, as this code's is: the same tracer's cost for both);
    With ``--secure-state DIR`` (a ``KAFKA_SECURE=1 scripts/kafka.sh start`` broker's state
    directory), the raw loop (as the admin) and the DP-Winnow worker (as the worker
    principal, with its ACLs) over SASL_SSL (SCRAM-SHA-512 over TLS), each run next to a
