@@ -80,6 +80,8 @@ class BinaryLabels:
     def __init__(self, classes: tuple | list | None = None):
         self.by_sign: dict[int, object] = {}
         if classes is not None:
+            if isinstance(classes, (str, bytes)):       # "ab" is not the classes "a" and "b"
+                raise ParameterError("classes", classes, "two labels (negative, positive), e.g. ('no', 'yes')")
             pair = tuple(_check(c, "classes") for c in classes)
             if len(pair) != 2 or pair[0] == pair[1]:
                 raise ParameterError("classes", "<labels>", "two distinct labels (negative, positive)")

@@ -135,6 +135,13 @@ def test_an_unusable_label_is_refused_by_name_without_its_value(label):
     assert err.value.name == "y" and model.learner.state.t == 0
 
 
+@pytest.mark.parametrize("classes", [("yes",), ("a", "a"), "ab", (None, 1)], ids=str)
+def test_declared_classes_must_be_two_distinct_labels(classes):
+    with pytest.raises(ParameterError) as err:
+        CLASSIFIERS["dp_ftrl"](classes=classes)
+    assert err.value.name == "classes"
+
+
 def test_a_third_class_is_refused_and_nothing_is_learned():
     model = CLASSIFIERS["continual_winnow"]()
     model.learn_one({"a": 0.3}, "yes")
