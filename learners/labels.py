@@ -67,7 +67,8 @@ def _check(y, name: str = "y"):
     try:
         hash(y)
     except TypeError:
-        raise ParameterError(name, "<unhashable label>", "a hashable label (bool, number or string)") from None
+        raise ParameterError(name, "<unhashable label>",
+                             "a hashable label (bool, number or string)") from None
     if y is None or (isinstance(y, float) and math.isnan(y)):
         raise ParameterError(name, "<missing label>", "a label (bool, number or string), not None or NaN")
     return y
@@ -81,7 +82,8 @@ class BinaryLabels:
         self.by_sign: dict[int, object] = {}
         if classes is not None:
             if isinstance(classes, (str, bytes)):       # "ab" is not the classes "a" and "b"
-                raise ParameterError("classes", classes, "two labels (negative, positive), e.g. ('no', 'yes')")
+                raise ParameterError("classes", classes,
+                                     "two labels (negative, positive), e.g. ('no', 'yes')")
             pair = tuple(_check(c, "classes") for c in classes)
             if len(pair) != 2 or pair[0] == pair[1]:
                 raise ParameterError("classes", "<labels>", "two distinct labels (negative, positive)")

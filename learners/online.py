@@ -178,7 +178,9 @@ class DPFTRLClassifier(PrivateClassifier):
     $DPSTREAM_SECRET_KEY; ``model_id``: the noise stream (None: a fresh one per instance);
     ``classes``: the declared ``(negative, positive)`` labels, else read from the labels;
     ``on_charge``: receives each ledger entry. ``predict_proba_one`` is the released
-    model's sigmoid(<w, x>)."""
+    model's sigmoid(<w, x>). A learner setting about "y = +1" (a declared prior, say) is
+    about the positive class: True, 1, or ``classes[1]``; with named classes, declare
+    ``classes`` so that it is known which one that is (learners/labels.py)."""
 
     def __init__(self, features, *, epsilon: float, delta: float = 1e-6, horizon: int,
                  key: bytes | None = None, model_id: str | None = None, classes: tuple | None = None,

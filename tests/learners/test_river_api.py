@@ -64,8 +64,9 @@ def prequential(model, records, labels):
 @pytest.mark.parametrize("first_positive", [True, False], ids=["first+", "first-"])
 def test_answers_are_the_users_labels_and_right_whatever_the_first_label(kind, encoding, first_positive):
     """Every answer is one of the user's two labels, both are answered, and the model is
-    right on a learnable stream (Winnow ~80%, DP-FTRL ~92% here), for bools, 0/1, -1/+1 and named classes, whichever class
-    comes first (before: +1 first gave 1/0 answers, strings gave True)."""
+    right on a learnable stream (Winnow ~80%, DP-FTRL ~92% here), for bools, 0/1, -1/+1
+    and named classes, whichever class comes first (before: +1 first gave 1/0 answers,
+    strings gave True)."""
     records, positive = starting_with(*learnable(), first_positive)
     labels = [encoding[int(p)] for p in positive]
     answers, accuracy = prequential(CLASSIFIERS[kind](), records, labels)
