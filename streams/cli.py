@@ -330,18 +330,20 @@ def cmd_worker(args) -> int:
     from dpstream.mechanisms.accounting import preload
     from dpstream.mechanisms.continual import draw_ahead_in_a_process, start_helper
 
-    from .app import WorkerApp
+    from .app import WorkerApp, keep_secrets_from_children
     from .faust_seam import contract
-    from .observe import quiet_startup_logs
+    from .observe import exposed, quiet_startup_logs, web_bind
     from .topics import ensure_topics
     from .tuning import hold_full_collections, shorten_thread_switches
     rng = _key()
+    bind = web_bind(args.web_bind)
     problems = contract()
     if problems:
         raise Failed("the installed faust / mode / aiokafka lack what the worker relies on "
                      f"(streams/faust_seam.py): {'; '.join(problems)}")
     preload()                             # not on the loop at the first registration
     kafka = _kafka(args)
+    keep_secrets_from_children()          # read: the processes it starts need none of them
     created = _broker_call(kafka, ensure_topics(kafka, prefix=args.prefix, partitions=args.partitions),
                            "Describe and Create the topics" + (f" {args.prefix}*" if args.prefix else ""))
     if created:
@@ -368,7 +370,12 @@ def cmd_worker(args) -> int:
             logging.getLogger("dpstream").info(
                 "dpstream worker ready: broker %s, topic prefix %r, %d partitions, key fingerprint %s%s",
                 kafka.bootstrap, args.prefix, args.partitions, rng.fingerprint(),
-                f", status on :{args.web_port}/status/" if args.web_port else "")
+                f", status on {bind}:{args.web_port}/status/" if args.web_port else "")
+            if args.web_port and exposed(bind):
+                logging.getLogger("dpstream").warning(
+                    "the status and metrics pages listen on %s:%d without authentication: anyone "
+                    "who reaches that port sees per-model event counts (--web-bind 127.0.0.1 "
+                    "keeps them on this machine)", bind, args.web_port)
 
     data_dir = Path(args.data_dir)
     if not data_dir.exists():
@@ -378,7 +385,8 @@ def cmd_worker(args) -> int:
               "the worker keeps table files there)", file=sys.stderr)
     worker_app = WorkerApp(kafka=kafka, rng=rng, partitions=args.partitions,
                            app_id=args.app_id or args.prefix + "dpstream",
-                           data_dir=args.data_dir, web_port=args.web_port, prefix=args.prefix,
+                           data_dir=args.data_dir, web_port=args.web_port, web_bind=bind,
+                           prefix=args.prefix,
                            latency_metrics=args.latency_metrics, consumer_thread=args.consumer_thread)
     worker = Worker(worker_app.app, loglevel=args.loglevel, quiet=True)
     worker.execute_from_commandline()
@@ -670,6 +678,9 @@ def main(argv=None) -> int:
                    "(default: the topic prefix + 'dpstream')")
     p.add_argument("--data-dir", default="/tmp/dpstream-worker", help="default: %(default)s")
     p.add_argument("--web-port", type=int, help="serve /status/ and /metrics/ on this port")
+    p.add_argument("--web-bind", metavar="ADDRESS",
+                   help="address those pages listen on (no authentication; default: "
+                        "$DPSTREAM_WEB_BIND, else 127.0.0.1, this machine only)")
     p.add_argument("--loglevel", default="info", help="default: %(default)s")
     p.add_argument("--consumer-thread", action="store_true",
                    help="run faust's Kafka consumer in its own thread (faust's default) instead "
