@@ -27,6 +27,7 @@ import json
 import logging
 import os
 import sys
+from contextlib import contextmanager
 from pathlib import Path
 
 from dpstream.mechanisms.errors import MissingKeyError
@@ -137,6 +138,7 @@ def cmd_run(args) -> int:
     items += [(topics.EXAMPLES, r) for r in _read_lines(args.examples)]
     items += [(topics.QUERIES, r) for r in _read_lines(args.queries)]
     rng = _key()
+    out = out_dir(args.out)                   # refused before the run, not after it
     state = SqliteState(args.state) if args.state else None
     rt = EmbeddedRuntime(rng, state)
     progress = Progress("dpstream run", len(items), quiet=args.quiet)
@@ -144,10 +146,10 @@ def cmd_run(args) -> int:
     progress.done()
     if state is not None:
         state.commit()
-    out = Path(args.out)
-    write_export(out, rt.log, rt.outputs)
+    with refused_out():
+        write_export(out, rt.log, rt.outputs)
     print(f"dpstream run: {len(items)} inputs -> "
-          + ", ".join(f"{len(rt.outputs[t])} {t}" for t in topics.OUTPUTS) + f" in {out}")
+          + ", ".join(f"{len(rt.outputs[t])} {t}" for t in topics.OUTPUTS) + f" in {args.out}")
     refused = [r for r in rt.outputs[topics.REJECTED] if r["source"].startswith(topics.MODELS + ":")]
     for r in refused:
         print(f"dpstream run: registration at {r['source']} refused: {r['reason']}", file=sys.stderr)
@@ -193,32 +195,41 @@ class Progress:
             self.bar.stop()
 
 
-def _owner_only(path: Path):
-    """Open ``path`` for writing with mode 0600 (also when it already existed)."""
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    os.fchmod(fd, 0o600)
-    return os.fdopen(fd, "w")
+@contextmanager
+def refused_out():
+    """A refused ``--out`` directory or file (streams/outdir.py) as Failed, exit 2: one
+    line that says why, nothing written."""
+    from .outdir import UnsafeOut
+    try:
+        yield
+    except UnsafeOut as err:
+        raise Failed(f"--out {err}", 2) from None
 
 
-def owner_only_dir(out: Path) -> Path:
-    """``out`` created (or tightened) to mode 0700: readable by its owner only."""
-    out.mkdir(parents=True, exist_ok=True, mode=0o700)
-    os.chmod(out, 0o700)
-    return out
+def out_dir(path: str, *, private: bool = True):
+    """The ``--out`` directory of export, run and audit-report, opened for writing
+    (streams/outdir.py: created 0700 if missing, never chmod-ed, nothing followed out of
+    it), checked before the command does its work."""
+    from .outdir import OutDir
+    with refused_out():
+        return OutDir(path, private=private).__enter__()
 
 
-def write_export(out: Path, log: list[dict], outputs: dict) -> None:
-    """The layout `dpstream export` and `dpstream run` write and `dpstream replay --dir` reads.
-    ``model-events.jsonl`` holds raw features and labels: the directory is created 0700
-    and every file 0600 (owner only)."""
-    owner_only_dir(out)
-    with _owner_only(out / f"{topics.MODEL_EVENTS}.jsonl") as fh:
+def write_export(out, log: list[dict], outputs: dict) -> None:
+    """The layout `dpstream export` and `dpstream run` write and `dpstream replay --dir`
+    reads, into ``out`` (an open ``out_dir`` or a path). ``model-events.jsonl`` holds raw
+    features and labels: the directory is created 0700 and every file is 0600."""
+    from .outdir import OutDir
+    names = [f"{topics.MODEL_EVENTS}.jsonl", *(f"{t}.jsonl" for t in topics.OUTPUTS)]
+    with (OutDir(out, private=True) if isinstance(out, (str, Path)) else out) as where, \
+            where.files(names) as files:
+        fh = files[f"{topics.MODEL_EVENTS}.jsonl"]
         for rec in log:
-            fh.write(json.dumps(rec) + "\n")
-    for topic in topics.OUTPUTS:
-        with _owner_only(out / f"{topic}.jsonl") as fh:
+            fh.write(json.dumps(rec).encode() + b"\n")
+        for topic in topics.OUTPUTS:
+            fh = files[f"{topic}.jsonl"]
             for value in outputs.get(topic, []):
-                fh.write(json.dumps(value) + "\n")
+                fh.write(json.dumps(value).encode() + b"\n")
 
 
 class NothingToAudit(Exception):
@@ -251,9 +262,11 @@ async def _export_kafka(kafka: Kafka, prefix: str, timeout: float) -> tuple[list
 
 def cmd_export(args) -> int:
     kafka = _kafka(args)
+    out = out_dir(args.out)
     log, outputs = _broker_call(kafka, _export_kafka(kafka, args.prefix, args.timeout),
                                 f"Read topic {args.prefix}{topics.MODEL_EVENTS} and the output topics")
-    write_export(Path(args.out), log, outputs)
+    with refused_out():
+        write_export(out, log, outputs)
     print(f"dpstream export: {len(log)} model events, "
           + ", ".join(f"{len(v)} {k}" for k, v in outputs.items()) + f" -> {args.out}")
     return 0
@@ -301,6 +314,7 @@ def cmd_audit_report(args) -> int:
         log, outputs = read_export(Path(args.dir))
     except NothingToAudit as err:
         raise Failed(f"{err}: no report written", 2) from None
+    out = out_dir(args.out, private=args.internal)
     summary, mistakes = None, ({} if args.internal else None)
     rng = None
     if not args.no_key:
@@ -314,8 +328,8 @@ def cmd_audit_report(args) -> int:
                   "(releases marked not verified)", file=sys.stderr)
     if rng is not None:
         summary = asyncio.run(replay(rng, log, outputs, mistakes=mistakes)).summary()
-    out = owner_only_dir(Path(args.out)) if args.internal else Path(args.out)
-    path = build_report(log, outputs, out, summary, mistakes, private=args.internal)
+    with refused_out():
+        path = build_report(log, outputs, out, summary, mistakes, private=args.internal)
     form = "INTERNAL (contains information about the private examples)" if args.internal else "public"
     print(f"dpstream audit-report: {path} ({form})")
     return 0
