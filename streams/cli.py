@@ -249,13 +249,17 @@ def read_export(src: Path) -> tuple[list[dict], dict]:
     log = load(topics.MODEL_EVENTS)
     if not log:
         raise NothingToAudit(f"{src}/{topics.MODEL_EVENTS}.jsonl holds no model events")
-    return log, {t: load(t) for t in topics.OUTPUTS}
+    return log, {t: load(t) for t in topics.OUTPUTS      # answers.jsonl: since issue 41
+                 if t != topics.ANSWERS or (src / f"{t}.jsonl").exists()}
 
 
 async def _export_kafka(kafka: Kafka, prefix: str, timeout: float) -> tuple[list[dict], dict]:
-    log = [{"partition": r.partition, "offset": r.offset, "value": json.loads(r.value)}
+    """The log and the output topics as they are: a record that is not JSON is kept as a
+    marker, so that replay (now, or on the export later) counts it (replay.screen)."""
+    from .replay import parse_json
+    log = [{"partition": r.partition, "offset": r.offset, "value": parse_json(r.value)}
            for r in await read_topic(kafka, prefix + topics.MODEL_EVENTS, timeout=timeout)]
-    outputs = {t: [json.loads(r.value) for r in await read_topic(kafka, prefix + t, timeout=timeout)]
+    outputs = {t: [parse_json(r.value) for r in await read_topic(kafka, prefix + t, timeout=timeout)]
                for t in topics.OUTPUTS}
     return log, outputs
 
@@ -306,7 +310,7 @@ def cmd_replay(args) -> int:
 
 
 def cmd_audit_report(args) -> int:
-    from .replay import replay
+    from .replay import replay, screen
     from .report import build_report
     if args.internal and args.no_key:
         raise Failed("--internal recomputes mistakes with the key; drop --no-key", 2)
@@ -315,6 +319,9 @@ def cmd_audit_report(args) -> int:
     except NothingToAudit as err:
         raise Failed(f"{err}: no report written", 2) from None
     out = out_dir(args.out, private=args.internal)
+    log, outputs, invalid = screen(log, outputs)      # forged records: said, not plotted
+    for found in invalid:
+        print(f"dpstream audit-report: {found.line()}", file=sys.stderr)
     summary, mistakes = None, ({} if args.internal else None)
     rng = None
     if not args.no_key:
@@ -511,11 +518,14 @@ def cmd_models(args) -> int:
         except (ValidationError, ValueError):
             continue
         models.setdefault(cfg.model_id, cfg)
-    spent = {}
-    for r in _broker_call(kafka, read_topic(kafka, args.prefix + topics.LEDGER, timeout=args.timeout),
-                          f"Read topic {args.prefix}{topics.LEDGER}"):
-        e = json.loads(r.value)
-        spent[e["model_id"]] = e
+    from .replay import parse_json, screen_topic
+    ledger = _broker_call(kafka, read_topic(kafka, args.prefix + topics.LEDGER, timeout=args.timeout),
+                          f"Read topic {args.prefix}{topics.LEDGER}")
+    entries, invalid = screen_topic(topics.LEDGER, [parse_json(r.value) for r in ledger])
+    if invalid:
+        print(f"dpstream models: on {args.prefix}{topics.LEDGER}, {invalid.line()} (`dpstream "
+              "replay --no-key` checks the rest)", file=sys.stderr)
+    spent = {e["model_id"]: e for e in entries}
     if args.action == "show" and args.target not in models:
         raise Failed(f"no registration for that id on {args.prefix}{topics.MODELS}")
     for mid, cfg in sorted(models.items()):
