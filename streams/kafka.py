@@ -292,7 +292,7 @@ def _mechanism(props: dict[str, str], protocol: str, where: str) -> str | None:
 
 def _hostname_check(props: dict[str, str], where: str) -> bool:
     """Whether to check the broker's name: ``https`` (default) yes, the empty value no
-    (with a warning where the client is built), anything else refused (module docstring)."""
+    (``from_settings`` warns), anything else refused (module docstring)."""
     value = props.get("ssl.endpoint.identification.algorithm", "https").strip()
     if value.lower() == "https":
         return True
