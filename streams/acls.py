@@ -10,9 +10,9 @@ app id is P + "dpstream").
 |---|---|---|
 | worker | read the inputs; read and write ``model-events`` and its own changelogs and internal topics (prefix: the app id); write the outputs; create its topics; use its consumer group | write ``models``, ``examples`` or ``queries`` |
 | producer | write ``examples`` | read anything |
-| querier | write ``queries``; read ``predictions`` (its answers) | read ``examples``, ``model-events``, changelogs |
+| querier | write ``queries``; read ``answers`` (query answers only) | read ``predictions`` (one record per example), ``examples``, ``model-events``, changelogs |
 | consumer | read ``predictions`` | read ``examples``, ``model-events``, changelogs; write anything |
-| auditor | read the public topics: ``models``, ``ledger``, ``predictions``, ``releases``, ``rejected`` | read ``examples``, ``model-events``, changelogs; write anything |
+| auditor | read the public topics: ``models``, ``ledger``, ``predictions``, ``answers``, ``releases``, ``rejected`` | read ``examples``, ``model-events``, changelogs; write anything |
 | admin | everything (the broker's super user): write ``models``, export the private log for a keyed replay, manage ACLs | |
 
 The private topics (``examples``, ``model-events``, the changelogs) are readable only by
@@ -25,7 +25,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .topics import EXAMPLES, INPUTS, LEDGER, MODEL_EVENTS, MODELS, OUTPUTS, PREDICTIONS, QUERIES
+from .topics import (ANSWERS, EXAMPLES, INPUTS, LEDGER, MODEL_EVENTS, MODELS, OUTPUTS, PREDICTIONS,
+                     QUERIES)
 
 # Kafka's ACL enums (org.apache.kafka.common.acl / resource)
 TOPIC, GROUP, CLUSTER = 2, 3, 4
@@ -35,7 +36,7 @@ OPERATIONS = {"Read": 3, "Write": 4, "Create": 5, "Describe": 8, "DescribeConfig
 ALLOW = 3
 RESOURCE_NAMES = {TOPIC: "topic", GROUP: "group", CLUSTER: "cluster"}
 ROLES = ("worker", "producer", "querier", "consumer", "auditor")
-PUBLIC = (MODELS, LEDGER, PREDICTIONS, "releases", "rejected")
+PUBLIC = (MODELS, LEDGER, PREDICTIONS, ANSWERS, "releases", "rejected")
 
 
 @dataclass(frozen=True)
@@ -77,8 +78,8 @@ def plan(prefix: str = "", app_id: str | None = None, users: dict[str, str] | No
     allow("producer", ("IdempotentWrite",), CLUSTER, "kafka-cluster")
     allow("querier", ("Write", "Describe"), TOPIC, prefix + QUERIES)
     allow("querier", ("IdempotentWrite",), CLUSTER, "kafka-cluster")
-    for role in ("querier", "consumer"):
-        allow(role, ("Read", "Describe"), TOPIC, prefix + PREDICTIONS)
+    allow("querier", ("Read", "Describe"), TOPIC, prefix + ANSWERS)     # not one record per example
+    allow("consumer", ("Read", "Describe"), TOPIC, prefix + PREDICTIONS)
     for topic in PUBLIC:
         allow("auditor", ("Read", "Describe"), TOPIC, prefix + topic)
     return acls

@@ -27,6 +27,7 @@ import json
 import logging
 import os
 import sys
+from contextlib import contextmanager
 from pathlib import Path
 
 from dpstream.mechanisms.errors import MissingKeyError
@@ -137,6 +138,7 @@ def cmd_run(args) -> int:
     items += [(topics.EXAMPLES, r) for r in _read_lines(args.examples)]
     items += [(topics.QUERIES, r) for r in _read_lines(args.queries)]
     rng = _key()
+    out = out_dir(args.out)                   # refused before the run, not after it
     state = SqliteState(args.state) if args.state else None
     rt = EmbeddedRuntime(rng, state)
     progress = Progress("dpstream run", len(items), quiet=args.quiet)
@@ -144,10 +146,10 @@ def cmd_run(args) -> int:
     progress.done()
     if state is not None:
         state.commit()
-    out = Path(args.out)
-    write_export(out, rt.log, rt.outputs)
+    with refused_out():
+        write_export(out, rt.log, rt.outputs)
     print(f"dpstream run: {len(items)} inputs -> "
-          + ", ".join(f"{len(rt.outputs[t])} {t}" for t in topics.OUTPUTS) + f" in {out}")
+          + ", ".join(f"{len(rt.outputs[t])} {t}" for t in topics.OUTPUTS) + f" in {args.out}")
     refused = [r for r in rt.outputs[topics.REJECTED] if r["source"].startswith(topics.MODELS + ":")]
     for r in refused:
         print(f"dpstream run: registration at {r['source']} refused: {r['reason']}", file=sys.stderr)
@@ -193,32 +195,41 @@ class Progress:
             self.bar.stop()
 
 
-def _owner_only(path: Path):
-    """Open ``path`` for writing with mode 0600 (also when it already existed)."""
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    os.fchmod(fd, 0o600)
-    return os.fdopen(fd, "w")
+@contextmanager
+def refused_out():
+    """A refused ``--out`` directory or file (streams/outdir.py) as Failed, exit 2: one
+    line that says why, nothing written."""
+    from .outdir import UnsafeOut
+    try:
+        yield
+    except UnsafeOut as err:
+        raise Failed(f"--out {err}", 2) from None
 
 
-def owner_only_dir(out: Path) -> Path:
-    """``out`` created (or tightened) to mode 0700: readable by its owner only."""
-    out.mkdir(parents=True, exist_ok=True, mode=0o700)
-    os.chmod(out, 0o700)
-    return out
+def out_dir(path: str, *, private: bool = True):
+    """The ``--out`` directory of export, run and audit-report, opened for writing
+    (streams/outdir.py: created 0700 if missing, never chmod-ed, nothing followed out of
+    it), checked before the command does its work."""
+    from .outdir import OutDir
+    with refused_out():
+        return OutDir(path, private=private).__enter__()
 
 
-def write_export(out: Path, log: list[dict], outputs: dict) -> None:
-    """The layout `dpstream export` and `dpstream run` write and `dpstream replay --dir` reads.
-    ``model-events.jsonl`` holds raw features and labels: the directory is created 0700
-    and every file 0600 (owner only)."""
-    owner_only_dir(out)
-    with _owner_only(out / f"{topics.MODEL_EVENTS}.jsonl") as fh:
+def write_export(out, log: list[dict], outputs: dict) -> None:
+    """The layout `dpstream export` and `dpstream run` write and `dpstream replay --dir`
+    reads, into ``out`` (an open ``out_dir`` or a path). ``model-events.jsonl`` holds raw
+    features and labels: the directory is created 0700 and every file is 0600."""
+    from .outdir import OutDir
+    names = [f"{topics.MODEL_EVENTS}.jsonl", *(f"{t}.jsonl" for t in topics.OUTPUTS)]
+    with (OutDir(out, private=True) if isinstance(out, (str, Path)) else out) as where, \
+            where.files(names) as files:
+        fh = files[f"{topics.MODEL_EVENTS}.jsonl"]
         for rec in log:
-            fh.write(json.dumps(rec) + "\n")
-    for topic in topics.OUTPUTS:
-        with _owner_only(out / f"{topic}.jsonl") as fh:
+            fh.write(json.dumps(rec).encode() + b"\n")
+        for topic in topics.OUTPUTS:
+            fh = files[f"{topic}.jsonl"]
             for value in outputs.get(topic, []):
-                fh.write(json.dumps(value) + "\n")
+                fh.write(json.dumps(value).encode() + b"\n")
 
 
 class NothingToAudit(Exception):
@@ -238,22 +249,28 @@ def read_export(src: Path) -> tuple[list[dict], dict]:
     log = load(topics.MODEL_EVENTS)
     if not log:
         raise NothingToAudit(f"{src}/{topics.MODEL_EVENTS}.jsonl holds no model events")
-    return log, {t: load(t) for t in topics.OUTPUTS}
+    return log, {t: load(t) for t in topics.OUTPUTS      # answers.jsonl: since issue 41
+                 if t != topics.ANSWERS or (src / f"{t}.jsonl").exists()}
 
 
 async def _export_kafka(kafka: Kafka, prefix: str, timeout: float) -> tuple[list[dict], dict]:
-    log = [{"partition": r.partition, "offset": r.offset, "value": json.loads(r.value)}
+    """The log and the output topics as they are: a record that is not JSON is kept as a
+    marker, so that replay (now, or on the export later) counts it (replay.screen)."""
+    from .replay import parse_json
+    log = [{"partition": r.partition, "offset": r.offset, "value": parse_json(r.value)}
            for r in await read_topic(kafka, prefix + topics.MODEL_EVENTS, timeout=timeout)]
-    outputs = {t: [json.loads(r.value) for r in await read_topic(kafka, prefix + t, timeout=timeout)]
+    outputs = {t: [parse_json(r.value) for r in await read_topic(kafka, prefix + t, timeout=timeout)]
                for t in topics.OUTPUTS}
     return log, outputs
 
 
 def cmd_export(args) -> int:
     kafka = _kafka(args)
+    out = out_dir(args.out)
     log, outputs = _broker_call(kafka, _export_kafka(kafka, args.prefix, args.timeout),
                                 f"Read topic {args.prefix}{topics.MODEL_EVENTS} and the output topics")
-    write_export(Path(args.out), log, outputs)
+    with refused_out():
+        write_export(out, log, outputs)
     print(f"dpstream export: {len(log)} model events, "
           + ", ".join(f"{len(v)} {k}" for k, v in outputs.items()) + f" -> {args.out}")
     return 0
@@ -293,7 +310,7 @@ def cmd_replay(args) -> int:
 
 
 def cmd_audit_report(args) -> int:
-    from .replay import replay
+    from .replay import replay, screen
     from .report import build_report
     if args.internal and args.no_key:
         raise Failed("--internal recomputes mistakes with the key; drop --no-key", 2)
@@ -301,6 +318,10 @@ def cmd_audit_report(args) -> int:
         log, outputs = read_export(Path(args.dir))
     except NothingToAudit as err:
         raise Failed(f"{err}: no report written", 2) from None
+    out = out_dir(args.out, private=args.internal)
+    log, outputs, invalid = screen(log, outputs)      # forged records: said, not plotted
+    for found in invalid:
+        print(f"dpstream audit-report: {found.line()}", file=sys.stderr)
     summary, mistakes = None, ({} if args.internal else None)
     rng = None
     if not args.no_key:
@@ -314,8 +335,8 @@ def cmd_audit_report(args) -> int:
                   "(releases marked not verified)", file=sys.stderr)
     if rng is not None:
         summary = asyncio.run(replay(rng, log, outputs, mistakes=mistakes)).summary()
-    out = owner_only_dir(Path(args.out)) if args.internal else Path(args.out)
-    path = build_report(log, outputs, out, summary, mistakes, private=args.internal)
+    with refused_out():
+        path = build_report(log, outputs, out, summary, mistakes, private=args.internal)
     form = "INTERNAL (contains information about the private examples)" if args.internal else "public"
     print(f"dpstream audit-report: {path} ({form})")
     return 0
@@ -330,18 +351,20 @@ def cmd_worker(args) -> int:
     from dpstream.mechanisms.accounting import preload
     from dpstream.mechanisms.continual import draw_ahead_in_a_process, start_helper
 
-    from .app import WorkerApp
+    from .app import WorkerApp, keep_secrets_from_children
     from .faust_seam import contract
-    from .observe import quiet_startup_logs
+    from .observe import exposed, quiet_startup_logs, web_bind
     from .topics import ensure_topics
     from .tuning import hold_full_collections, shorten_thread_switches
     rng = _key()
+    bind = web_bind(args.web_bind)
     problems = contract()
     if problems:
         raise Failed("the installed faust / mode / aiokafka lack what the worker relies on "
                      f"(streams/faust_seam.py): {'; '.join(problems)}")
     preload()                             # not on the loop at the first registration
     kafka = _kafka(args)
+    keep_secrets_from_children()          # read: the processes it starts need none of them
     created = _broker_call(kafka, ensure_topics(kafka, prefix=args.prefix, partitions=args.partitions),
                            "Describe and Create the topics" + (f" {args.prefix}*" if args.prefix else ""))
     if created:
@@ -368,7 +391,12 @@ def cmd_worker(args) -> int:
             logging.getLogger("dpstream").info(
                 "dpstream worker ready: broker %s, topic prefix %r, %d partitions, key fingerprint %s%s",
                 kafka.bootstrap, args.prefix, args.partitions, rng.fingerprint(),
-                f", status on :{args.web_port}/status/" if args.web_port else "")
+                f", status on {bind}:{args.web_port}/status/" if args.web_port else "")
+            if args.web_port and exposed(bind):
+                logging.getLogger("dpstream").warning(
+                    "the status and metrics pages listen on %s:%d without authentication: anyone "
+                    "who reaches that port sees per-model event counts (--web-bind 127.0.0.1 "
+                    "keeps them on this machine)", bind, args.web_port)
 
     data_dir = Path(args.data_dir)
     if not data_dir.exists():
@@ -378,7 +406,8 @@ def cmd_worker(args) -> int:
               "the worker keeps table files there)", file=sys.stderr)
     worker_app = WorkerApp(kafka=kafka, rng=rng, partitions=args.partitions,
                            app_id=args.app_id or args.prefix + "dpstream",
-                           data_dir=args.data_dir, web_port=args.web_port, prefix=args.prefix,
+                           data_dir=args.data_dir, web_port=args.web_port, web_bind=bind,
+                           prefix=args.prefix,
                            latency_metrics=args.latency_metrics, consumer_thread=args.consumer_thread)
     worker = Worker(worker_app.app, loglevel=args.loglevel, quiet=True)
     worker.execute_from_commandline()
@@ -489,11 +518,14 @@ def cmd_models(args) -> int:
         except (ValidationError, ValueError):
             continue
         models.setdefault(cfg.model_id, cfg)
-    spent = {}
-    for r in _broker_call(kafka, read_topic(kafka, args.prefix + topics.LEDGER, timeout=args.timeout),
-                          f"Read topic {args.prefix}{topics.LEDGER}"):
-        e = json.loads(r.value)
-        spent[e["model_id"]] = e
+    from .replay import parse_json, screen_topic
+    ledger = _broker_call(kafka, read_topic(kafka, args.prefix + topics.LEDGER, timeout=args.timeout),
+                          f"Read topic {args.prefix}{topics.LEDGER}")
+    entries, invalid = screen_topic(topics.LEDGER, [parse_json(r.value) for r in ledger])
+    if invalid:
+        print(f"dpstream models: on {args.prefix}{topics.LEDGER}, {invalid.line()} (`dpstream "
+              "replay --no-key` checks the rest)", file=sys.stderr)
+    spent = {e["model_id"]: e for e in entries}
     if args.action == "show" and args.target not in models:
         raise Failed(f"no registration for that id on {args.prefix}{topics.MODELS}")
     for mid, cfg in sorted(models.items()):
@@ -670,6 +702,9 @@ def main(argv=None) -> int:
                    "(default: the topic prefix + 'dpstream')")
     p.add_argument("--data-dir", default="/tmp/dpstream-worker", help="default: %(default)s")
     p.add_argument("--web-port", type=int, help="serve /status/ and /metrics/ on this port")
+    p.add_argument("--web-bind", metavar="ADDRESS",
+                   help="address those pages listen on (no authentication; default: "
+                        "$DPSTREAM_WEB_BIND, else 127.0.0.1, this machine only)")
     p.add_argument("--loglevel", default="info", help="default: %(default)s")
     p.add_argument("--consumer-thread", action="store_true",
                    help="run faust's Kafka consumer in its own thread (faust's default) instead "

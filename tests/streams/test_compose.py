@@ -33,7 +33,7 @@ def test_compose_defines_a_single_kraft_broker_and_a_worker_on_the_documented_po
     assert env["KAFKA_TRANSACTION_STATE_LOG_REPLICATION_FACTOR"] == 1
     assert env["KAFKA_TRANSACTION_STATE_LOG_MIN_ISR"] == 1
     assert "INTERNAL://kafka:19092" in env["KAFKA_ADVERTISED_LISTENERS"]
-    assert "9092:9092" in kafka["ports"] and "6066:6066" in worker["ports"]
+    assert "9092:9092" in kafka["ports"] and "127.0.0.1:6066:6066" in worker["ports"]
     assert "kafka:19092" in worker["command"]
     assert worker["environment"]["DPSTREAM_SECRET_KEY_FILE"].startswith("/run/secrets/")
     readme = (ROOT / "README.md").read_text()
