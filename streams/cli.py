@@ -544,7 +544,8 @@ def _in_force(kafka: Kafka, args, doing: str) -> tuple[dict | None, str | None]:
         raise Failed(f"{err}; nothing {doing}") from None
     except TopicAuthorizationFailedError:
         return None, (f"{kafka.principal} may not read {args.prefix}{topics.MODELS}, so model ids "
-                      "and declarations were not checked")
+                      "and declarations were not checked (the models topic is public "
+                      "configuration: an admin may grant Read on it)")
 
 
 def _unknown_models(rows, in_force: dict) -> str | None:
@@ -633,9 +634,11 @@ def _produce_file(args) -> int:
         _broker_call(kafka, _produce(kafka, args.prefix + args.topic, rows, delivery),
                      f"Write topic {args.prefix}{args.topic}")
     except Failed as err:
-        resume = f"resume with the same command and --skip {args.skip + delivery.acked}"
+        if delivery.sent == 0:
+            raise Failed(f"{err} after 0 of {len(rows)} records were sent") from None
         raise Failed(f"{err} after {delivery.sent} of {len(rows)} records were sent, "
-                     f"{args.skip + delivery.acked} of {total} acknowledged; {resume}") from None
+                     f"{args.skip + delivery.acked} of {total} acknowledged; resume with the same "
+                     f"command and --skip {args.skip + delivery.acked}") from None
     except KeyboardInterrupt:
         delivery.progress.done()          # before the line below, which it would overwrite
         resume = f"resume with the same command and --skip {args.skip + delivery.acked}"
@@ -708,8 +711,7 @@ def cmd_models(args) -> int:
     async def read():
         models = await registrations(kafka, args.prefix, timeout=args.timeout)
         return models, await read_to_end(kafka, args.prefix + topics.LEDGER, timeout=args.timeout)
-    models, ledger = _broker_call(kafka, read(), f"Read topic {args.prefix}{topics.MODELS} and "
-                                  f"{args.prefix}{topics.LEDGER}")
+    models, ledger = _broker_call(kafka, read(), f"Read topic {args.prefix}{topics.MODELS}")
     spent = {}
     for r in ledger:
         e = json.loads(r.value)

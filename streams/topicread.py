@@ -2,13 +2,13 @@
 creating one), a topic read to its end, a topic followed as Kafka's console consumer
 does, and the model registrations in force.
 
-Kafka creates a topic when a client's metadata request names one that does not exist
-and the broker allows auto-creation (aiokafka's requests always allow it): a typo such
-as ``consume --topic exampels`` used to create that topic. So a name that is neither a
-dpstream topic nor one the broker lists is refused here before any request names it
-(``check_topic_name``). The broker's full listing (a request that names no topic)
-shows only the topics the principal may describe, so a dpstream topic that is not
-listed is still read: the broker then says whether it is missing or forbidden.
+Kafka creates a topic when a metadata request names one that does not exist, if the
+request allows it and the broker auto-creates topics; aiokafka's requests always allow
+it, so ``consume --topic exampels`` used to create that topic. Every question about a
+topic here goes through ``faust_seam.describe_topic``, which never creates one: a name
+that does not exist is refused with a did-you-mean before any client asks for it, and
+one this principal may not describe reaches the broker's own refusal, which names the
+missing right.
 """
 from __future__ import annotations
 
@@ -19,7 +19,8 @@ from difflib import get_close_matches
 from . import topics
 from .kafka import Kafka, running
 
-TOPIC_WAIT = 30.0      # seconds register/produce wait for a worker to create the topics
+TOPIC_WAIT = 60.0      # seconds register/produce wait for a worker to create the topics
+UNKNOWN_TOPIC, NO_LEADER = 3, 5     # Kafka error codes
 
 
 class TopicMissing(Exception):
@@ -31,22 +32,21 @@ def known_names(prefix: str) -> list[str]:
     return [prefix + t for t in topics.ALL]
 
 
-def _workers_own(name: str, prefix: str) -> bool:
-    """A worker's changelog (``<app id>-<table>-changelog``; the app id starts with the
-    prefix): its app id is the worker's choice, so the CLI cannot list these names."""
-    return name.startswith(prefix) and name.endswith("-changelog")
+async def _describe(kafka: Kafka, name: str) -> dict:
+    from .faust_seam import describe_topic
+    async with running(kafka.admin(request_timeout_ms=10_000)) as admin:
+        return await describe_topic(admin, name)
 
 
 async def check_topic_name(kafka: Kafka, name: str, prefix: str) -> None:
-    """TopicMissing, with a did-you-mean, for a name that is not dpstream's and that the
-    broker does not list: read, it would be created (module docstring)."""
-    if name in known_names(prefix) or _workers_own(name, prefix):
+    """TopicMissing, with a did-you-mean for a name that is not dpstream's, when the
+    broker has no topic ``name`` (it is not created by asking)."""
+    if (await _describe(kafka, name))["error_code"] != UNKNOWN_TOPIC:
         return
-    async with running(kafka.admin(request_timeout_ms=10_000)) as admin:
-        listed = set(await admin.list_topics())
-    if name in listed:
-        return
-    guess = get_close_matches(name, known_names(prefix) + sorted(listed), n=1, cutoff=0.6)
+    if name in known_names(prefix):
+        raise TopicMissing(f"the topic {name} does not exist on {kafka.bootstrap} yet: a worker "
+                           "creates its topics when it starts (dpstream worker, with the same --prefix)")
+    guess = get_close_matches(name, known_names(prefix), n=1, cutoff=0.6)
     hint = f"did you mean {guess[0]}? " if guess else ""
     raise TopicMissing(f"no topic {name!r} on {kafka.bootstrap} ({hint}the dpstream topics"
                        f"{f' with prefix {prefix!r}' if prefix else ''}: "
@@ -56,31 +56,33 @@ async def check_topic_name(kafka: Kafka, name: str, prefix: str) -> None:
 async def wait_for_topic(kafka: Kafka, name: str, wait: float) -> None:
     """Return once ``name`` exists, or TopicMissing after ``wait`` seconds: the worker
     creates its topics when it starts, and a command run right after ``dpstream worker &``
-    may be first. (A broker that creates topics on request creates it here, as a first
-    write would; one that does not answers "unknown topic" until the worker has.) A
-    principal that may not describe it gets the broker's refusal."""
-    from aiokafka.errors import UnknownTopicOrPartitionError, for_code
+    may come first. A principal that may not describe it gets the broker's refusal."""
+    import sys
+
+    from aiokafka.errors import for_code
     deadline = time.monotonic() + wait
-    async with running(kafka.admin(request_timeout_ms=10_000)) as admin:
-        while True:
-            (described,) = await admin.describe_topics([name])
-            code = described["error_code"]
-            if code == 0 and described["partitions"]:
-                return
-            if code not in (0, UnknownTopicOrPartitionError.errno, 5):   # 5: leader not available yet
-                raise for_code(code)(name)
-            if time.monotonic() > deadline:
-                raise TopicMissing(f"the topic {name} does not exist on {kafka.bootstrap} (waited "
-                                   f"{wait:.0f} s): start a worker first (dpstream worker, with the "
-                                   "same --prefix); it creates its topics")
-            await asyncio.sleep(0.5)
+    said = False
+    while True:
+        described = await _describe(kafka, name)
+        code = described["error_code"]
+        if code == 0 and described["partitions"]:
+            return
+        if code not in (0, UNKNOWN_TOPIC, NO_LEADER):
+            raise for_code(code)(name)
+        if not said and sys.stderr.isatty():
+            print(f"waiting up to {wait:.0f} s for a worker to create {name} ...", file=sys.stderr)
+            said = True
+        if time.monotonic() > deadline:
+            raise TopicMissing(f"the topic {name} does not exist on {kafka.bootstrap} (waited "
+                               f"{wait:.0f} s): start a worker first (dpstream worker, with the "
+                               "same --prefix); it creates its topics")
+        await asyncio.sleep(0.5)
 
 
 async def _assigned(kafka: Kafka, topic: str, consumer) -> list:
     """The topic's partitions, assigned to ``consumer``."""
     from aiokafka import TopicPartition
-    async with running(kafka.admin(request_timeout_ms=10_000)) as admin:
-        (described,) = await admin.describe_topics([topic])
+    described = await _describe(kafka, topic)
     if described["error_code"]:
         from aiokafka.errors import for_code
         raise for_code(described["error_code"])(topic)
