@@ -568,6 +568,12 @@ def cmd_produce(args) -> int:
         return 130
 
 
+def _on_a_terminal(label: str, total: int) -> Progress:
+    """Produce's progress: a bar on a terminal, nothing when piped (a script's log gets
+    the result alone, and a failure stays one line)."""
+    return Progress(label, total, quiet=not sys.stderr.isatty())
+
+
 def _checked_rows(args, configs: dict, report) -> tuple[list, int]:
     """The records ``produce`` sends, after ``--skip`` (and the file's record count):
     read, labels read as -1/+1, and each checked for its form (``check_record``) unless
@@ -587,7 +593,7 @@ def _checked_rows(args, configs: dict, report) -> tuple[list, int]:
     rows = rows[args.skip:]
     if args.no_check:
         return rows, total
-    progress = Progress("dpstream produce: checking", len(rows))
+    progress = _on_a_terminal("dpstream produce: checking", len(rows))
     try:
         for row in rows:
             problem = check_record(args.topic, row.raw)
@@ -615,7 +621,7 @@ def _produce_file(args) -> int:
     if local:                 # what needs no broker first: a file's mistakes before the broker's
         rows, total = _checked_rows(args, {}, report)
     kafka = _kafka(args)
-    in_force, unchecked = ({}, "--no-check") if args.no_check else _in_force(kafka, args, "sent")
+    in_force, unchecked = ({}, "--no-check reads no registration") if args.no_check else _in_force(kafka, args, "sent")
     configs = in_force or {}
     report = OwnerReport(configs, left_out=report.left_out, notes=report.notes)
     if not local:             # table cells are typed by the models' declarations
@@ -626,10 +632,13 @@ def _produce_file(args) -> int:
                    else _unknown_models(rows, in_force))
         if problem:
             raise Failed(f"{name}: {problem}; nothing sent (--no-check sends anyway)")
+    if args.strict and unchecked:
+        raise Failed(f"--strict checks records against their models' declarations, and {unchecked}; "
+                     "nothing sent", 2)
     for row in rows:
         report.add(row.value)
     _strict(args, report)
-    delivery = Delivery(len(rows), Progress("dpstream produce: sending", len(rows)))
+    delivery = Delivery(len(rows), _on_a_terminal("dpstream produce: sending", len(rows)))
     try:
         _broker_call(kafka, _produce(kafka, args.prefix + args.topic, rows, delivery),
                      f"Write topic {args.prefix}{args.topic}")

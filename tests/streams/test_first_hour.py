@@ -151,8 +151,8 @@ def test_version_prints_the_installed_version():
 def test_features_piped_into_head_stops_quietly(tmp_path):
     """Before: a BrokenPipeError traceback when the reader left."""
     sample = tmp_path / "s.jsonl"
-    sample.write_text("".join(json.dumps({f"f{j}": (i * j) % 97 / 3 for j in range(300)}) + "\n"
-                              for i in range(50)))
+    sample.write_text("".join(json.dumps({f"f{j}": (i * j) % 97 / 3 for j in range(1, 3000)}) + "\n"
+                              for i in range(50)))       # a declaration far beyond a pipe's buffer
     env = {k: v for k, v in os.environ.items() if not k.startswith("DPSTREAM_")}
     proc = subprocess.Popen([DPSTREAM, "features", "--sample", str(sample)], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, env=env)
