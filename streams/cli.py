@@ -621,7 +621,8 @@ def _produce_file(args) -> int:
     if local:                 # what needs no broker first: a file's mistakes before the broker's
         rows, total = _checked_rows(args, {}, report)
     kafka = _kafka(args)
-    in_force, unchecked = ({}, "--no-check reads no registration") if args.no_check else _in_force(kafka, args, "sent")
+    in_force, unchecked = (({}, "--no-check reads no registration") if args.no_check
+                           else _in_force(kafka, args, "sent"))
     configs = in_force or {}
     report = OwnerReport(configs, left_out=report.left_out, notes=report.notes)
     if not local:             # table cells are typed by the models' declarations

@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections import Counter
 
 from dpstream.learners.features import Featuriser
-from dpstream.schemas.features import BooleanField, CategoricalField, NumericField
+from dpstream.schemas.features import CategoricalField, NumericField
 
 MISSING, STRINGS, INTS, WRONG, OTHER, CLAMPED = (
     "missing", "numbers as strings", "0/1 integers", "wrong type", "other", "clamped")
