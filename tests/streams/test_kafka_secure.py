@@ -175,10 +175,11 @@ def test_the_quick_start_runs_as_separate_least_privilege_principals(broker, sec
             done = dpstream(broker, role, *args, "--prefix", prefix)
             assert done.returncode == 0, (role, done.stderr)
         done = dpstream(broker, "consumer", "consume", "--topic", "predictions", "--prefix", prefix,
-                        "--max", "2500", "--timeout", "90")
+                        "--from-beginning", "--max", "2500", "--timeout", "90")
         got = [json.loads(x) for x in done.stdout.splitlines() if x.startswith("{")]
         assert done.returncode == 0 and len({p["seq"] for p in got}) == 2500, done.stderr[-2000:]
-        done = dpstream(broker, "auditor", "consume", "--topic", "ledger", "--prefix", prefix, "--timeout", "3")
+        done = dpstream(broker, "auditor", "consume", "--topic", "ledger", "--prefix", prefix,
+                        "--from-beginning", "--timeout", "3")
         assert done.returncode == 0 and '"model_id": "card-fraud"' in done.stdout.replace('":"', '": "')
         done = dpstream(broker, "admin", "export", "--prefix", prefix, "--out", str(tmp_path / "audit"))
         assert done.returncode == 0, done.stderr
