@@ -217,7 +217,7 @@ def cmd_run(args) -> int:
     with refused_out():
         write_export(out, rt.log, rt.outputs)
     print(f"dpstream run: {len(items)} inputs -> "
-          + ", ".join(f"{len(rt.outputs[t])} {t}" for t in topics.OUTPUTS) + f" in {out}")
+          + ", ".join(f"{len(rt.outputs[t])} {t}" for t in topics.OUTPUTS) + f" in {out.path}")
     for line in report.lines("run"):
         print(line, file=sys.stderr)
     refused = [r for r in rt.outputs[topics.REJECTED] if r["source"].startswith(topics.MODELS + ":")]
@@ -227,7 +227,7 @@ def cmd_run(args) -> int:
     if dead:
         reasons = Counter(r["reason"] for r in dead).most_common(3)
         print(f"dpstream run: {len(dead):,} of {len(items) - len(models):,} examples and queries "
-              f"rejected ({out / (topics.REJECTED + '.jsonl')}): "
+              f"rejected ({out.path / (topics.REJECTED + '.jsonl')}): "
               + "; ".join(f"{n:,} {reason}" for reason, n in reasons), file=sys.stderr)
     return 1 if refused or dead else 0
 
