@@ -483,7 +483,6 @@ rotate() {
   [ $# = 1 ] || die "usage: KAFKA_SECURE=1 scripts/kafka.sh rotate NAME"
   valid_user "$1"
   [ -f "$STATE/clients/$1.properties" ] || die "no user $1 (no $STATE/clients/$1.properties)"
-  [ "$1" != admin ] || die "admin's password is also the broker's inter-broker login: rotate it with a restart (edit $STATE/clients/admin.properties, then stop, start)"
   cp -p "$STATE/clients/$1.properties" "$STATE/clients/$1.properties.old"
   write_client "$STATE/clients" "$1" "$BOOTSTRAP" "$STATE/tls/ca.pem"
   scram set "$1"
