@@ -91,8 +91,8 @@ def check_names(prefix: str, app_id: str) -> None:
             raise ValueError(f"{what} {value!r}: use letters, digits, '.', '_' and '-' only "
                              "(Kafka's topic name characters; '*' would be a wildcard)")
     if not app_id.startswith(prefix) or app_id == prefix:
-        raise ValueError(f"--app-id {app_id!r}: the worker's app id must be the topic prefix {prefix!r} "
-                         f"followed by a name (default {prefix + 'dpstream'!r}), so that its group and "
+        raise ValueError(f"--app-id {app_id!r}: the worker's app id must start with the topic prefix {prefix!r} "
+                         f"and go on with a name (default {prefix + 'dpstream'!r}), so that its group and "
                          "internal topics stay in its tenant")
     longest = max(worker_topics(app_id), key=len)
     if len(longest) > MAX_TOPIC:

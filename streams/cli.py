@@ -622,7 +622,10 @@ def cmd_acls(args) -> int:
 
     async def change():
         async with running(kafka.admin(request_timeout_ms=10_000)) as admin:
-            existing = await describe_acls(admin)
+            try:
+                existing = await describe_acls(admin)
+            except PermissionError:       # not a super user: nothing was read or changed
+                return None, [], []
             have = {(t, n, p, who, names.get(op)) for t, n, p, who, op in existing}
             if args.remove:
                 present = [a for a in acls if a.key in have]
@@ -636,6 +639,9 @@ def cmd_acls(args) -> int:
                 await delete_acls(admin, missing)
             return missing, [], errors
     done, problems, errors = _broker_call(kafka, change(), "Alter the cluster's ACLs")
+    if done is None:
+        raise Failed(f"not authorized: principal {kafka.principal} may not Describe the cluster's ACLs; "
+                     "run `dpstream acls` with an admin's client config (a super user), nothing was changed")
     where = f"topic prefix {args.prefix!r}"
     if problems:
         raise Failed(f"refused, nothing applied: {problems[0]}"

@@ -261,7 +261,7 @@ def test_a_tenants_worker_cannot_reach_another_tenant_whose_names_start_like_its
     assert "refused, nothing applied: User:dpstream-prod-worker already holds" in line, line
     assert "covers this plan's" in line and prod.app_id in line, line
     line = one_line(dpstream(secured, None, "acls", "--prefix", "a-", "--app-id", "a-"))
-    assert "--app-id 'a-': the worker's app id must be the topic prefix 'a-' followed by a name" in line, line
+    assert "--app-id 'a-': the worker's app id must start with the topic prefix 'a-' and go on with a name" in line, line
     worker_writes = {a.resource for a in plan("a-", "a-x") if a.operation == "Write" and a.principal == "User:a-worker"}
     assert not worker_writes & {"a-models", "a-examples", "a-queries"}
     assert all(a.pattern == 3 for a in plan("", "dpstream"))             # LITERAL only
