@@ -24,9 +24,10 @@
 # certificates required: the only super users are User:admin and the broker's own
 # certificate (User:CN=dpstream-broker); no anonymous principal has any right. The SCRAM
 # users are created after the start through the admin API (scripts/ScramUsers.java, as the
-# broker's certificate on the internal listener) from the 0600 client configs: no password
-# is ever on a command line. Each user's client config (Kafka's standard property names, mode 0600) is
-# $STATE/clients/<user>.properties, the CA $STATE/tls/ca.pem. Give the users their rights
+# broker's certificate on the internal listener; compiled once, so a JDK is needed) from
+# the 0600 client configs: no password is ever on a command line. Each user's client
+# config (Kafka's standard property names, mode 0600) is $STATE/clients/<user>.properties,
+# the CA $STATE/tls/ca.pem. Give the users their rights
 # with `dpstream acls --apply` (README, "Secure deployment"; threat model: docs/security.md).
 #
 # The state directory (logs, data, TLS key, passwords) must be yours and mode 0700, else
@@ -305,6 +306,13 @@ LOG
 
 write_secure_config() {
   make_secrets "$STATE/tls" localhost 127.0.0.1
+  "$PY" - "$STATE/tls/broker.pem" "CN=$BROKER_CN" <<'PYEOF' \
+    || die "$STATE was made by an older kafka.sh (its broker certificate is not CN=$BROKER_CN, the super user of this layout): start over in a new state directory (scripts/kafka.sh reset, or set DPSTREAM_KAFKA_STATE)"
+import sys
+from cryptography import x509
+cert = x509.load_pem_x509_certificates(open(sys.argv[1], "rb").read())[0]
+sys.exit(cert.subject.rfc4514_string() != sys.argv[2])
+PYEOF
   mkdir -p "$STATE/clients"
   local u
   for u in $USERS; do
