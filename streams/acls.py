@@ -52,6 +52,7 @@ PUBLIC = (MODELS, LEDGER, PREDICTIONS, "releases", "rejected")
 # tests/streams/test_attacks_broker.py checks these against a real WorkerApp.
 TABLES = ("sequencer-state", "model-state")
 NAME = re.compile(r"[A-Za-z0-9._-]*")
+USER = re.compile(r"[A-Za-z0-9._@+-]+")     # never "*", Kafka's wildcard principal
 MAX_TOPIC = 249                       # Kafka's longest topic name
 
 
@@ -104,6 +105,10 @@ def plan(prefix: str = "", app_id: str | None = None, users: dict[str, str] | No
     """The ACLs of every role (module docstring), every resource named literally."""
     app_id = prefix + "dpstream" if app_id is None else app_id
     check_names(prefix, app_id)
+    for role, user in (users or {}).items():
+        if not USER.fullmatch(user):
+            raise ValueError(f"--user {role}={user!r}: a user name is letters, digits and '._@+-' "
+                             "('User:*' would grant the role to every user)")
     name = principals(prefix, users)
     acls: list[Acl] = []
 

@@ -265,6 +265,8 @@ def test_a_tenants_worker_cannot_reach_another_tenant_whose_names_start_like_its
     worker_writes = {a.resource for a in plan("a-", "a-x") if a.operation == "Write" and a.principal == "User:a-worker"}
     assert not worker_writes & {"a-models", "a-examples", "a-queries"}
     assert all(a.pattern == 3 for a in plan("", "dpstream"))             # LITERAL only
+    line = one_line(dpstream(secured, None, "acls", "--user", "worker=*"))   # Kafka's wildcard principal
+    assert "--user worker='*'" in line, line
 
 
 def test_the_workers_literal_rights_are_the_names_faust_actually_uses():
