@@ -421,7 +421,7 @@ start() {
   local cp="$LIBS/*"
   if [ ! -f "$STATE/data/meta.properties" ]; then
     local cid
-    cid=$(java -cp "$cp" kafka.tools.StorageTool random-uuid 2>/dev/null | tail -n 1)
+    cid=$("$PY" -c 'import base64, uuid; print(base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("="))')
     java -cp "$cp" -Dlog4j2.configurationFile="$STATE/log4j2.properties" kafka.tools.StorageTool \
       format -t "$cid" -c "$STATE/server.properties" >"$STATE/format.log" 2>&1 \
       || die "storage format failed: $(grep -v '^\s*$' "$STATE/format.log" | tail -n 1)"
