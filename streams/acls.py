@@ -145,7 +145,7 @@ def overlaps(acls: list[Acl], existing: list[tuple]) -> list[str]:
     mine = {a.principal for a in acls}
     resources = {(a.resource_type, a.resource) for a in acls if a.resource_type != CLUSTER}
     operation = {v: k for k, v in OPERATIONS.items()}
-    found = []
+    covers, outside = [], []          # another tenant's grants first: they say the most
     for resource_type, name, pattern, principal, op in existing:
         if resource_type == CLUSTER:
             continue
@@ -156,8 +156,8 @@ def overlaps(acls: list[Acl], existing: list[tuple]) -> list[str]:
             covered = [r for t, r in sorted(resources) if t == resource_type and
                        (name == "*" or r == name or (pattern == PREFIXED and r.startswith(name)))]
             if covered:
-                found.append(f"{principal} already holds {right} on {what}, which covers this plan's "
-                             f"{kind} {covered[0]}")
+                covers.append(f"{principal} already holds {right} on {what}, which covers this plan's "
+                              f"{kind} {covered[0]}")
         elif pattern != LITERAL or (resource_type, name) not in resources:
-            found.append(f"{principal} already holds {right} on {what}, outside this plan")
-    return found
+            outside.append(f"{principal} already holds {right} on {what}, outside this plan")
+    return sorted(covers, key=lambda line: " group " not in line) + outside
