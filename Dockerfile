@@ -8,5 +8,8 @@ COPY streams streams
 COPY schemas schemas
 RUN pip install --no-cache-dir .
 USER nobody
+# the worker's status pages listen on every interface of the container (its loopback is
+# reachable from nothing); publish the port on the host's 127.0.0.1 (docker-compose.yml)
+ENV DPSTREAM_WEB_BIND=0.0.0.0
 ENTRYPOINT []
 CMD ["dpstream", "worker", "--broker", "kafka:19092"]

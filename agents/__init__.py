@@ -11,5 +11,3 @@ Pipeline: ``sequencer`` validates raw records from the ``models``, ``examples`` 
 ledger entries and releases. The log fixes the order in which a model saw its
 examples and queries, which is what makes replay and audits exact.
 """
-
-from . import kinds as _kinds  # noqa: E402,F401 - registers the built-in kinds' params schemas

@@ -38,6 +38,9 @@ from __future__ import annotations
 import bisect
 import hashlib
 import math
+import re
+from collections import Counter
+from dataclasses import dataclass
 
 from dpstream.schemas.features import BooleanField, CategoricalField, NumericField
 
@@ -149,8 +152,52 @@ class Featuriser:
 BINNINGS = ("quantile", "equal_width")
 
 
-def suggest_fields(records: list[dict], *, bins: int = 8, binning: str = "equal_width",
-                   max_vocabulary: int = 100, hash_buckets: int = 64) -> list:
+@dataclass
+class Suggestion:
+    """A suggested declaration: its ``fields``, and ``notes`` by field name: why a field
+    was left out, or why it was declared as it was when that may surprise."""
+    fields: list
+    notes: dict[str, str]
+
+
+def _value_kind(v) -> str | None:
+    """"bool", "int", "real" or "str" for a sample value (numpy scalars too); None when
+    missing (None, NaN, infinity) or not a scalar."""
+    import numbers
+
+    import numpy as np
+    if v is None:
+        return None
+    if isinstance(v, (bool, np.bool_)):
+        return "bool"
+    if isinstance(v, numbers.Integral):
+        return "int"
+    if isinstance(v, numbers.Real):
+        return "real" if math.isfinite(float(v)) else None
+    return "str" if isinstance(v, str) else "other"
+
+
+def _name_problem(name: str) -> str | None:
+    """Why a declaration cannot name a field ``name`` (schemas/features.py FieldName)."""
+    from pydantic import TypeAdapter, ValidationError
+
+    from dpstream.schemas.features import FieldName
+    try:
+        TypeAdapter(FieldName).validate_python(name)
+    except ValidationError:
+        fixed = re.sub(r"[^A-Za-z0-9_.:-]+", "_", name)[:64].strip("_") or "field"
+        return (f"a field name has 1 to 64 letters, digits or _ . : - (rename it in the data, "
+                f"e.g. {fixed!r})")
+    return None
+
+
+def suggest_fields(records: list[dict], **kwargs) -> list:
+    """The fields of ``suggest_declaration`` (for a library user who needs no notes)."""
+    return suggest_declaration(records, **kwargs).fields
+
+
+def suggest_declaration(records: list[dict], *, bins: int = 8, binning: str = "equal_width",
+                        max_vocabulary: int = 100, hash_buckets: int = 64) -> Suggestion:
     """A declaration for raw records of a *public* sample (never the private data itself:
     bounds, edges and vocabularies are published with the model). Numbers get bounds of
     the sample's mean +- 2 standard deviations (outliers are clamped rather than squeezing
@@ -161,8 +208,11 @@ def suggest_fields(records: list[dict], *, bins: int = 8, binning: str = "equal_
     positives sit in the tails) or between quantiles of the sample (``binning="quantile"``;
     repeated quantiles merge);
     strings a vocabulary of their values (hashed into ``hash_buckets`` when there are more
-    than ``max_vocabulary``); booleans a boolean field. Fields whose values mix types, or
-    are all missing or constant, are left out."""
+    than ``max_vocabulary``); booleans (also numpy's) a boolean field; integers that are
+    all 0 or 1 a number in [0, 1] with 2 bins (a boolean field takes JSON true/false only,
+    so 0/1 would all go to its missing slot). Fields whose values mix types, that are all
+    missing or constant, or whose names a declaration cannot hold are left out, each with
+    its reason in ``notes``."""
     if binning not in BINNINGS:
         raise ValueError(f"binning must be one of {BINNINGS}")
     import numpy as np
@@ -170,26 +220,46 @@ def suggest_fields(records: list[dict], *, bins: int = 8, binning: str = "equal_
     for r in records:
         for k, v in r.items():
             values.setdefault(k, []).append(v)
-    out = []
+    out, notes = [], {}
     for name, vs in values.items():
-        kinds = {type(v) for v in vs if v is not None}
-        if kinds == {bool}:
+        present = [(v, k) for v in vs if (k := _value_kind(v)) is not None]
+        kinds = Counter(k for _, k in present)
+        problem = _name_problem(name)
+        if problem:
+            notes[name] = f"left out: {problem}"
+        elif not present:
+            notes[name] = "left out: no value in the sample"
+        elif len(kinds) > 1 and not set(kinds) <= {"int", "real"}:
+            notes[name] = "left out: mixed types (" + ", ".join(
+                f"{n} {k}" for k, n in sorted(kinds.items(), key=lambda kn: (-kn[1], kn[0])))
+            notes[name] += "): a field holds one type"
+        elif "other" in kinds:
+            notes[name] = "left out: lists or objects, not scalars"
+        elif len({v for v, _ in present}) == 1:
+            notes[name] = f"left out: constant (every value is {str(present[0][0])[:40]!r}): it says nothing"
+        elif set(kinds) == {"bool"}:
             out.append(BooleanField(name=name))
-        elif kinds and kinds <= {int, float}:
-            xs = np.array([float(v) for v in vs if v is not None and math.isfinite(float(v))])
-            if xs.size == 0 or xs.min() == xs.max():
-                continue
-            lower, upper = float(xs.mean() - 2 * xs.std()), float(xs.mean() + 2 * xs.std())
-            if binning == "equal_width":
-                out.append(NumericField(name=name, lower=lower, upper=upper, bins=bins))
-                continue
-            inner = sorted(set(float(q) for q in np.quantile(xs, np.arange(1, bins) / bins)
-                               if lower < q < upper))
-            out.append(NumericField(name=name, lower=lower, upper=upper, bins=len(inner) + 1,
-                                    edges=inner) if inner else
-                       NumericField(name=name, lower=lower, upper=upper, bins=2))
-        elif kinds == {str}:
-            vocab = sorted(set(vs) - {None})
+        elif set(kinds) == {"int"} and {int(v) for v, _ in present} <= {0, 1}:
+            out.append(NumericField(name=name, lower=0, upper=1, bins=2))
+            notes[name] = ("0/1 integers: declared a number in [0, 1] with 2 bins (a boolean field "
+                           "takes JSON true/false only)")
+        elif set(kinds) <= {"int", "real"}:
+            xs = np.array([float(v) for v, _ in present])
+            out.append(_numeric(name, xs, bins, binning))
+        else:
+            vocab = sorted({v for v, _ in present})
             out.append(CategoricalField(name=name, vocabulary=vocab) if len(vocab) <= max_vocabulary
                        else CategoricalField(name=name, hash_buckets=hash_buckets))
-    return out
+    return Suggestion(out, notes)
+
+
+def _numeric(name: str, xs, bins: int, binning: str):
+    """A numeric field over the sample ``xs`` (``suggest_declaration``)."""
+    import numpy as np
+    lower, upper = float(xs.mean() - 2 * xs.std()), float(xs.mean() + 2 * xs.std())
+    if binning == "equal_width":
+        return NumericField(name=name, lower=lower, upper=upper, bins=bins)
+    inner = sorted(set(float(q) for q in np.quantile(xs, np.arange(1, bins) / bins)
+                       if lower < q < upper))
+    return (NumericField(name=name, lower=lower, upper=upper, bins=len(inner) + 1, edges=inner)
+            if inner else NumericField(name=name, lower=lower, upper=upper, bins=2))

@@ -274,6 +274,15 @@ class TreeNoise:
         self._chunk: tuple[int, np.ndarray] | None = None
         self._next: tuple[int, Future | None, Executor | None] | None = None
 
+    def __getstate__(self) -> dict:
+        """Pickled (and deep-copied) without the block being drawn ahead, a future of a
+        thread or process: the copy draws that block again when it needs it, the same
+        bytes (``draw_block`` is a pure function). Library users pickle and copy models
+        (River's ``check_estimator`` does both)."""
+        state = dict(self.__dict__)
+        state["_next"] = None
+        return state
+
     def _args(self, c: int) -> tuple:
         return (self.rng.stream_key(self.model_id, self.purpose, (self.epoch, c)), self.sigma2,
                 self.per_chunk, self.dim)

@@ -1,8 +1,25 @@
 """Model registration records (the ``models`` topic and ``dpstream models register``).
 
 The envelope every registration shares lives here; each kind's ``params`` schema lives
-with the kind (agents/kinds/<kind>.py) and registers itself, so a new kind is one
-module."""
+with the kind (agents/kinds/<kind>.py), so a new kind is one module.
+
+The kinds' params schemas come from one explicit list, ``agents.kinds.KINDS``, read the
+first time a registration is validated or a schema exported (``params_schemas``), not
+when this module loads. Why this way round:
+
+* a kind's params belong with its kind (one module per kind, design.md section 9 and
+  style.md), and the kinds import this module for ``KindParams``, so this module cannot
+  import them while it loads: that would be a cycle, and the shared layer pointing up;
+* the previous design filled a table here as a side effect of importing each kind
+  module, so an entry point that never imported them saw no kind at all (issue 43:
+  ``dpstream models list`` printed nothing, ``dpstream schemas`` wrote ``oneOf: []``,
+  and ``from dpstream.schemas.config import ModelConfig`` refused every registration);
+* reading the list on first use gives every entry point (the CLI, ``json_schemas``, a
+  library user's ``ModelConfig.model_validate`` or ``model_json_schema``) every kind, and a
+  kind module that cannot be imported fails that first use with its own ImportError
+  rather than leaving a world without kinds. The import is by name, at call time: the
+  layers stay one-way at import, and the kinds remain the one place that lists them.
+"""
 from __future__ import annotations
 
 from difflib import get_close_matches
@@ -22,7 +39,7 @@ class Budget(Strict):
 
 class KindParams(Strict):
     """What every model kind's params share: the ``kind`` tag. Each kind's module
-    (agents/kinds/) subclasses this and registers its class (``register_params``)."""
+    (agents/kinds/) subclasses this as its ``Params``."""
     kind: str
 
     def input_form(self) -> str:
@@ -33,21 +50,18 @@ class KindParams(Strict):
 _PARAMS: dict[str, type[KindParams]] = {}
 
 
-def register_params(cls: type[KindParams]) -> type[KindParams]:
-    """Register a kind's params schema under its ``kind`` tag (its default value)."""
-    _PARAMS[cls.model_fields["kind"].default] = cls
-    return cls
-
-
 def params_schemas() -> dict[str, type[KindParams]]:
-    """The registered params schemas by kind name."""
+    """The params schema of every kind, by kind name: ``agents.kinds.KINDS``, read on first
+    use (the module docstring says why not at import)."""
+    if not _PARAMS:
+        from dpstream.agents.kinds import KINDS
+        _PARAMS.update({name: k.Params for name, k in KINDS.items()})
     return dict(_PARAMS)
 
 
 class ModelConfig(Strict):
     """A model registration (public configuration). ``params`` is validated by the schema
-    its ``kind`` names, among those the kinds registered (agents/kinds/ registers the
-    built-in ones when ``dpstream.agents`` is imported). With declared ``features``
+    its ``kind`` names (``params_schemas``: every kind of agents/kinds/). With declared ``features``
     (schemas/features.py) the dimension follows from them and may be left out."""
     type: Literal["model"] = "model"
     model_id: ModelId
@@ -80,34 +94,39 @@ class ModelConfig(Strict):
         if not isinstance(value, dict):
             raise PydanticCustomError("dict_type", "Input should be a valid dictionary")
         kind = value.get("kind")
-        schema = _PARAMS.get(kind) if isinstance(kind, str) else None
+        schemas = params_schemas()
+        schema = schemas.get(kind) if isinstance(kind, str) else None
         if schema is None:
             raise PydanticCustomError(
                 "union_tag_invalid", "unknown kind {kind}: the kinds are {kinds}",
                 {"kind": repr(kind)[:40] if isinstance(kind, str) else "(none given)",
-                 "kinds": ", ".join(sorted(_PARAMS)) or "none registered (import dpstream.agents)"})
+                 "kinds": ", ".join(sorted(schemas))})
         return schema.model_validate(value)
 
     @property
     def kind(self) -> str:
         return self.params.kind
 
-
-def model_config_json_schema() -> dict:
-    """ModelConfig's JSON Schema with ``params`` as one of the registered kinds' schemas."""
-    schema = ModelConfig.model_json_schema()
-    defs = schema.setdefault("$defs", {})
-    defs.pop("KindParams", None)
-    options = []
-    for name, cls in sorted(_PARAMS.items()):
-        sub = cls.model_json_schema(ref_template="#/$defs/{model}")
-        defs.update(sub.pop("$defs", {}))
-        defs[cls.__name__] = sub
-        options.append({"$ref": f"#/$defs/{cls.__name__}"})
-    schema["properties"]["params"] = {
-        "oneOf": options, "discriminator": {"propertyName": "kind", "mapping": {
-            name: f"#/$defs/{cls.__name__}" for name, cls in sorted(_PARAMS.items())}}}
-    return schema
+    @classmethod
+    def model_json_schema(cls, *args, **kwargs) -> dict:
+        """Pydantic's schema with ``params`` as exactly one of the kinds' schemas (each with
+        its ``kind`` required, as validation requires it), not the bare ``KindParams`` the
+        field's annotation names (which would refuse every real registration)."""
+        schema = super().model_json_schema(*args, **kwargs)
+        template = kwargs.get("ref_template", "#/$defs/{model}")
+        defs = schema.setdefault("$defs", {})
+        defs.pop("KindParams", None)
+        kinds = sorted(params_schemas().items())
+        for _, params in kinds:
+            sub = params.model_json_schema(ref_template=template)
+            defs.update(sub.pop("$defs", {}))
+            sub["required"] = ["kind", *[r for r in sub.get("required", []) if r != "kind"]]
+            defs[params.__name__] = sub
+        refs = {name: template.format(model=params.__name__) for name, params in kinds}
+        schema["properties"]["params"] = {
+            "oneOf": [{"$ref": ref} for ref in refs.values()],
+            "discriminator": {"propertyName": "kind", "mapping": refs}}
+        return schema
 
 
 def config_error_text(err: ValidationError, raw: object = None) -> str:
@@ -142,7 +161,7 @@ def config_error_text(err: ValidationError, raw: object = None) -> str:
 
 def _schema_fields() -> set[str]:
     names = set(ModelConfig.model_fields) | set(Budget.model_fields)
-    for cls in _PARAMS.values():
+    for cls in params_schemas().values():
         names |= set(cls.model_fields)
     return names
 
@@ -153,8 +172,8 @@ def _fields_at(loc: tuple, kind) -> list[str]:
         return list(ModelConfig.model_fields)
     if loc == ("budget",):
         return list(Budget.model_fields)
-    if loc == ("params",) and kind in _PARAMS:
-        return list(_PARAMS[kind].model_fields)
+    if loc == ("params",) and kind in params_schemas():
+        return list(params_schemas()[kind].model_fields)
     if len(loc) == 2 and loc[0] == "features":
         return ["name", "type", "lower", "upper", "bins", "edges", "vocabulary", "hash_buckets"]
     return []

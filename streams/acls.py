@@ -13,9 +13,9 @@ with "dpstream", another tenant's ``dpstream-prod-examples`` included (issue 41,
 |---|---|---|
 | worker | read the inputs; read and write ``model-events``, its changelogs and faust's assignor topic (literal names, ``worker_topics``); write the outputs; create its topics; use its consumer group (the app id) | write ``models``, ``examples`` or ``queries``; touch another tenant's topics or groups |
 | producer | write ``examples`` | read anything |
-| querier | write ``queries``; read ``predictions`` (its answers) | read ``examples``, ``model-events``, changelogs |
+| querier | write ``queries``; read ``answers`` (query answers only) | read ``predictions`` (one record per example), ``examples``, ``model-events``, changelogs |
 | consumer | read ``predictions`` | read ``examples``, ``model-events``, changelogs; write anything |
-| auditor | read the public topics: ``models``, ``ledger``, ``predictions``, ``releases``, ``rejected`` | read ``examples``, ``model-events``, changelogs; write anything |
+| auditor | read the public topics: ``models``, ``ledger``, ``predictions``, ``answers``, ``releases``, ``rejected`` | read ``examples``, ``model-events``, changelogs; write anything |
 | admin | everything (the broker's super user): write ``models``, export the private log for a keyed replay, manage ACLs | |
 
 The private topics (``examples``, ``model-events``, the changelogs) are readable only by
@@ -35,7 +35,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from .topics import EXAMPLES, INPUTS, LEDGER, MODEL_EVENTS, MODELS, OUTPUTS, PREDICTIONS, QUERIES
+from .topics import (ANSWERS, EXAMPLES, INPUTS, LEDGER, MODEL_EVENTS, MODELS, OUTPUTS, PREDICTIONS,
+                     QUERIES)
 
 # Kafka's ACL enums (org.apache.kafka.common.acl / resource)
 TOPIC, GROUP, CLUSTER = 2, 3, 4
@@ -45,7 +46,7 @@ OPERATIONS = {"Read": 3, "Write": 4, "Create": 5, "Describe": 8, "DescribeConfig
 ALLOW = 3
 RESOURCE_NAMES = {TOPIC: "topic", GROUP: "group", CLUSTER: "cluster"}
 ROLES = ("worker", "producer", "querier", "consumer", "auditor")
-PUBLIC = (MODELS, LEDGER, PREDICTIONS, "releases", "rejected")
+PUBLIC = (MODELS, LEDGER, PREDICTIONS, ANSWERS, "releases", "rejected")
 # The worker's faust tables (streams/app.py) and faust's own internal topic; faust names
 # a table's changelog f"{app_id}-{table}-changelog" (faust/tables/base.py) and the leader
 # assignor's topic f"{app_id}-__assignor-__leader" (faust/assignor/leader_assignor.py).
@@ -128,8 +129,8 @@ def plan(prefix: str = "", app_id: str | None = None, users: dict[str, str] | No
     allow("producer", ("IdempotentWrite",), CLUSTER, "kafka-cluster")
     allow("querier", ("Write", "Describe"), TOPIC, prefix + QUERIES)
     allow("querier", ("IdempotentWrite",), CLUSTER, "kafka-cluster")
-    for role in ("querier", "consumer"):
-        allow(role, ("Read", "Describe"), TOPIC, prefix + PREDICTIONS)
+    allow("querier", ("Read", "Describe"), TOPIC, prefix + ANSWERS)     # not one record per example
+    allow("consumer", ("Read", "Describe"), TOPIC, prefix + PREDICTIONS)
     for topic in PUBLIC:
         allow("auditor", ("Read", "Describe"), TOPIC, prefix + topic)
     return acls

@@ -49,13 +49,13 @@ import faust
 from dpstream.agents.processor import Processor
 from dpstream.agents.records import RawRecord
 from dpstream.agents.sequencer import last_handled, sequence_batch
-from dpstream.mechanisms.randomness import KeyedRandomness
+from dpstream.mechanisms.randomness import KEY_ENV, KEY_FILE_ENV, KeyedRandomness
 
 from . import faust_seam as seam
 from .bulk import RELEASE_AFTER, BulkPath
-from .kafka import Kafka, running
+from .kafka import KEY_PASSWORD_ENV, SASL_PASSWORD_ENV, Kafka, running
 from .logread import read_range
-from .observe import Metrics, collect_status, model_partition
+from .observe import WEB_BIND, Metrics, collect_status, model_partition
 from .outputs import OutputsProducer
 from .topics import INPUTS, METADATA_MAX_AGE_MS, MODEL_EVENTS, OUTPUTS
 from .tuning import FULL_GC_AT_MOST, FULL_GC_CHECK, pace_fetches, shorten_fetch_wait
@@ -80,7 +80,8 @@ class WorkerApp:
 
     def __init__(self, *, kafka: Kafka, rng: KeyedRandomness, partitions: int = 4,
                  app_id: str = "dpstream", data_dir: str | Path = "/tmp/dpstream-worker",
-                 web_port: int | None = None, replication: int = 1, prefix: str = "",
+                 web_port: int | None = None, web_bind: str = WEB_BIND, replication: int = 1,
+                 prefix: str = "",
                  emit_override=None, latency_metrics: bool = False, consumer_thread: bool = False,
                  faust_settings: dict | None = None):
         self.kafka, self.rng, self.partitions, self.prefix = kafka, rng, partitions, prefix
@@ -95,6 +96,7 @@ class WorkerApp:
             processing_guarantee="at_least_once",
             web_enabled=web_port is not None,
             web_port=web_port or 6066,
+            web_bind=web_bind,                # 127.0.0.1 unless told otherwise (observe.py)
             web_tables_enabled=False,
             key_serializer="raw",
             value_serializer="raw",
@@ -127,6 +129,9 @@ class WorkerApp:
             consumer_metadata_max_age_ms=METADATA_MAX_AGE_MS,
             **(faust_settings or {}),
         )
+        # faust lets $WEB_BIND and $WEB_PORT override the two settings above: where the
+        # pages listen is said by the worker's flags alone (observe.py)
+        app.conf.web_bind, app.conf.web_port = web_bind, web_port or 6066
         if not consumer_thread:          # the Kafka consumer on this loop (faust_seam.py)
             seam.consume_in_loop(app)
         seam.faster_commits()            # what to commit, found without a walk per offset
@@ -411,6 +416,22 @@ class WorkerApp:
                            ("/metrics/", metrics_view), ("/metrics", metrics_view)):
             app.page(path, name=f"dpstream{path.replace('/', '-')}")(view)
         app.dpstream = self
+
+
+SECRET_VARIABLES = (KEY_ENV, KEY_FILE_ENV, SASL_PASSWORD_ENV, KEY_PASSWORD_ENV)
+
+
+def keep_secrets_from_children(environ=None) -> list[str]:
+    """Remove the secret variables from this process's environment once the worker has
+    read them (its key and its Kafka settings are objects by then), so that no child
+    inherits them: the noise helper (a ``spawn``, mechanisms/continual.py), the
+    multiprocessing resource tracker it starts, anything a library runs. None of them
+    needs the key or a password: the helper gets each stream's derived key with the draw
+    it is asked for, over its pipe. Before (issue 41, item 15), /proc/<helper>/environ
+    held DPSTREAM_SECRET_KEY and the SASL password. Returns the names removed."""
+    import os
+    environ = os.environ if environ is None else environ
+    return [name for name in SECRET_VARIABLES if environ.pop(name, None) is not None]
 
 
 def _call(method):

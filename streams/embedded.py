@@ -18,6 +18,8 @@ from dpstream.agents.records import RawRecord
 from dpstream.agents.sequencer import MODEL_EVENTS, sequence_batch
 from dpstream.mechanisms.randomness import KeyedRandomness
 
+from .topics import ANSWERS, copies
+
 
 class SqliteState(MutableMapping):
     """A persistent mapping of JSON values (embedded runs that survive restarts)."""
@@ -71,6 +73,8 @@ class EmbeddedRuntime:
             self._pending.append((key, value))
         else:
             self.outputs[topic].append(value)
+            if copies(topic, value):             # a query's answer, as the worker publishes it
+                self.outputs[ANSWERS].append(value)
 
     def _record(self, topic: str, payload: bytes | str | dict, key: str | None) -> RawRecord:
         if isinstance(payload, dict):

@@ -63,6 +63,11 @@ What each part replaces, and why:
 * **ACLs** (``create_acls``, ``delete_acls``, ``describe_acls``): aiokafka's admin client
   has no ACL methods, but its protocol module defines Kafka's CreateAcls, DeleteAcls and
   DescribeAcls requests; they are sent with the admin client's ``_send_request``.
+* **Topic metadata without creating the topic** (``describe_topic``): aiokafka's
+  ``describe_topics`` sends a Metadata request that allows auto-creation, so asking
+  whether a misspelt topic exists created it; the same request with
+  ``allow_auto_topic_creation=False`` (Kafka's own AdminClient sends that) goes through
+  ``_send_request``.
 """
 from __future__ import annotations
 
@@ -556,6 +561,17 @@ async def describe_acls(admin) -> list[tuple]:
     return out
 
 
+# ---------------------------------------------------------------- topic metadata
+async def describe_topic(admin, name: str) -> dict:
+    """The metadata of one topic (``error_code``, ``partitions``) through a started aiokafka
+    admin client, never creating it: error 3 when it does not exist, 29 when the principal
+    may not describe it."""
+    from aiokafka.protocol.metadata import MetadataRequest
+    response = await admin._send_request(MetadataRequest([name], allow_auto_topic_creation=False))
+    (topic,) = [t for t in response.to_object()["topics"] if t["topic"] == name]
+    return topic
+
+
 # ---------------------------------------------------------------- the contract
 # (owner, name, parameter names or None for an attribute, where it is defined)
 _METHODS = [
@@ -599,6 +615,9 @@ def contract() -> list[str]:
     for name in ("CreateAclsRequest", "DescribeAclsRequest", "DeleteAclsRequest"):
         if not hasattr(protocol, name):
             problems.append(f"aiokafka.protocol.admin.{name} is gone")
+    from aiokafka.protocol.metadata import MetadataRequest
+    if "allow_auto_topic_creation" not in inspect.signature(MetadataRequest).parameters:
+        problems.append("aiokafka MetadataRequest no longer takes allow_auto_topic_creation")
     for owner, name, params in [*_METHODS, *((AIOKafkaAdminClient, n, p) for n, p in _ADMIN_METHODS)]:
         fn = getattr(owner, name, None)
         if fn is None:

@@ -21,15 +21,37 @@ and environment variables for secrets:
 A file that holds a password must be readable by its owner only (as ssh insists for its
 keys); secrets never come from a flag (flags land in shell history and ``ps``), and they
 never appear in this object's repr, in logs, in ``/status/`` or in error messages.
+
+A config never means less security than it says (docs/security-clients.md; issue 41):
+
+* ``security.protocol`` is never guessed. Kafka's Java client and librdkafka both
+  default to PLAINTEXT and infer nothing from other settings, so a file with any
+  ``sasl.*`` or ``ssl.*`` setting but no ``security.protocol`` is refused (it would have
+  connected unencrypted and unauthenticated), as is a ``sasl.*`` setting under a
+  protocol without SASL or an ``ssl.*`` setting under one without TLS (ignored
+  credentials, a CA that checks nothing).
+* ``sasl.mechanism`` has no default here. Both clients default to GSSAPI (Kerberos;
+  Kafka's SaslConfigs.DEFAULT_SASL_MECHANISM, librdkafka's CONFIGURATION.md), which
+  dpstream does not speak; defaulting to PLAIN instead would send the password itself
+  to whatever answers. A SASL config without one is refused, naming the choices.
+* ``ssl.endpoint.identification.algorithm``: ``https`` (the default, any case, as JSSE
+  takes it) checks the broker's name; the empty value turns the check off, Kafka's
+  documented way (KIP-294; Kafka's security docs, "Host Name Verification"), and every
+  command and worker that reads such a config warns that it is off. Anything else is
+  refused: in the Java client an unknown algorithm fails the handshake, so ``none``
+  (librdkafka's spelling), ``http`` or a typo must not quietly mean "off".
 """
 from __future__ import annotations
 
+import logging
 import os
 import re
 import stat
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from .tls_refusal import tls_refusal
 
 DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
 PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
@@ -39,6 +61,13 @@ KNOWN = {"bootstrap.servers", "security.protocol", "sasl.mechanism", "sasl.mecha
          "ssl.truststore.location", "ssl.truststore.type", "ssl.certificate.location",
          "ssl.key.location", "ssl.key.password", "ssl.endpoint.identification.algorithm",
          "client.id"}
+
+
+SASL_PASSWORD_ENV, KEY_PASSWORD_ENV = "DPSTREAM_KAFKA_SASL_PASSWORD", "DPSTREAM_KAFKA_SSL_KEY_PASSWORD"
+NO_HOSTNAME_CHECK = ("warning: hostname verification is OFF ({where}: ssl.endpoint.identification."
+                     "algorithm is empty): anyone holding a certificate from a CA you trust can "
+                     "pose as the broker; remove the line to verify the broker's name")
+log = logging.getLogger("dpstream.kafka")
 
 
 class ClientConfigError(ValueError):
@@ -108,24 +137,26 @@ class Kafka:
             if mode & (stat.S_IRWXG | stat.S_IRWXO):
                 raise ClientConfigError(f"{config_file} holds a password and others can read it: "
                                         f"chmod 600 {config_file}")
-        password = environ.get("DPSTREAM_KAFKA_SASL_PASSWORD", password)
+        password = environ.get(SASL_PASSWORD_ENV, password)
         ca = props.get("ssl.ca.location")
         if ca is None and props.get("ssl.truststore.location"):
             if props.get("ssl.truststore.type", "").upper() != "PEM":
                 raise ClientConfigError("ssl.truststore.location: only a PEM truststore is read "
                                         "(ssl.truststore.type=PEM; export a JKS or PKCS12 one with keytool)")
             ca = props["ssl.truststore.location"]
-        algorithm = props.get("ssl.endpoint.identification.algorithm", "https").strip().lower()
+        where = config_file or "the client config"
+        protocol = _protocol(props, where)
+        check_hostname = _hostname_check(props, where)
+        if protocol.endswith("SSL") and not check_hostname:
+            log.warning(NO_HOSTNAME_CHECK.format(where=where))
         return cls(bootstrap=bootstrap,
-                   security_protocol=props.get("security.protocol", "PLAINTEXT").upper(),
-                   sasl_mechanism=(props.get("sasl.mechanism") or props.get("sasl.mechanisms") or
-                                   ("PLAIN" if props.get("security.protocol", "").upper().startswith("SASL")
-                                    else None)),
+                   security_protocol=protocol,
+                   sasl_mechanism=_mechanism(props, protocol, where),
                    username=username, password=password, ca_file=ca,
                    cert_file=props.get("ssl.certificate.location"),
                    key_file=props.get("ssl.key.location"),
-                   key_password=environ.get("DPSTREAM_KAFKA_SSL_KEY_PASSWORD", props.get("ssl.key.password")),
-                   check_hostname=algorithm == "https")
+                   key_password=environ.get(KEY_PASSWORD_ENV, props.get("ssl.key.password")),
+                   check_hostname=check_hostname)
 
     def ssl_context(self):
         """The TLS context: the CA bundle (else the system's), an optional client
@@ -171,10 +202,9 @@ class Kafka:
                 doing = f"{doing} ({which})"
             return (f"not authorized: principal {self.principal} may not {doing} ({name}); an "
                     "admin grants it with `dpstream acls --apply` (README, Secure deployment)")
-        if any(isinstance(c, ssl.SSLCertVerificationError) for c in causes) or \
-                "CERTIFICATE_VERIFY_FAILED" in said:
-            return (f"the broker's TLS certificate at {self.bootstrap} is not trusted ({name}): set "
-                    "ssl.ca.location to the CA that signed it")
+        refused = tls_refusal(self, causes, said)
+        if refused:
+            return f"{refused} ({name})"
         if any(isinstance(c, ssl.SSLError) for c in causes) or "[SSL" in said:
             return f"TLS with the broker at {self.bootstrap} failed ({name}: {str(err)[:120]})"
         if isinstance(err, E.UnsupportedSaslMechanismError):
@@ -222,6 +252,57 @@ class Kafka:
         if self.tls:
             return faust.SSLCredentials(self.ssl_context())
         return None
+
+
+def _protocol(props: dict[str, str], where: str) -> str:
+    """``security.protocol``, never guessed (module docstring): a ``sasl.*`` or ``ssl.*``
+    setting without it, or under a protocol that would ignore it, is refused."""
+    protocol = props.get("security.protocol")
+    sasl = sorted(k for k in props if k.startswith("sasl."))
+    tls = sorted(k for k in props if k.startswith("ssl."))
+    if protocol is None:
+        if sasl or tls:
+            raise ClientConfigError(
+                f"{where}: {(sasl or tls)[0]} is set but security.protocol is not, and Kafka clients "
+                "then connect PLAINTEXT (no TLS, no login): set security.protocol=SASL_SSL "
+                "(or SSL, or SASL_PLAINTEXT)")
+        return "PLAINTEXT"
+    protocol = protocol.strip().upper()
+    if protocol not in PROTOCOLS:
+        raise ClientConfigError(f"security.protocol={protocol!r}: one of {', '.join(PROTOCOLS)}")
+    if sasl and not protocol.startswith("SASL"):
+        raise ClientConfigError(f"{where}: {sasl[0]} is set but security.protocol={protocol} makes no "
+                                "SASL login (the credentials would be ignored): use SASL_SSL")
+    if tls and not protocol.endswith("SSL"):
+        raise ClientConfigError(f"{where}: {tls[0]} is set but security.protocol={protocol} does not "
+                                "use TLS (the connection would be unencrypted): use SASL_SSL or SSL")
+    return protocol
+
+
+def _mechanism(props: dict[str, str], protocol: str, where: str) -> str | None:
+    """``sasl.mechanism`` (or librdkafka's ``sasl.mechanisms``); no default (module docstring)."""
+    mechanism = props.get("sasl.mechanism") or props.get("sasl.mechanisms")
+    if protocol.startswith("SASL") and not mechanism:
+        raise ClientConfigError(
+            f"{where}: security.protocol={protocol} but no sasl.mechanism, and Kafka clients then "
+            f"use GSSAPI (Kerberos), which dpstream does not speak: set sasl.mechanism to one of "
+            f"{', '.join(MECHANISMS)} (SCRAM never sends the password itself)")
+    return mechanism.strip().upper() if mechanism else None
+
+
+def _hostname_check(props: dict[str, str], where: str) -> bool:
+    """Whether to check the broker's name: ``https`` (default) yes, the empty value no
+    (``from_settings`` warns), anything else refused (module docstring)."""
+    value = props.get("ssl.endpoint.identification.algorithm", "https").strip()
+    if value.lower() == "https":
+        return True
+    if value == "":
+        return False
+    shown = re.sub(r"[^\x21-\x7e]", "?", value)[:40]
+    raise ClientConfigError(
+        f"{where}: ssl.endpoint.identification.algorithm={shown!r} is neither https (verify the "
+        "broker's name, the default) nor empty (Kafka's way to turn the check off); "
+        "librdkafka's 'none' is not taken, so a typo can never turn it off")
 
 
 def read_properties(path: str) -> dict[str, str]:

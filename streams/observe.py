@@ -4,6 +4,14 @@ Neither exposes features, labels, keys or noise: the status view reads only coun
 and ledger sums from each model's ``head`` record; the metrics count events per topic,
 rejected inputs and budget spent per model.
 
+Where they are served: the worker's web pages (``/status``, ``/metrics``, and faust's own
+``/router``) have no authentication, and live per-model event counts are the business
+volume of every model. So they listen on 127.0.0.1 unless told otherwise
+(``web_bind``: ``--web-bind ADDRESS``, else $DPSTREAM_WEB_BIND), and a worker told to
+listen anywhere else says so when it starts. The container image sets
+DPSTREAM_WEB_BIND=0.0.0.0 (a container's loopback is reachable from nothing), and
+docker-compose publishes the port on the host's 127.0.0.1 only.
+
 Timing is a side channel: how long a batch takes depends on the data (an update, an LP
 refit after a hard query, a training window), so a fine-grained latency histogram can
 tell an observer when private work happened. It is off by default; ``--latency-metrics``
@@ -20,6 +28,30 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 from dpstream.agents.kinds import kind
 from dpstream.mechanisms.accounting import spent
 from dpstream.schemas import ModelConfig
+
+
+WEB_BIND = "127.0.0.1"
+WEB_BIND_ENV = "DPSTREAM_WEB_BIND"
+
+
+def web_bind(given: str | None = None, environ=None) -> str:
+    """The address the worker's web pages listen on: ``given`` (--web-bind), else
+    $DPSTREAM_WEB_BIND, else 127.0.0.1 (module docstring)."""
+    import os
+    environ = os.environ if environ is None else environ
+    return (given or environ.get(WEB_BIND_ENV) or WEB_BIND).strip()
+
+
+def exposed(bind: str) -> bool:
+    """Whether pages bound to ``bind`` can be reached from other machines (anything but a
+    loopback address or ``localhost``)."""
+    import ipaddress
+    if bind == "localhost":
+        return False
+    try:
+        return not ipaddress.ip_address(bind).is_loopback
+    except ValueError:
+        return True                       # a host name: whatever it resolves to
 
 
 def status_of(config: dict, head: dict) -> dict:

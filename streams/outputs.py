@@ -11,11 +11,14 @@ output sent here is acknowledged before the batch writes state or acks its input
 """
 from __future__ import annotations
 
+import asyncio
+
 import orjson
 from aiokafka.partitioner import DefaultPartitioner
 
 from . import faust_seam as seam
 from .batches import send_records
+from .topics import ANSWERS, copies
 
 
 def encode(value: dict) -> bytes:
@@ -55,9 +58,10 @@ class OutputsProducer:
             await producer.stop()
 
     async def __call__(self, topic: str, key: str | None, value: dict):
-        """One output: its delivery future (resolving to its placement)."""
-        (future, _), = await self.many([(topic, key, value)])
-        return future
+        """One output: its delivery future (resolving to its placement, once its copy on
+        ``answers``, if any, is delivered too)."""
+        (future, _), *copy = await self.many([(topic, key, value)])
+        return asyncio.ensure_future(_first([future, *(f for f, _ in copy)])) if copy else future
 
     async def many(self, items: list[tuple[str, str | None, dict]]) -> list:
         """Enqueue many outputs as one aiokafka batch per topic partition; return
@@ -65,28 +69,45 @@ class OutputsProducer:
         placement of its first record, the rest follow at consecutive offsets).
         Partitions are those ``send`` would choose: aiokafka's DefaultPartitioner over
         the topic's partitions (murmur2 of the key), memoised per key. Order within a
-        partition is call order (one producer)."""
+        partition is call order (one producer).
+
+        A query's prediction is also sent to ``answers`` (topics.copies), in the same
+        call: the copies' batches come back with no indices (nothing of ``items`` is
+        placed by them), and are durable when their futures are."""
         producer = await self.producer()
         groups: dict[tuple[str, bytes | None, int], list[int]] = {}      # slot -> item indices
-        encoded = []
+        encoded, copied = [], []
         for i, (topic, key, value) in enumerate(items):
-            slot = self._placement.get((topic, key)) if key else None
-            if slot is None:
-                name, kb = self.names[topic], key.encode() if key else None
-                parts = sorted(await producer.partitions_for(name))
-                slot = (name, kb, self._partitioner(kb, parts, parts))
-                if kb is not None:
-                    if len(self._placement) >= self.PLACEMENTS:
-                        self._placement.clear()
-                    self._placement[(topic, key)] = slot
-            groups.setdefault(slot, []).append(i)
+            groups.setdefault(await self._slot(producer, topic, key), []).append(i)
             encoded.append(encode(value))
-        self.observe(items)
+            if copies(topic, value):
+                groups.setdefault(await self._slot(producer, ANSWERS, key), []).append(-1 - len(copied))
+                copied.append(i)
+        self.observe([*items, *((ANSWERS, items[i][1], items[i][2]) for i in copied)] if copied else items)
         out = []
         for (name, kb, where), indices in groups.items():
-            sent = await send_records(producer, name, where, [(kb, encoded[i]) for i in indices])
+            data = [encoded[i] if i >= 0 else encoded[copied[-1 - i]] for i in indices]
+            sent = await send_records(producer, name, where, [(kb, v) for v in data])
             start = 0
             for future, count in sent:
-                out.append((future, indices[start:start + count]))
+                out.append((future, [i for i in indices[start:start + count] if i >= 0]))
                 start += count
         return out
+
+    async def _slot(self, producer, topic: str, key: str | None) -> tuple[str, bytes | None, int]:
+        """(broker topic name, key bytes, partition) of an output (memoised per key)."""
+        slot = self._placement.get((topic, key)) if key else None
+        if slot is None:
+            name, kb = self.names[topic], key.encode() if key else None
+            parts = sorted(await producer.partitions_for(name))
+            slot = (name, kb, self._partitioner(kb, parts, parts))
+            if kb is not None:
+                if len(self._placement) >= self.PLACEMENTS:
+                    self._placement.clear()
+                self._placement[(topic, key)] = slot
+        return slot
+
+
+async def _first(futures):
+    """The first future's result, once all are done."""
+    return (await asyncio.gather(*futures))[0]

@@ -19,7 +19,6 @@ import base64
 import html
 import io
 import math
-import os
 from collections import defaultdict
 from datetime import datetime, timezone
 from pathlib import Path
@@ -91,19 +90,19 @@ def model_figures(model_id, preds, ledger, budget_eps, mistakes=None):
     return timeline, _png(fig)
 
 
-def build_report(log: list[dict], outputs: dict, out: Path, replay_summary: str | None = None,
+def build_report(log: list[dict], outputs: dict, out, replay_summary: str | None = None,
                  mistakes: dict | None = None, private: bool = False) -> Path:
-    """Write ``out/report.html``. Public unless ``mistakes`` ({model: [(seq, cumulative)]},
-    from a keyed replay) is given; the log is read only for the model configs.
-    ``private``: every file is written readable by its owner only (0600), as exports are."""
-    out.mkdir(parents=True, exist_ok=True)
+    """Write ``out/report.html`` and its figures; ``out``: a directory path or an open
+    ``OutDir`` (streams/outdir.py: created if missing, never chmod-ed, no link followed).
+    Public unless ``mistakes`` ({model: [(seq, cumulative)]}, from a keyed replay) is
+    given; the log is read only for the model configs. ``private``: the directory is
+    created 0700 and every file is written readable by its owner only (0600), as exports
+    are. Every file is made first and written at the end, all or none."""
+    from .outdir import OutDir
+    files: dict[str, bytes] = {}
 
-    def write(path: Path, data: bytes) -> None:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600 if private else 0o644)
-        if private:
-            os.fchmod(fd, 0o600)
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
+    def write(name: str, data: bytes) -> None:
+        files[name] = data
 
     configs = {}
     for rec in sorted(log, key=lambda r: (r["partition"], r["offset"])):
@@ -121,8 +120,8 @@ def build_report(log: list[dict], outputs: dict, out: Path, replay_summary: str 
         ledger = [ledger_by[model_id][k] for k in sorted(ledger_by[model_id])]
         curve = (mistakes or {}).get(model_id)
         timeline, budget = model_figures(model_id, preds, ledger, cfg.budget.epsilon, curve)
-        write(out / f"{model_id}-timeline.png", timeline)
-        write(out / f"{model_id}-budget.png", budget)
+        write(f"{model_id}-timeline.png", timeline)
+        write(f"{model_id}-budget.png", budget)
         numbers = {
             "events": len(preds) + 1,
             "queries": sum(p["kind"] == "query" for p in preds),
@@ -188,6 +187,7 @@ td,th{{border:1px solid #ccc;padding:2px 8px;text-align:left}} img{{display:bloc
 <tr><th>rejected inputs (dead letters)</th><td data-rejected="{len(outputs.get('rejected', []))}">{len(outputs.get('rejected', []))}</td></tr>
 </table>
 {verified}{''.join(sections)}</body></html>"""
-    path = out / "report.html"
-    write(path, page.encode())
-    return path
+    write("report.html", page.encode())
+    with (OutDir(out, private=private) if isinstance(out, (str, Path)) else out) as where:
+        where.write_all(files)
+        return where.path / "report.html"

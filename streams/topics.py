@@ -1,5 +1,12 @@
 """Topic names, shared by the faust app, the CLI, replay and the tests, and their
-creation on a broker (``ensure_topics``)."""
+creation on a broker (``ensure_topics``).
+
+``predictions`` holds one record per example and per query: the audit's record of every
+event (versions, budget, seq). ``answers`` holds the query answers alone, the same
+records again (``copies``): what a querier reads (streams/acls.py), so that reading its
+answers no longer shows it one record per training example with its arrival time
+(issue 41, item 14; docs/security-clients.md says what a querier still learns).
+"""
 from __future__ import annotations
 
 import asyncio
@@ -13,9 +20,17 @@ METADATA_MAX_AGE_MS = 15_000        # how soon a consumer notices topics it miss
 MODELS, EXAMPLES, QUERIES = "models", "examples", "queries"
 MODEL_EVENTS = "model-events"
 PREDICTIONS, LEDGER, RELEASES, REJECTED = "predictions", "ledger", "releases", "rejected"
+ANSWERS = "answers"
 INPUTS = (MODELS, EXAMPLES, QUERIES)
-OUTPUTS = (PREDICTIONS, LEDGER, RELEASES, REJECTED)
+OUTPUTS = (PREDICTIONS, ANSWERS, LEDGER, RELEASES, REJECTED)
 ALL = INPUTS + (MODEL_EVENTS,) + OUTPUTS
+
+
+def copies(topic: str, value: dict) -> bool:
+    """Whether an output on ``topic`` is also published on ``answers``: a query's
+    prediction record. Every runtime asks this one function (the worker's outputs
+    producer, the embedded runtime, replay), so their outputs stay identical."""
+    return topic == PREDICTIONS and value.get("kind") == "query"
 
 
 def names(prefix: str = "") -> dict[str, str]:

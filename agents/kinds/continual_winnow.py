@@ -17,7 +17,7 @@ from dpstream.learners.continual_winnow import (TREE_MECHANISM, ContinualWinnow,
                                                 ContinualWinnowParameters, ContinualWinnowState,
                                                 continual_winnow_parameters)
 from dpstream.mechanisms.continual import closed_nodes
-from dpstream.schemas.config import KindParams, register_params
+from dpstream.schemas.config import KindParams
 
 from .base import BlockReleaseKind
 from .storage import RECORD_BYTES, VECTOR_COLUMNS, read_vector, vector_records
@@ -25,7 +25,6 @@ from .storage import RECORD_BYTES, VECTOR_COLUMNS, read_vector, vector_records
 MAX_ROW_ENTRIES = 20_000_000     # dimension x (max_active + 1) kept per block at most: see config_problem
 
 
-@register_params
 class ContinualWinnowParams(KindParams):
     """Continual-release Winnow: the budget alone fixes the noise; these shape the learner.
     Rows are sparse {0,1} (``active``) or dense x in {-1,+1}^d (the +1 coordinates are the

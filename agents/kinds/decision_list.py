@@ -20,7 +20,7 @@ from dpstream.mechanisms.accounting import LedgerState
 from dpstream.mechanisms.errors import DPStreamError
 from dpstream.mechanisms.exponential import exact_epsilon
 from dpstream.schemas import Release
-from dpstream.schemas.config import KindParams, register_params
+from dpstream.schemas.config import KindParams
 
 from .base import Handler
 from .storage import BIT_BYTES, RECORD_BYTES, rows_per_record
@@ -28,7 +28,6 @@ from .storage import BIT_BYTES, RECORD_BYTES, rows_per_record
 MAX_FEATURES = 200_000
 
 
-@register_params
 class DecisionListParams(KindParams):
     """DP decision lists trained per window of ``window`` examples (disjoint windows)."""
     kind: Literal["decision_list"] = "decision_list"

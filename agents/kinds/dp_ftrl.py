@@ -17,14 +17,13 @@ from pydantic import Field
 from dpstream.learners.dp_ftrl import (CLIP, DPFTRL, DPFTRLParameters, dp_ftrl_parameters,
                                        mechanism_name)
 from dpstream.mechanisms.factorization import BLT, BUFFERS, TREE
-from dpstream.schemas.config import KindParams, register_params
+from dpstream.schemas.config import KindParams
 
 from .base import BlockReleaseKind
 
 MAX_DIMENSION = 10_000   # the noise buffers of one block, (buffers + 1) x (d + 1) floats, in one record
 
 
-@register_params
 class DPFTRLParams(KindParams):
     """DP-FTRL: the budget and the expected examples per epoch fix the noise; ``block``,
     ``eta`` and ``clip`` default to the measured rules (learners/dp_ftrl.py)."""

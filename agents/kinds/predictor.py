@@ -19,7 +19,7 @@ from dpstream.learners.predictor import (EPOCH_MECHANISM, EXHAUSTED, HARD, NO_EP
                                          PredictorConfig, PredictorState, PrivatePredictor,
                                          size_predictor, MIN_BLOCK)
 from dpstream.mechanisms.errors import DPStreamError
-from dpstream.schemas.config import KindParams, register_params
+from dpstream.schemas.config import KindParams
 
 from .base import BINARY, REAL, Handler
 from .decision_list import rules_problem
@@ -35,7 +35,6 @@ BINARY_GENERATORS = ("conjunctions", "disjunctions", "decision_lists")
 FINITE_TABLE_ENTRIES = 100_000   # a finite class travels inside its registration record
 
 
-@register_params
 class PredictorParams(KindParams):
     """The private predictor. Give ``examples`` (per epoch: k and m then follow from the
     budget) or both ``k`` and ``m``."""

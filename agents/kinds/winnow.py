@@ -16,13 +16,12 @@ from dpstream.mechanisms.accounting import Ledger
 from dpstream.mechanisms.errors import BudgetExhausted, DPStreamError
 from dpstream.mechanisms.params import (DPWinnowParameters, dp_winnow_draw_rho,
                                         dp_winnow_practical_parameters, dp_winnow_theory_parameters)
-from dpstream.schemas.config import KindParams, register_params
+from dpstream.schemas.config import KindParams
 
 from .base import Handler, Outputs
 from .storage import RECORD_BYTES
 
 
-@register_params
 class WinnowParams(KindParams):
     """DP-Winnow (seed 000 Algorithm 4.2). ``theory`` mode derives eps^, eta, m, K and L
     from the budget by Theorem 11; ``practical`` mode takes them as given and reports what

@@ -171,3 +171,233 @@ def test_acls_refuse_what_cannot_be_applied_in_one_line(capsys, args, needle):
     assert main(["acls", *args]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and needle in err[0]
+
+
+# ---------------------------------------------------------------- issue 43: files at the edge
+KEY = "00112233445566778899aabbccddeeff" * 2
+FRAUD = ROOT / "examples"
+
+
+def fraud_lines(n: int, name: str = "card-fraud.examples.jsonl") -> list[dict]:
+    return [json.loads(line) for line in (FRAUD / name).read_text().splitlines()[:n]]
+
+
+def write_jsonl(path: Path, records) -> Path:
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    return path
+
+
+def outputs(out: Path) -> dict:
+    return {t: (out / f"{t}.jsonl").read_text() for t in ("predictions", "ledger", "rejected")}
+
+
+@pytest.mark.parametrize("label_of", [
+    pytest.param(lambda y: (y + 1) // 2, id="0/1"),
+    pytest.param(lambda y: y == 1, id="true/false"),
+])
+def test_run_reads_0_1_and_true_false_labels_as_the_same_run_over_plus_minus_1(tmp_path, monkeypatch, capsys, label_of):
+    """Before: 0/1 labels gave "2259 rejected" with exit 0 (the model learnt from the
+    positives only), and true/false "invalid: y: int_type" for every example."""
+    monkeypatch.setenv("DPSTREAM_SECRET_KEY", KEY)
+    examples = fraud_lines(3000)
+    plain = write_jsonl(tmp_path / "pm1.jsonl", examples)
+    other = write_jsonl(tmp_path / "other.jsonl", [{**e, "y": label_of(e["y"])} for e in examples])
+    model = str(FRAUD / "card-fraud.model.json")
+    assert main(["run", "--models", model, "--examples", str(plain), "--out", str(tmp_path / "a")]) == 0
+    assert main(["run", "--models", model, "--examples", str(other), "--out", str(tmp_path / "b")]) == 0
+    err = capsys.readouterr().err
+    assert "labels 0/1 read as -1/+1 (0 -> -1)" in err or "labels true/false read as +1/-1" in err
+    assert outputs(tmp_path / "a") == outputs(tmp_path / "b")
+    assert not outputs(tmp_path / "b")["rejected"]
+
+
+@pytest.mark.parametrize("labels, needle", [
+    ([1, -1, 2], "line 3: label y=2 is not one of -1/+1, 0/1 or true/false"),
+    ([1, 0, -1], "mixes labels 0 (line 2) and -1 (line 3)"),
+    ([True, 0], "mixes true/false labels (line 1) with numbers (line 2"),
+    (["yes", "no"], 'line 1: label y="yes" is not one of'),
+])
+def test_labels_that_follow_no_convention_are_refused_before_anything_runs(tmp_path, monkeypatch, capsys,
+                                                                           labels, needle):
+    monkeypatch.setenv("DPSTREAM_SECRET_KEY", KEY)
+    records = [{**e, "y": y} for e, y in zip(fraud_lines(len(labels)), labels)]
+    path = write_jsonl(tmp_path / "e.jsonl", records)
+    assert main(["run", "--models", str(FRAUD / "card-fraud.model.json"), "--examples", str(path),
+                 "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and needle in err[0] and "nothing run" in err[0], err
+    assert not (tmp_path / "out").exists()
+
+
+def test_run_fails_and_says_why_when_examples_are_dead_lettered(tmp_path, monkeypatch, capsys):
+    """Before: "... 3 rejected" on stdout and exit 0."""
+    monkeypatch.setenv("DPSTREAM_SECRET_KEY", KEY)
+    model = {"model_id": "m", "dimension": 4, "budget": {"epsilon": 1.0, "delta": 1e-6},
+             "params": {"kind": "continual_winnow", "max_active": 2}}
+    (tmp_path / "m.json").write_text(json.dumps(model))
+    path = write_jsonl(tmp_path / "e.jsonl", [{"model_id": "m", "x": [1, -1, 1], "y": 1}] * 3
+                       + [{"model_id": "m", "active": [1], "y": 1}])
+    assert main(["run", "--models", str(tmp_path / "m.json"), "--examples", str(path),
+                 "--out", str(tmp_path / "out")]) == 1
+    assert "3 of 4 examples and queries rejected" in capsys.readouterr().err
+
+
+MESSY = [{"model_id": "card-fraud", "features": {"amout": 12.5, "channel": "web", "flag_0": 1}, "y": 1},
+         {"model_id": "card-fraud", "features": {"amount": "12.5", "channel": "fax", "flag_0": 0}, "y": -1},
+         {"model_id": "card-fraud", "features": {"amount": 5000, "channel": ["web"], "hour": 3}, "y": 1}]
+
+
+def test_run_tells_the_data_owner_what_the_model_makes_of_each_field(tmp_path, monkeypatch, capsys):
+    """Before: a misspelt name, a number sent as a string or 0/1 for a boolean went to the
+    missing slot with "0 rejected" and no word."""
+    monkeypatch.setenv("DPSTREAM_SECRET_KEY", KEY)
+    path = write_jsonl(tmp_path / "e.jsonl", MESSY)
+    assert main(["run", "--models", str(FRAUD / "card-fraud.model.json"), "--examples", str(path),
+                 "--out", str(tmp_path / "out")]) == 0
+    err = capsys.readouterr().err
+    assert "what model card-fraud makes of these 3 records" in err
+    assert "  amount: 1 numbers sent as strings (missing slot: send JSON numbers), 1 missing, 1 clamped to [0, 2000]" in err
+    assert "  channel: 1 of the wrong type (missing slot), 1 not in the vocabulary (other slot)" in err
+    assert "  flag_0: 2 0/1 integers (missing slot: send true/false" in err
+    assert "  hour: 2 missing" in err
+    assert "fields the model does not declare (ignored): 'amout' (1)" in err
+    assert main(["run", "--models", str(FRAUD / "card-fraud.model.json"), "--examples", str(path),
+                 "--out", str(tmp_path / "strict"), "--strict"]) == 1
+    assert "--strict: values of the wrong type or undeclared fields (above); nothing run" in capsys.readouterr().err
+    assert not (tmp_path / "strict").exists()
+
+
+def test_the_owner_report_counts_exactly_what_the_featuriser_does():
+    """The report asks the worker's featuriser (learners/features.py), so a value it
+    counts as missing, wrong or unseen is one whose slot is the missing or other slot,
+    and a clamped one lies outside the bounds: over arbitrary JSON values."""
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    from dpstream.learners.features import Featuriser
+    from dpstream.schemas import ModelConfig
+    from dpstream.streams.owner_report import CLAMPED, OwnerReport
+    config = ModelConfig.model_validate(json.loads((FRAUD / "card-fraud.model.json").read_text()))
+    f = Featuriser(config.features)
+    values = st.none() | st.booleans() | st.integers(-10, 3000) | st.floats(allow_nan=True) \
+        | st.sampled_from(["m01", "web", "12", "x", "1e3"]) | st.lists(st.integers(), max_size=2)
+    names = st.sampled_from([fd.name for fd in config.features] + ["amout", "other"])
+
+    @settings(max_examples=200, deadline=None)
+    @given(st.lists(st.dictionaries(names, values, max_size=6), min_size=1, max_size=20))
+    def check(batch):
+        report = OwnerReport({"card-fraud": config})
+        for features in batch:
+            report.add({"model_id": "card-fraud", "features": features, "y": 1})
+        for field in f.fields:
+            counts = report.counts.get("card-fraud", {}).get(field.name, {})
+            off = sum(n for k, n in counts.items() if k != CLAMPED)
+            edge = field.binary_size - 1               # the missing / other slot
+            assert off == sum(field.slot(r.get(field.name)) == edge for r in batch)
+            if hasattr(field.spec, "lower"):
+                outside = sum(field.slot(v := r.get(field.name)) != edge and not
+                              field.spec.lower <= float(v) <= field.spec.upper for r in batch)
+                assert counts.get(CLAMPED, 0) == outside
+    check()
+
+
+def test_features_sample_says_which_fields_it_leaves_out_and_why(tmp_path, capsys):
+    """Before: a traceback on a name with a space; mixed and constant fields dropped with
+    only a count; 0/1 integers taken for a field that a boolean declaration would send
+    to its missing slot."""
+    from dpstream.learners.features import Featuriser
+    from dpstream.schemas.features import NumericField
+    rows = [{"mean radius": 10.0 + i, "flag": i % 2, "constant": 3, "mixed": i if i % 2 else "a",
+             "ok": float(i)} for i in range(40)]
+    path = write_jsonl(tmp_path / "s.jsonl", rows)
+    assert main(["features", "--sample", str(path)]) == 0
+    out, err = capsys.readouterr()
+    fields = {f["name"]: f for f in json.loads(out)}
+    assert set(fields) == {"flag", "ok"}
+    assert "'mean radius': left out: a field name has 1 to 64 letters, digits or _ . : - " \
+           "(rename it in the data, e.g. 'mean_radius')" in err
+    assert "'constant': left out: constant (every value is '3')" in err
+    assert "'mixed': left out: mixed types (20 int, 20 str)" in err
+    flag = NumericField(**fields["flag"])
+    assert (flag.lower, flag.upper, flag.bins) == (0, 1, 2)
+    slot = Featuriser([flag]).fields[0].slot
+    assert [slot(0), slot(1)] == [0, 1]                       # not the missing slot (2)
+
+
+def test_a_suggestion_takes_numpy_values_as_it_takes_python_ones():
+    """Before: numpy scalars (pandas' ``to_dict("records")``) gave ``[]``."""
+    import numpy as np
+
+    from dpstream.learners.features import suggest_fields
+    python = [{"a": float(i) / 7, "b": i % 3, "c": i % 2 == 0, "d": f"v{i % 4}"} for i in range(50)]
+    numpy = [{"a": np.float64(r["a"]), "b": np.int64(r["b"]), "c": np.bool_(r["c"]), "d": np.str_(r["d"])}
+             for r in python]
+    assert suggest_fields(numpy) == suggest_fields(python) and len(suggest_fields(python)) == 4
+
+
+def test_run_over_csv_gives_what_the_same_records_give_as_jsonl(tmp_path, monkeypatch, capsys):
+    """CSV input (issue 43 item 8): columns become raw features typed by the model's
+    declaration, a label column, a query id column; the outputs are the JSONL run's."""
+    import csv
+    monkeypatch.setenv("DPSTREAM_SECRET_KEY", KEY)
+    examples, queries = fraud_lines(1500), fraud_lines(150, "card-fraud.queries.jsonl")
+    columns = list(examples[0]["features"])
+    with open(tmp_path / "e.csv", "w", newline="") as fh:
+        w = csv.writer(fh)
+        w.writerow([*columns, "fraud"])
+        w.writerows([*(e["features"][c] for c in columns), (e["y"] + 1) // 2] for e in examples)
+    with open(tmp_path / "q.csv", "w", newline="") as fh:
+        w = csv.writer(fh)
+        w.writerow(["query_id", *columns])
+        w.writerows([q["query_id"], *(q["features"][c] for c in columns)] for q in queries)
+    model = str(FRAUD / "card-fraud.model.json")
+    assert main(["run", "--models", model, "--examples", str(write_jsonl(tmp_path / "e.jsonl", examples)),
+                 "--queries", str(write_jsonl(tmp_path / "q.jsonl", queries)), "--out", str(tmp_path / "a")]) == 0
+    assert main(["run", "--models", model, "--examples", str(tmp_path / "e.csv"), "--label-column", "fraud",
+                 "--queries", str(tmp_path / "q.csv"), "--out", str(tmp_path / "b")]) == 0
+    assert "e.csv: labels 0/1 read as -1/+1" in capsys.readouterr().err
+    assert outputs(tmp_path / "a") == outputs(tmp_path / "b")
+
+
+def test_run_over_parquet_gives_what_the_same_records_give_as_jsonl(tmp_path, monkeypatch):
+    """Parquet input (the optional ``parquet`` extra): cells keep their types, booleans
+    as labels read as +1/-1."""
+    pytest.importorskip("pyarrow", reason="Parquet is the optional 'parquet' extra")
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    monkeypatch.setenv("DPSTREAM_SECRET_KEY", KEY)
+    examples = fraud_lines(1500)
+    pq.write_table(pa.Table.from_pylist([{**e["features"], "y": e["y"] == 1} for e in examples]),
+                   tmp_path / "e.parquet")
+    model = str(FRAUD / "card-fraud.model.json")
+    assert main(["run", "--models", model, "--examples", str(write_jsonl(tmp_path / "e.jsonl", examples)),
+                 "--out", str(tmp_path / "a")]) == 0
+    assert main(["run", "--models", model, "--examples", str(tmp_path / "e.parquet"),
+                 "--out", str(tmp_path / "b")]) == 0
+    assert outputs(tmp_path / "a") == outputs(tmp_path / "b")
+
+
+def test_kafka_style_flags_parse_and_the_old_names_stay_aliases():
+    """Before: --bootstrap-server, --command-config, --max-messages and --from-beginning
+    were "unrecognized arguments" (exit 2)."""
+    from dpstream.streams.cli import build_parser
+    parse = build_parser().parse_args
+    new = parse(["consume", "--topic", "predictions", "--bootstrap-server", "h:1", "--command-config", "c",
+                 "--max-messages", "3", "--from-beginning"])
+    old = parse(["consume", "--topic", "predictions", "--broker", "h:1", "--client-config", "c", "--max", "3"])
+    assert (new.broker, new.client_config, new.max_messages, new.from_beginning) == ("h:1", "c", 3, True)
+    assert (old.broker, old.client_config, old.max_messages, old.from_beginning) == ("h:1", "c", 3, False)
+
+
+def test_every_command_and_flag_has_help_text():
+    """Before: models' action and target, --timeout, --topic, --out and others had none."""
+    import argparse
+
+    from dpstream.streams.cli import build_parser
+    ap = build_parser()
+    commands = next(a for a in ap._actions if isinstance(a, argparse._SubParsersAction))
+    helped = {c.dest for c in commands._choices_actions if c.help}
+    assert helped == set(commands.choices)
+    missing = [f"{name} {a.option_strings or a.dest}" for name, p in commands.choices.items()
+               for a in p._actions if not isinstance(a, argparse._HelpAction) and not a.help]
+    assert missing == []

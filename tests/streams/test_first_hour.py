@@ -139,3 +139,80 @@ def test_progress_goes_to_a_pipe_as_lines_every_few_seconds(capsys):
 
 def test_schemas_needs_a_directory():
     assert "--out" in dpstream("schemas").stderr
+
+
+# ---------------------------------------------------------------- issue 43, without a broker
+def test_version_prints_the_installed_version():
+    from importlib.metadata import version
+    done = dpstream("--version")
+    assert done.returncode == 0 and done.stdout.strip() == f"dpstream {version('dpstream')}"
+
+
+def test_features_piped_into_head_stops_quietly(tmp_path):
+    """Before: a BrokenPipeError traceback when the reader left."""
+    sample = tmp_path / "s.jsonl"
+    sample.write_text("".join(json.dumps({f"f{j}": (i * j) % 97 / 3 for j in range(1, 3000)}) + "\n"
+                              for i in range(50)))       # a declaration far beyond a pipe's buffer
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DPSTREAM_")}
+    proc = subprocess.Popen([DPSTREAM, "features", "--sample", str(sample)], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, env=env)
+    assert proc.stdout.readline().strip() == b"["
+    proc.stdout.close()                    # as `| head -n 1` does
+    err = proc.stderr.read().decode()
+    assert proc.wait(120) == 141 and "Traceback" not in err and "Error" not in err, err
+
+
+def test_produce_maps_0_1_labels_and_refuses_what_no_convention_covers(tmp_path):
+    lines = (ROOT / "examples/card-fraud.examples.jsonl").read_text().splitlines()[:3]
+    records = [json.loads(line) for line in lines]
+    zero_one = tmp_path / "01.jsonl"
+    zero_one.write_text("".join(json.dumps({**r, "y": (r["y"] + 1) // 2}) + "\n" for r in records))
+    line = one_line(dpstream("produce", "--topic", "examples", "--file", str(zero_one), "--broker", NO_BROKER))
+    assert "cannot reach the Kafka broker" in line            # checked locally, then sending failed
+    two = tmp_path / "2.jsonl"
+    two.write_text("".join(json.dumps({**r, "y": 2}) + "\n" for r in records))
+    done = dpstream("produce", "--topic", "examples", "--file", str(two), "--broker", NO_BROKER)
+    assert done.returncode == 2 and "line 1: label y=2 is not one of -1/+1, 0/1 or true/false" \
+        in one_line(done) and "nothing sent" in one_line(done)
+
+
+def test_a_dash_reads_standard_input(tmp_path):
+    """``-`` for stdin (Kafka's and Unix tools' convention): run's examples, a registration."""
+    ex = ROOT / "examples"
+    lines = (ex / "card-fraud.examples.jsonl").read_text().splitlines()[:500]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DPSTREAM_")}
+    done = subprocess.run([DPSTREAM, "run", "--models", str(ex / "card-fraud.model.json"), "--examples", "-",
+                           "--out", str(tmp_path / "o")], input="\n".join(lines) + "\n", text=True,
+                          capture_output=True, env={**env, "DPSTREAM_SECRET_KEY": KEY}, timeout=120)
+    assert done.returncode == 0 and "501 inputs -> 500 predictions" in done.stdout, done.stderr
+    done = subprocess.run([DPSTREAM, "models", "register", "-", "--broker", NO_BROKER], text=True,
+                          input=json.dumps({**config(), "params": {"kind": "continual_winnow", "max_activ": 3}}),
+                          capture_output=True, env=env, timeout=120)
+    assert "standard input: params: unknown field 'max_activ'" in one_line(done)
+
+
+def test_produce_shows_progress_on_a_terminal(tmp_path):
+    """Before: nothing on a terminal for seconds while produce read and checked its file."""
+    import pty
+    lines = (ROOT / "examples/card-fraud.examples.jsonl").read_text().splitlines()
+    path = tmp_path / "e.jsonl"
+    path.write_text("\n".join(lines * 3) + "\n")
+    leader, follower = pty.openpty()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DPSTREAM_")}
+    proc = subprocess.Popen([DPSTREAM, "produce", "--topic", "examples", "--file", str(path),
+                             "--broker", NO_BROKER], stderr=follower, stdout=subprocess.DEVNULL, env=env)
+    os.close(follower)
+    seen = b""
+    while True:
+        try:
+            chunk = os.read(leader, 65536)
+        except OSError:                     # the command exited: the terminal closed
+            break
+        if not chunk:
+            break
+        seen += chunk
+    proc.wait(120)
+    os.close(leader)
+    text = seen.decode(errors="replace")
+    assert "dpstream produce: checking" in text and "/60000" in text, text[-2000:]
+    assert "cannot reach the Kafka broker" in text

@@ -64,7 +64,7 @@ def test_secrets_come_from_the_environment_and_a_readable_password_file_is_refus
     ("security.protocol=TLS\n", "security.protocol"),
     ("bootstrap.server=typo:1\n", "unknown setting 'bootstrap.server'"),
     ("just words\n", "line 1: expected key=value"),
-    ("ssl.certificate.location=c.pem\n", "needs both"),
+    ("security.protocol=SSL\nssl.certificate.location=c.pem\n", "needs both"),
     ("ssl.truststore.location=t.jks\n", "only a PEM truststore"),
 ])
 def test_a_config_that_cannot_work_is_refused_naming_the_setting(tmp_path, text, says):
@@ -101,8 +101,12 @@ def test_each_failure_is_explained_in_one_line_without_secrets():
         line = k.explain(err, doing)
         assert says in line and "\n" not in line and "pw-never-shown" not in line, line
     verify = E.KafkaConnectionError("connect")
-    verify.__cause__ = ssl.SSLCertVerificationError("CERTIFICATE_VERIFY_FAILED")
-    assert "is not trusted" in k.explain(verify, "talk to")
+    cause = ssl.SSLCertVerificationError(1, "[SSL: CERTIFICATE_VERIFY_FAILED] certificate verify failed")
+    cause.verify_code, cause.verify_message = 20, "unable to get local issuer certificate"
+    verify.__cause__ = cause
+    nobody_there = Kafka("127.0.0.1:1", "SSL", ca_file="/etc/ca.pem")    # nothing to read the certificate from
+    assert "comes from a CA which ssl.ca.location (/etc/ca.pem) does not hold: set ssl.ca.location" in \
+        nobody_there.explain(verify, "talk to")
     plain = Kafka("b:9094")
     assert "plaintext client on a TLS listener?" in plain.explain(E.KafkaConnectionError("x"), "talk to")
     refused = ('Unable connect to "b:9094": [Errno 111] Connect call failed',)   # nothing listens

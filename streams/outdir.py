@@ -1,0 +1,172 @@
+"""The ``--out`` directory of ``export``, ``run`` and ``audit-report``: written into, never
+changed, nothing followed out of it (issue 41, item 9; docs/security-clients.md).
+
+Before, the directory was ``chmod``-ed to 0700 when it existed (a 1777 directory lost its
+sticky bit) and files were opened by path, following a symbolic link planted in it (run as
+root, ``export`` overwrote a file outside the directory). The rules now:
+
+* A directory that does not exist is created (its missing parents too), 0700 for private
+  output (an export holds raw features; the internal report, private statistics), with
+  the umask's mode for the public report.
+* An existing directory is never chmod-ed. It must be a directory owned by the caller
+  and writable by nobody else (group or others could plant a link or swap a file between
+  two writes, sticky bit or not, since the names are fixed and known); otherwise the
+  command refuses with one line and writes nothing. One the caller owns that others can
+  only read is taken as it is: every private file is 0600, so others see its name and
+  size, not its content (sizes say how many events, which the ledger and ``seq`` show
+  anyway).
+* A ``--out`` that is itself a symbolic link is followed only when the caller owns the
+  link (a link another user planted where the caller's directory was expected is
+  refused).
+* Every file is opened relative to the directory's descriptor (``openat``), with
+  O_NOFOLLOW, and checked once open (``fstat``) to be a regular file owned by the caller
+  with one link, before it is truncated and written. A symbolic link, another user's
+  file or a hard link to elsewhere at a target name is refused with one line; files are
+  opened before any is written, so a refusal leaves what was there unchanged.
+"""
+from __future__ import annotations
+
+import errno
+import os
+import stat
+from contextlib import contextmanager
+from pathlib import Path
+
+OTHERS_WRITE = stat.S_IWGRP | stat.S_IWOTH
+
+
+class UnsafeOut(Exception):
+    """An ``--out`` directory or target file that would expose or redirect the output."""
+
+
+class OutDir:
+    """An ``--out`` directory opened for writing: ``with OutDir(path, private=True) as out:
+    out.write_all({"name.jsonl": b"..."})``."""
+
+    def __init__(self, path: str | Path, *, private: bool):
+        self.path, self.private = Path(path), private
+        self.fd: int | None = None
+
+    def __enter__(self) -> "OutDir":
+        if self.fd is None:                 # entered once: the directory checked once
+            self.fd = _open_dir(self.path, self.private)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
+
+    @contextmanager
+    def files(self, names):
+        """Binary files for writing, one per name: every one opened and checked before any
+        is truncated, so a refusal leaves what was there unchanged."""
+        mode = 0o600 if self.private else 0o644
+        fds: dict[str, int] = {}
+        handles = {}
+        created = []
+        try:
+            try:
+                for name in names:
+                    fds[name], new = _open_file(self.fd, self.path, name, mode)
+                    created += [name] if new else []
+            except UnsafeOut:
+                for name in created:                # refused: leave the directory as it was
+                    os.unlink(name, dir_fd=self.fd)
+                raise
+            for name, fd in fds.items():
+                os.ftruncate(fd, 0)
+                os.fchmod(fd, mode)
+                handles[name] = os.fdopen(fd, "wb")
+            yield handles
+        finally:
+            for name, fd in fds.items():
+                if name in handles:
+                    handles[name].close()
+                else:
+                    os.close(fd)
+
+    def write_all(self, files: dict[str, bytes]) -> None:
+        """Write every file (name -> content)."""
+        with self.files(files) as handles:
+            for name, data in files.items():
+                handles[name].write(data)
+
+
+def _open_dir(path: Path, private: bool) -> int:
+    """The directory's descriptor, created if missing, after the checks of the module
+    docstring."""
+    uid = os.geteuid()
+    try:
+        link = os.lstat(path)
+    except FileNotFoundError:
+        link = None
+    except OSError as err:
+        raise UnsafeOut(f"{path}: {err.strerror}") from None
+    created = link is None
+    if created:
+        if path.parent != path:
+            path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            os.mkdir(path, 0o700 if private else 0o777)
+        except FileExistsError:             # appeared meanwhile: judged as any existing one
+            return _open_dir(path, private)
+    elif stat.S_ISLNK(link.st_mode) and link.st_uid != uid:
+        raise UnsafeOut(f"{path} is a symbolic link owned by uid {link.st_uid}, not by you: "
+                        "nothing written through it; choose another --out")
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except NotADirectoryError:
+        raise UnsafeOut(f"{path} exists and is not a directory") from None
+    except OSError as err:
+        raise UnsafeOut(f"cannot open {path}: {err.strerror}") from None
+    st = os.fstat(fd)
+    problem = None
+    if st.st_uid != uid:
+        problem = (f"{path} belongs to uid {st.st_uid}, not to you: its owner could read or "
+                   "swap what is written there; choose a new directory (it is created 0700)")
+    elif st.st_mode & OTHERS_WRITE and not created:
+        problem = (f"{path} is writable by other users (mode {stat.S_IMODE(st.st_mode):04o}): "
+                   "they could plant links or swap files in it; choose a new directory (it "
+                   "is created 0700) or one only you can write (it is never chmod-ed here)")
+    if problem is not None:
+        os.close(fd)
+        raise UnsafeOut(problem)
+    if created:                              # ours, just made: never wider than the rules say
+        wanted = 0o700 if private else stat.S_IMODE(st.st_mode) & ~OTHERS_WRITE
+        if stat.S_IMODE(st.st_mode) != wanted:
+            os.fchmod(fd, wanted)
+    return fd
+
+
+def _open_file(dir_fd: int, path: Path, name: str, mode: int) -> tuple[int, bool]:
+    """``name`` in the directory, opened for writing without following a link, checked to
+    be the caller's own regular file with one link (not yet truncated); and whether it
+    was created here."""
+    shown = path / name
+    flags = os.O_WRONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
+    created = True
+    try:
+        try:
+            fd = os.open(name, flags | os.O_CREAT | os.O_EXCL, mode, dir_fd=dir_fd)
+        except FileExistsError:
+            created = False
+            fd = os.open(name, flags, dir_fd=dir_fd)
+    except OSError as err:
+        if os.path.islink(shown) or err.errno == errno.ELOOP:           # ELOOP: O_NOFOLLOW met a link
+            raise UnsafeOut(f"{shown} is a symbolic link: nothing written through it; "
+                            "remove it or choose a new --out directory") from None
+        raise UnsafeOut(f"cannot write {shown}: {err.strerror}") from None
+    st = os.fstat(fd)
+    problem = None
+    if not stat.S_ISREG(st.st_mode):
+        problem = f"{shown} is not a regular file"
+    elif st.st_uid != os.geteuid():
+        problem = f"{shown} belongs to uid {st.st_uid}, not to you"
+    elif st.st_nlink != 1:
+        problem = f"{shown} has {st.st_nlink} hard links (it is also a file elsewhere)"
+    if problem is not None:
+        os.close(fd)
+        raise UnsafeOut(f"{problem}: nothing written; remove it or choose a new --out directory")
+    os.set_blocking(fd, True)
+    return fd, created

@@ -1,0 +1,140 @@
+"""The data owner's report: what each model's declared featuriser makes of the records a
+command holds (``dpstream produce``, ``dpstream run``), counted where the data is.
+
+A misspelt field name, a number sent as a string, or 0/1 sent for a boolean is not an
+error for the worker: the record is bounded (the value goes to the field's missing
+slot, schemas/features.py), and the worker must not say so, since whether a record's
+value was missing, unseen or clamped is a fact about a private record that no ledger
+entry covers. The command that reads the file is on the data owner's side: it counts,
+per declared field, the records whose value goes to the missing slot (absent, or of the
+wrong type: numbers as strings, 0/1 integers for a boolean, and the rest), to "other"
+(a category outside the vocabulary), or is clamped to the bounds, and the field names
+the declaration does not have; it prints them on stderr, never to a topic.
+
+The counts come from the worker's own featuriser (learners/features.py: the slot each
+value takes), so they are what the model will see, not a second opinion.
+"""
+from __future__ import annotations
+
+from collections import Counter
+
+from dpstream.learners.features import Featuriser
+from dpstream.schemas.features import CategoricalField, NumericField
+
+MISSING, STRINGS, INTS, WRONG, OTHER, CLAMPED = (
+    "missing", "numbers as strings", "0/1 integers", "wrong type", "other", "clamped")
+#: outcomes that are a mistake in the data rather than the bounding a declaration asks for
+MISTAKES = (STRINGS, INTS, WRONG)
+SHOWN = 8              # undeclared names listed per model
+
+
+def _numeric_text(value) -> bool:
+    try:
+        float(value)
+        return True
+    except ValueError:
+        return False
+
+
+def outcome(field, value) -> str | None:
+    """What the featuriser does with ``value`` for one declared ``field`` (a
+    ``Featuriser.fields`` entry): None when it takes the value as it is."""
+    spec = field.spec
+    if value is None:
+        return MISSING
+    slot = field.slot(value)
+    if isinstance(spec, NumericField):
+        if slot == spec.bins:                       # the missing slot: not a number
+            return STRINGS if isinstance(value, str) and _numeric_text(value) else WRONG
+        return CLAMPED if not spec.lower <= float(value) <= spec.upper else None
+    if isinstance(spec, CategoricalField):
+        size = len(spec.vocabulary) if spec.vocabulary is not None else spec.hash_buckets
+        if slot != size:
+            return None
+        scalar = isinstance(value, (str, bool, int, float))
+        return OTHER if spec.vocabulary is not None and scalar else WRONG
+    if slot == 2:                                   # a boolean's missing slot
+        return INTS if type(value) is int and value in (0, 1) else WRONG
+    return None
+
+
+_SAY = {MISSING: "missing", STRINGS: "numbers sent as strings (missing slot: send JSON numbers)",
+        INTS: "0/1 integers (missing slot: send true/false, or declare it numeric 0..1 with 2 bins)",
+        WRONG: "of the wrong type (missing slot)", OTHER: "not in the vocabulary (other slot)"}
+
+
+class OwnerReport:
+    """Per model and declared field, how many records' values took each ``outcome``;
+    the undeclared field names; the records seen; and how the files were read (labels
+    mapped, table columns left out)."""
+
+    def __init__(self, configs: dict, *, left_out: list[str] | None = None,
+                 notes: list[str] | None = None):
+        self.featurisers = {mid: Featuriser(c.features) for mid, c in configs.items()
+                            if c.features is not None}
+        self.declared = {mid: {f.name for f in c.features} for mid, c in configs.items()
+                         if c.features is not None}
+        self.counts: dict[str, dict[str, Counter]] = {}
+        self.undeclared: dict[str, Counter] = {}
+        self.records: Counter = Counter()
+        self.left_out = left_out or []      # table columns not sent (userfiles.table_rows)
+        self.notes = notes or []            # how the files were read (userfiles.map_labels)
+
+    def add(self, record) -> None:
+        """Count one example or query (anything else passes)."""
+        if not isinstance(record, dict) or not isinstance(record.get("features"), dict):
+            return
+        model_id = record.get("model_id")
+        featuriser = self.featurisers.get(model_id) if isinstance(model_id, str) else None
+        if featuriser is None:
+            return
+        features = record["features"]
+        self.records[model_id] += 1
+        counts = self.counts.setdefault(model_id, {})
+        for field in featuriser.fields:
+            what = outcome(field, features.get(field.name))
+            if what is not None:
+                counts.setdefault(field.name, Counter())[what] += 1
+        declared = self.declared[model_id]
+        for name in features:
+            if name not in declared:
+                self.undeclared.setdefault(model_id, Counter())[name] += 1
+
+    def mistakes(self) -> int:
+        """Values of the wrong type, and undeclared names (what ``--strict`` refuses)."""
+        wrong = sum(c[m] for fields in self.counts.values() for c in fields.values() for m in MISTAKES)
+        return wrong + sum(sum(c.values()) for c in self.undeclared.values()) + len(self.left_out)
+
+    def lines(self, command: str) -> list[str]:
+        """The report, one line per finding (none for a model whose records had nothing
+        to say beyond a one-line all-clear)."""
+        out = [f"dpstream {command}: {note}" for note in self.notes]
+        for model_id, n in sorted(self.records.items()):
+            fields = self.featurisers[model_id].fields
+            counts = self.counts.get(model_id, {})
+            found = []
+            for f in fields:
+                c = counts.get(f.name)
+                if not c:
+                    continue
+                parts = [f"{c[k]:,} {_SAY[k]}" for k in (STRINGS, INTS, WRONG, MISSING, OTHER) if c[k]]
+                if c[CLAMPED]:
+                    parts.append(f"{c[CLAMPED]:,} clamped to [{f.spec.lower:g}, {f.spec.upper:g}]")
+                found.append(f"  {f.name}: " + ", ".join(parts))
+            names = self.undeclared.get(model_id, Counter())
+            if names:
+                shown = ", ".join(f"{name[:40]!r} ({k:,})" for name, k in names.most_common(SHOWN))
+                more = f" and {len(names) - SHOWN} more" if len(names) > SHOWN else ""
+                found.append(f"  fields the model does not declare (ignored): {shown}{more}")
+            if not found:
+                out.append(f"dpstream {command}: model {model_id}: every declared field had a value "
+                           f"of its type in all {n:,} records")
+                continue
+            out.append(f"dpstream {command}: what model {model_id} makes of these {n:,} records "
+                       "(counted here; the worker publishes none of it):")
+            out.extend(found)
+        if self.left_out:
+            out.append(f"dpstream {command}: columns not sent (no model declares them): "
+                       + ", ".join(repr(c[:40]) for c in self.left_out[:SHOWN])
+                       + (f" and {len(self.left_out) - SHOWN} more" if len(self.left_out) > SHOWN else ""))
+        return out

@@ -1,0 +1,327 @@
+"""The River-compatible classifiers (learners/online.py, learners/labels.py) follow River's
+conventions (issue 43, item 3): the user's labels in and out whatever they are and
+whatever comes first, ``repr`` and ``clone``, a real ``predict_proba_one`` where the
+model has a score, River's own estimator checks, and ``progressive_val_score`` reporting
+the model's true accuracy.
+
+Before: the label set came from the first label, so a -1/+1 stream starting with +1 was
+answered 1/0 (never -1: ~50% accuracy in ``progressive_val_score``) and both string
+classes mapped to +1 (answers ``True``: 0%); ``True`` was answered before any label;
+``repr(model)`` and ``model.clone()`` raised AttributeError; ``predict_proba_one`` was a
+hard 1/0; every model with the same key shared one noise stream."""
+import copy
+import importlib.util
+import math
+import pickle
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from dpstream.learners import online
+from dpstream.learners.online import PHISHING_FIELDS, ContinualWinnowClassifier, DPFTRLClassifier
+from dpstream.mechanisms.errors import ParameterError
+
+KEY = b"river-api-tests-key-000000000000"
+FIELDS = [{"type": "numeric", "name": "a", "lower": -1, "upper": 1},
+          {"type": "numeric", "name": "b", "lower": -1, "upper": 1}]
+CLASSIFIERS = {      # one noise stream each (model_id), so that every run is the same
+    "dp_ftrl": lambda **kw: DPFTRLClassifier(FIELDS, epsilon=4.0, horizon=2000, key=KEY,
+                                             **{"model_id": "test", **kw}),
+    "continual_winnow": lambda **kw: ContinualWinnowClassifier(FIELDS, epsilon=4.0, horizon=2000, key=KEY,
+                                                               **{"model_id": "test", "block": 20, **kw}),
+}
+ENCODINGS = [(False, True), (0, 1), (-1, 1), ("legit", "phish"), ("no", "yes")]
+
+
+def learnable(n=1000, seed=1):
+    """A linearly separable stream of records: positive iff a + b / 2 > 0 (the data's
+    randomness, not privacy noise)."""
+    X = np.random.default_rng(seed).uniform(-1, 1, (n, 2))
+    return [{"a": float(a), "b": float(b)} for a, b in X], X[:, 0] + 0.5 * X[:, 1] > 0
+
+
+def starting_with(records, positive, first_positive: bool):
+    """The stream from its first example of the wanted class on."""
+    start = int(np.argmax(positive == first_positive))
+    return records[start:], positive[start:]
+
+
+def prequential(model, records, labels):
+    """(answers, accuracy over the answered examples): predict, then learn, as
+    ``progressive_val_score`` does."""
+    answers = []
+    for x, y in zip(records, labels):
+        answers.append(model.predict_one(x))
+        model.learn_one(x, y)
+    answered = [(a, y) for a, y in zip(answers, labels) if a is not None]
+    return answers, sum(a == y for a, y in answered) / len(answered)
+
+
+@pytest.mark.parametrize("kind", CLASSIFIERS)
+@pytest.mark.parametrize("encoding", ENCODINGS, ids=str)
+@pytest.mark.parametrize("first_positive", [True, False], ids=["first+", "first-"])
+def test_answers_are_the_users_labels_and_right_whatever_the_first_label(kind, encoding, first_positive):
+    """Every answer is one of the user's two labels, both are answered, and the model is
+    right on a learnable stream (Winnow ~80%, DP-FTRL ~92% here), for bools, 0/1, -1/+1
+    and named classes, whichever class comes first (before: +1 first gave 1/0 answers,
+    strings gave True)."""
+    records, positive = starting_with(*learnable(), first_positive)
+    labels = [encoding[int(p)] for p in positive]
+    answers, accuracy = prequential(CLASSIFIERS[kind](), records, labels)
+    given = [a for a in answers if a is not None]
+    assert set(given) == set(encoding) and all(type(a) is type(encoding[int(a == encoding[1])])
+                                              for a in given)
+    assert accuracy > 0.75 and answers.count(None) < len(answers) / 50
+
+
+def test_first_label_plus_one_then_minus_one_is_answered_minus_one():
+    """The issue's case: -1/+1 labels, +1 first; the model answers -1 where it learned -1
+    (before: labels (1, 0) were fixed by the first label and -1 never came back)."""
+    records, positive = starting_with(*learnable(), True)
+    model = CLASSIFIERS["dp_ftrl"]()
+    for x, p in zip(records, positive):
+        model.learn_one(x, 1 if p else -1)
+    assert model.predict_one({"a": -0.9, "b": -0.9}) == -1
+    assert model.predict_one({"a": 0.9, "b": 0.9}) == 1
+
+
+@pytest.mark.parametrize("kind", CLASSIFIERS)
+def test_before_any_label_nothing_is_answered_rather_than_a_class_never_given(kind):
+    """No label yet: predict_one None and predict_proba_one {} (River's ``evaluate`` skips
+    both), not ``True`` from nowhere."""
+    model = CLASSIFIERS[kind]()
+    assert model.predict_one({"a": 0.5}) is None and model.predict_proba_one({"a": 0.5}) == {}
+
+
+@pytest.mark.parametrize("kind", CLASSIFIERS)
+def test_until_the_second_class_is_seen_nothing_is_answered(kind):
+    """One named class seen: the model cannot name its other answer, so it answers
+    nothing, rather than counting every abstention as the one class it knows."""
+    model = CLASSIFIERS[kind]()
+    for _ in range(30):
+        model.learn_one({"a": 0.9, "b": 0.1}, "phish")
+    assert model.predict_one({"a": 0.9}) is None and model.predict_proba_one({"a": 0.9}) == {}
+    model.learn_one({"a": -0.9, "b": 0.1}, "legit")
+    assert model.predict_one({"a": 0.9}) in ("phish", "legit")
+    assert set(model.predict_proba_one({"a": 0.9})) == {"phish", "legit"}
+
+
+@pytest.mark.parametrize("kind", CLASSIFIERS)
+@pytest.mark.parametrize("first", [True, np.bool_(False)], ids=["bool", "numpy-bool"])
+def test_a_bool_label_names_both_classes_as_rivers_binary_classifiers_do(kind, first):
+    model = CLASSIFIERS[kind]()
+    model.learn_one({"a": 0.1, "b": 0.2}, first)
+    proba = model.predict_proba_one({"a": 0.1})
+    assert set(proba) == {False, True} and all(type(k) is bool for k in proba)
+    assert model.predict_one({"a": 0.1}) in (False, True, None)     # None: the learner abstains
+
+
+@pytest.mark.parametrize("kind", CLASSIFIERS)
+def test_declared_classes_are_answered_from_the_first_call(kind):
+    model = CLASSIFIERS[kind](classes=("legit", "phish"))
+    assert set(model.predict_proba_one({"a": 0.3})) == {"legit", "phish"}
+    assert math.isclose(sum(model.predict_proba_one({"a": 0.3}).values()), 1.0)
+    with pytest.raises(ParameterError, match="third class"):
+        model.learn_one({"a": 0.3}, "spam")
+
+
+@pytest.mark.parametrize("label", [None, float("nan"), ["a"]], ids=["None", "NaN", "list"])
+def test_an_unusable_label_is_refused_by_name_without_its_value(label):
+    """Before: None and NaN were learned as the negative class."""
+    model = CLASSIFIERS["dp_ftrl"]()
+    with pytest.raises(ParameterError) as err:
+        model.learn_one({"a": 0.3}, label)
+    assert err.value.name == "y" and model.learner.state.t == 0
+
+
+@pytest.mark.parametrize("classes", [("yes",), ("a", "a"), "ab", (None, 1)], ids=str)
+def test_declared_classes_must_be_two_distinct_labels(classes):
+    with pytest.raises(ParameterError) as err:
+        CLASSIFIERS["dp_ftrl"](classes=classes)
+    assert err.value.name == "classes"
+
+
+def test_a_third_class_is_refused_and_nothing_is_learned():
+    model = CLASSIFIERS["continual_winnow"]()
+    model.learn_one({"a": 0.3}, "yes")
+    model.learn_one({"a": -0.3}, "no")
+    with pytest.raises(ParameterError, match=r"one of this model's two classes \('no', 'yes'\)"):
+        model.learn_one({"a": 0.3}, "maybe")
+    assert model.learner.state.t == 2
+
+
+@pytest.mark.parametrize("kind", CLASSIFIERS)
+def test_repr_shows_every_parameter_but_the_key(kind):
+    model = CLASSIFIERS[kind](classes=(0, 1))
+    text = repr(model)
+    assert text.startswith(type(model).__name__ + " (") and "epsilon=4.0" in text
+    assert "classes=(0, 1)" in text and "key=<secret>" in text
+    assert KEY.decode() not in text and repr(KEY) not in text
+    assert repr(model.clone()) == text
+
+
+@pytest.mark.parametrize("kind", CLASSIFIERS)
+def test_clone_is_an_unfitted_model_with_equal_params(kind):
+    records, positive = learnable(300)
+    model = CLASSIFIERS[kind](block=10) if kind == "dp_ftrl" else CLASSIFIERS[kind]()
+    for x, p in zip(records, positive):
+        model.learn_one(x, "yes" if p else "no")
+    clone = model.clone()
+    assert type(clone) is type(model) and clone._get_params() == model._get_params()
+    assert clone.learner.state.t == 0 and clone.learner.version == 0 and clone.labels.classes == ()
+    assert clone.predict_one(records[0]) is None
+    before = pickle.dumps(clone)
+    model.learn_one(records[0], "yes")
+    assert pickle.dumps(clone) == before
+    if kind == "dp_ftrl":
+        assert model.clone({"block": 20}).learner.params.block == 20
+
+
+def test_two_models_with_one_key_draw_different_noise_unless_given_one_model_id():
+    """Same key, same data: without a model_id each instance (a clone too) has its own
+    noise, so releases of two models never differ by their data alone; one explicit
+    model_id reproduces the releases (before: every model used the stream "library")."""
+    records, positive = learnable(200)
+
+    def trained(model):
+        for x, p in zip(records, positive):
+            model.learn_one(x, bool(p))
+        return model.learner.w
+
+    a = CLASSIFIERS["dp_ftrl"](block=10, model_id=None)
+    assert not np.allclose(trained(a), trained(a.clone()))
+    assert np.array_equal(trained(CLASSIFIERS["dp_ftrl"](block=10, model_id="m")),
+                          trained(CLASSIFIERS["dp_ftrl"](block=10, model_id="m")))
+
+
+def test_dp_ftrl_predict_proba_is_the_released_logistic_probability():
+    """A probability distribution over the user's classes, the logistic of the released
+    model's score (its log-odds are <w, x> plus one intercept for every x), not a hard 0/1,
+    whose likelier class is the answer (before: {label: 1.0})."""
+    records, positive = learnable()
+    model = CLASSIFIERS["dp_ftrl"]()
+    for x, p in zip(records, positive):
+        model.learn_one(x, "phish" if p else "legit")
+    probes = [{"a": a, "b": b} for a in (-0.8, -0.1, 0.05, 0.7) for b in (-0.5, 0.5)]
+    intercepts = []
+    for x in probes:
+        proba = model.predict_proba_one(x)
+        assert set(proba) == {"legit", "phish"} and math.isclose(sum(proba.values()), 1.0)
+        assert 0.0 < proba["phish"] < 1.0
+        margin = float((model.learner.rows([model.featuriser.dense(x)]) @ model.learner.w)[0])
+        intercepts.append(math.log(proba["phish"] / proba["legit"]) - margin)
+        assert model.predict_one(x) == max(proba, key=proba.get)
+    assert np.allclose(intercepts, intercepts[0], atol=1e-9)
+    spread = [model.predict_proba_one(x)["phish"] for x in probes]
+    assert min(spread) < 0.3 and max(spread) > 0.7 and len(set(np.round(spread, 6))) == len(probes)
+
+
+def test_continual_winnow_predict_proba_is_its_label_with_probability_one():
+    """Winnow releases a sign rule, not a probability: all the mass on its answer."""
+    records, positive = learnable(500)
+    model = CLASSIFIERS["continual_winnow"]()
+    for x, p in zip(records, positive):
+        model.learn_one(x, int(p))
+    for x in records[:20]:
+        assert model.predict_proba_one(x) == {model.predict_one(x): 1.0, 1 - model.predict_one(x): 0.0}
+
+
+@pytest.mark.parametrize("kind", CLASSIFIERS)
+def test_a_pickled_or_copied_model_continues_as_the_original(kind):
+    """Before: continual Winnow did not pickle (its noise prefetch held a thread's future)."""
+    records, positive = learnable(400)
+    model = CLASSIFIERS[kind]()
+    for x, p in zip(records[:200], positive[:200]):
+        model.learn_one(x, bool(p))
+    twins = [pickle.loads(pickle.dumps(model)), copy.deepcopy(model)]
+    for x, p in zip(records[200:], positive[200:]):
+        answers = {repr(m.predict_proba_one(x)) for m in [model, *twins]}
+        assert len(answers) == 1
+        for m in [model, *twins]:
+            m.learn_one(x, bool(p))
+
+
+# ---------------------------------------------------------------- with River itself (the test extra)
+
+def phishing(encoding, first_positive: bool):
+    """River's Phishing stream (1,250 real records, shipped with River) from its first
+    example of the wanted class, labels in ``encoding``."""
+    from river import datasets
+    rows = list(datasets.Phishing())
+    start = next(i for i, (_, y) in enumerate(rows) if y == first_positive)
+    return [(x, encoding[int(y)]) for x, y in rows[start:]]
+
+
+@pytest.mark.parametrize("cls", [DPFTRLClassifier, ContinualWinnowClassifier], ids=lambda c: c.__name__)
+@pytest.mark.parametrize("encoding", [(False, True), (-1, 1), ("legit", "phish")], ids=str)
+@pytest.mark.parametrize("first_positive", [True, False], ids=["first+", "first-"])
+def test_progressive_val_score_reports_the_true_accuracy_whatever_the_first_label(cls, encoding,
+                                                                                   first_positive):
+    """River's progressive_val_score on real data reports the model's accuracy, the same
+    for every encoding and first label (before: ~50% for -1/+1 starting with +1, 0% for
+    named classes)."""
+    from river import evaluate, metrics
+    stream = phishing(encoding, first_positive)
+    model = cls(PHISHING_FIELDS, epsilon=4.0, horizon=1250, key=KEY, model_id="phishing",
+                **({"block": 50} if cls is ContinualWinnowClassifier else {}))
+    twin = model.clone()
+    reported = evaluate.progressive_val_score(stream, model, metrics.Accuracy()).get()
+    _, accuracy = prequential(twin, [x for x, _ in stream], [y for _, y in stream])
+    assert math.isclose(reported, accuracy) and reported > 0.75
+
+
+@pytest.mark.parametrize("cls", [DPFTRLClassifier,
+                                 pytest.param(ContinualWinnowClassifier, marks=pytest.mark.slow)],
+                         ids=lambda c: c.__name__)
+def test_rivers_own_estimator_checks_pass(cls):
+    """river.checks.check_estimator (River's conventions: params, clone, repr, pickling,
+    pure predictions, probabilities, bool keys, bounded memory) on River's Phishing, with
+    River's bool classes declared as its binary classifiers have them."""
+    from river import base, checks                  # River is in the test extra (pyproject.toml)
+    model = cls(**next(cls._unit_test_params()))
+    assert isinstance(model, base.Classifier) and not model._multiclass
+    checks.check_estimator(model)
+
+
+def test_in_a_river_pipeline_repr_and_notebook_view_hide_the_key_and_clone_works():
+    from river import compose
+    secret = b"S" * 32
+    model = DPFTRLClassifier(FIELDS, epsilon=4.0, horizon=100, key=secret)
+    pipeline = compose.Select("a", "b") | model
+    assert "SSSS" not in repr(pipeline) and "SSSS" not in pipeline._repr_html_()
+    assert "key=<secret>" in repr(pipeline)
+    clone = pipeline.clone()
+    assert clone["DPFTRLClassifier"].key == secret and clone["DPFTRLClassifier"].learner is not model.learner
+
+
+def test_without_river_the_estimator_protocol_still_works(monkeypatch):
+    """River is optional: learners/online.py loaded with ``import river`` failing still
+    has River's _get_params / clone / repr."""
+    monkeypatch.setitem(sys.modules, "river", None)
+    monkeypatch.setitem(sys.modules, "river.base", None)
+    spec = importlib.util.spec_from_file_location("dpstream.learners._online_without_river",
+                                                  Path(online.__file__))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    model = module.DPFTRLClassifier(FIELDS, epsilon=4.0, horizon=2000, key=KEY, block=10, model_id="t")
+    assert not any(c.__module__.startswith("river") for c in type(model).__mro__)
+    model.learn_one({"a": 0.5}, "yes")
+    clone = model.clone()
+    assert clone._get_params() == model._get_params() and clone._get_params()["block"] == 10
+    assert clone.labels.classes == () and "key=<secret>" in repr(clone)
+
+
+def test_the_readme_python_api_block_runs_as_written(monkeypatch, capsys):
+    """The README's Python API example, verbatim, with a key in the environment as the
+    quick start sets it: River's progressive_val_score reports a real accuracy."""
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    section = readme[readme.index("## Python API (River-compatible)"):]
+    block = section[section.index("```python") + len("```python"):]
+    block = block[:block.index("```")]
+    monkeypatch.setenv("DPSTREAM_SECRET_KEY", KEY.hex())
+    exec(compile(block, "README.md", "exec"), {})
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith("Accuracy: ") and float(out[0].split()[1].rstrip("%")) > 75
+    assert out[1].startswith("{False: ") and "True: " in out[1]

@@ -1,0 +1,572 @@
+"""Attacks on dpstream's clients (issue 41, items 6, 7, 8, 9, 11, 12, 14, 15): each test
+is an attack, or a careless client, that must now be refused. Its docstring says what
+happened before. Most need no broker (a TLS server or a silent listener stands in for
+one); those that do are marked ``kafka``. docs/security-clients.md states the rules."""
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import ipaddress
+import json
+import os
+import shutil
+import socket
+import ssl
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from dpstream.mechanisms.randomness import KeyedRandomness
+from dpstream.streams.acls import plan
+from dpstream.streams.cli import main
+from dpstream.streams.kafka import ClientConfigError, Kafka
+
+from .kafka_helpers import KEY_HEX, ROOT, Worker, create_topic, per_model, produce, read_all
+from .workload import examples, models, queries
+
+NOBODY = 65534
+
+
+def props(tmp_path: Path, text: str, name: str = "client.properties") -> str:
+    path = tmp_path / name
+    path.write_text(text)
+    path.chmod(0o600)
+    return str(path)
+
+
+def one_line(capsys) -> str:
+    """The single stderr line of a failed command (no traceback)."""
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert len(lines) == 1 and "Traceback" not in err, err
+    return lines[0]
+
+
+class Listener:
+    """A TCP port that accepts and records what a client sends: a broker stand-in that
+    shows whether anything left the client before it refused."""
+
+    def __init__(self):
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.sock.settimeout(0.2)
+        self.port = self.sock.getsockname()[1]
+        self.received, self.connections = b"", 0
+        self._stop = False
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self):
+        while not self._stop:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                continue
+            self.connections += 1
+            conn.settimeout(1.0)
+            try:
+                self.received += conn.recv(4096)
+            except OSError:
+                pass
+            conn.close()
+
+    def close(self):
+        self._stop = True
+        self._thread.join()
+        self.sock.close()
+
+
+@pytest.fixture
+def listener():
+    srv = Listener()
+    yield srv
+    srv.close()
+
+
+# ------------------------------------------------------------------ item 6: no silent PLAINTEXT
+@pytest.mark.parametrize("settings", [
+    "sasl.mechanism=SCRAM-SHA-512\nsasl.username=worker\nsasl.password=pw-1\n",
+    "ssl.ca.location=/etc/dpstream/ca.pem\n",
+    'sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required username="w" password="pw-1";\n',
+])
+def test_a_config_with_sasl_or_ssl_but_no_protocol_sends_nothing_in_plaintext(tmp_path, capsys, listener, settings):
+    """Before: security.protocol defaulted to PLAINTEXT whatever else the file said, and
+    the command connected unencrypted and unauthenticated (the listener received a Kafka
+    request in the clear). Kafka's Java client and librdkafka also default to PLAINTEXT
+    and infer nothing, so dpstream refuses instead of guessing."""
+    path = props(tmp_path, f"bootstrap.servers=127.0.0.1:{listener.port}\n{settings}")
+    assert main(["consume", "--topic", "predictions", "--timeout", "1", "--client-config", path]) == 2
+    line = one_line(capsys)
+    assert "security.protocol is not" in line and "PLAINTEXT" in line and "pw-1" not in line, line
+    assert listener.connections == 0 and listener.received == b""
+
+
+def test_sasl_without_a_mechanism_is_refused_instead_of_sending_the_password_as_plain(tmp_path, capsys, listener):
+    """Before: sasl.mechanism defaulted to PLAIN, which hands the password itself to whatever
+    answers. Kafka's clients default to GSSAPI (Kerberos), which dpstream does not speak:
+    with no mechanism named, the command refuses and says which ones it takes."""
+    path = props(tmp_path, f"bootstrap.servers=127.0.0.1:{listener.port}\nsecurity.protocol=SASL_PLAINTEXT\n"
+                 "sasl.username=worker\nsasl.password=pw-2\n")
+    assert main(["consume", "--topic", "predictions", "--timeout", "1", "--client-config", path]) == 2
+    line = one_line(capsys)
+    assert "no sasl.mechanism" in line and "GSSAPI" in line and "SCRAM-SHA-512" in line, line
+    assert listener.connections == 0
+
+
+@pytest.mark.parametrize("text,says", [
+    ("security.protocol=SSL\nsasl.username=u\nsasl.password=p\n",
+     "sasl.password is set but security.protocol=SSL makes no SASL login"),
+    ("security.protocol=SASL_PLAINTEXT\nsasl.mechanism=SCRAM-SHA-512\nsasl.username=u\nsasl.password=p\n"
+     "ssl.ca.location=ca.pem\n", "ssl.ca.location is set but security.protocol=SASL_PLAINTEXT does not use TLS"),
+    ("security.protocol=PLAINTEXT\nssl.endpoint.identification.algorithm=https\n", "does not use TLS"),
+])
+def test_settings_the_protocol_would_ignore_are_refused(tmp_path, text, says):
+    """Before: credentials under SSL, or a CA under SASL_PLAINTEXT, were silently unused:
+    the user believed they logged in, or that the connection was encrypted."""
+    with pytest.raises(ClientConfigError, match=says) as err:
+        Kafka.from_settings(None, props(tmp_path, text), environ={})
+    assert "=p\n" not in str(err.value)
+
+
+# ------------------------------------------------------------------ TLS stand-ins (items 7, 11)
+def _certs():
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    now = dt.datetime.now(dt.timezone.utc)
+
+    def name(cn):
+        return x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, cn)])
+
+    def cert(subject, issuer, key, sign_key, *, ca=False, names=(), days=(-1, 30)):
+        b = (x509.CertificateBuilder().subject_name(name(subject)).issuer_name(name(issuer))
+             .public_key(key.public_key()).serial_number(x509.random_serial_number())
+             .not_valid_before(now + dt.timedelta(days=days[0]))
+             .not_valid_after(now + dt.timedelta(days=days[1])))
+        if ca:
+            b = b.add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        if names:
+            sans = []
+            for n in names:
+                try:
+                    sans.append(x509.IPAddress(ipaddress.ip_address(n)))
+                except ValueError:
+                    sans.append(x509.DNSName(n))
+            b = b.add_extension(x509.SubjectAlternativeName(sans), critical=False)
+        return b.sign(sign_key, hashes.SHA256())
+
+    def pem(c):
+        return c.public_bytes(serialization.Encoding.PEM)
+
+    def key_pem(k):
+        return k.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                               serialization.NoEncryption())
+
+    ca_key, other_key = ec.generate_private_key(ec.SECP256R1()), ec.generate_private_key(ec.SECP256R1())
+    ca = cert("dpstream test CA", "dpstream test CA", ca_key, ca_key, ca=True)
+    leaves = {}
+    ours, theirs = "dpstream test CA", "someone else's CA"
+    for case, issuer, sign, names, days in (
+            ("for-kafka", ours, ca_key, ("kafka", "localhost"), (-1, 30)),
+            ("expired", ours, ca_key, ("127.0.0.1",), (-30, -2)),
+            ("not-yet", ours, ca_key, ("127.0.0.1",), (3, 30)),
+            ("unknown-ca", theirs, other_key, ("127.0.0.1",), (-1, 30))):
+        k = ec.generate_private_key(ec.SECP256R1())
+        leaves[case] = (pem(cert(names[0], issuer, k, sign, names=names, days=days)), key_pem(k))
+    return pem(ca), leaves
+
+
+@pytest.fixture(scope="module")
+def certs(tmp_path_factory):
+    d = tmp_path_factory.mktemp("tls")
+    ca_pem, leaves = _certs()
+    (d / "ca.pem").write_bytes(ca_pem)
+    for case, (cert, key) in leaves.items():
+        (d / f"{case}.pem").write_bytes(cert)
+        (d / f"{case}.key").write_bytes(key)
+    return d
+
+
+class TlsServer(Listener):
+    """A TLS listener presenting one certificate; ``received`` is what arrived after a
+    completed handshake (a client that accepted the certificate)."""
+
+    def __init__(self, cert: Path, key: Path):
+        self.context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        self.context.load_cert_chain(cert, key)
+        super().__init__()
+
+    def _run(self):
+        while not self._stop:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                continue
+            self.connections += 1
+            conn.settimeout(2.0)
+            try:
+                with self.context.wrap_socket(conn, server_side=True) as tls:
+                    self.received += tls.recv(4096)
+            except OSError:
+                conn.close()
+
+
+@pytest.fixture
+def tls_server(certs):
+    servers = []
+
+    def start(case: str) -> TlsServer:
+        srv = TlsServer(certs / f"{case}.pem", certs / f"{case}.key")
+        servers.append(srv)
+        return srv
+    yield start
+    for srv in servers:
+        srv.close()
+
+
+# ------------------------------------------------------------------ item 7: hostname verification
+@pytest.mark.parametrize("value", ["none", "http", "NONE", "htps", "false", "0"])
+def test_hostname_verification_is_never_turned_off_by_a_value_other_than_empty(
+        tmp_path, capsys, certs, tls_server, value):
+    """Before: any value but "https" turned hostname verification off, silently, and every
+    command ran against a broker reached through a name its certificate does not list (a
+    man in the middle with any certificate from the same CA). In Kafka's Java client an
+    unknown algorithm fails the handshake and only the empty value disables the check."""
+    srv = tls_server("for-kafka")
+    path = props(tmp_path, f"bootstrap.servers=127.0.0.1:{srv.port}\nsecurity.protocol=SSL\n"
+                 f"ssl.ca.location={certs / 'ca.pem'}\nssl.endpoint.identification.algorithm={value}\n")
+    assert main(["consume", "--topic", "predictions", "--timeout", "1", "--client-config", path]) == 2
+    line = one_line(capsys)
+    assert f"ssl.endpoint.identification.algorithm={value!r} is neither https" in line, line
+    assert srv.received == b""
+
+
+def test_turning_hostname_verification_off_is_said_every_time(tmp_path, caplog):
+    """The empty value (Kafka's documented way) turns the check off, with a warning."""
+    on = Kafka.from_settings(None, props(tmp_path, "security.protocol=SSL\n"
+                                         "ssl.endpoint.identification.algorithm=HTTPS\n"), environ={})
+    assert on.check_hostname and not caplog.records
+    off = Kafka.from_settings(None, props(tmp_path, "security.protocol=SSL\n"
+                                          "ssl.endpoint.identification.algorithm=\n"), environ={})
+    assert not off.check_hostname and not off.ssl_context().check_hostname
+    assert any("hostname verification is OFF" in r.getMessage() and r.levelname == "WARNING"
+               for r in caplog.records)
+
+
+# ------------------------------------------------------------------ item 11: what TLS refused
+@pytest.mark.parametrize("case,says", [
+    ("for-kafka", "is for kafka, localhost, not 127.0.0.1: hostname verification refused it"),
+    ("expired", "expired on 20"),
+    ("not-yet", "is not valid before 20"),
+    ("unknown-ca", "is signed by CN=someone else's CA, which ssl.ca.location ("),
+])
+def test_a_refused_certificate_says_what_verification_refused(tmp_path, capsys, certs, tls_server, case, says):
+    """Before: a hostname mismatch, an expired certificate and an unknown CA all read "set
+    ssl.ca.location to the CA that signed it", the fix for the last only."""
+    srv = tls_server(case)
+    path = props(tmp_path, f"bootstrap.servers=127.0.0.1:{srv.port}\nsecurity.protocol=SSL\n"
+                 f"ssl.ca.location={certs / 'ca.pem'}\n")
+    assert main(["consume", "--topic", "predictions", "--timeout", "1", "--client-config", path]) == 1
+    line = one_line(capsys)
+    assert says in line and f"127.0.0.1:{srv.port}" in line, line
+    assert srv.received == b""                          # nothing was sent to it
+
+
+# ------------------------------------------------------------------ item 8: status pages
+def test_the_status_pages_listen_on_loopback_even_when_fausts_environment_says_otherwise(monkeypatch):
+    """Before: /status, /metrics and faust's /router listened on 0.0.0.0 (faust's default),
+    without authentication: anyone on the network read live per-model event counts; and
+    faust lets $WEB_BIND override what the app sets."""
+    from dpstream.streams.app import WorkerApp
+    from dpstream.streams.observe import exposed, web_bind
+    monkeypatch.setenv("WEB_BIND", "0.0.0.0")
+    monkeypatch.setenv("WEB_PORT", "1")
+    w = WorkerApp(kafka=Kafka("127.0.0.1:1"), rng=KeyedRandomness(b"attacks-client-tests-key-0000000"),
+                  web_port=16066, app_id="dpstream-bind-test", emit_override=lambda *a: None)
+    assert (w.app.conf.web_bind, w.app.conf.web_port) == ("127.0.0.1", 16066)
+    assert web_bind(None, {}) == "127.0.0.1" and not exposed("127.0.0.1") and not exposed("::1")
+    assert web_bind(None, {"DPSTREAM_WEB_BIND": "0.0.0.0"}) == "0.0.0.0" and exposed("0.0.0.0")
+    assert web_bind("10.0.0.5", {"DPSTREAM_WEB_BIND": "0.0.0.0"}) == "10.0.0.5"
+
+
+def test_compose_publishes_the_status_port_on_the_hosts_loopback_only():
+    """Before: compose published 6066 on every host interface ("6066:6066")."""
+    services = yaml.safe_load((ROOT / "docker-compose.yml").read_text())["services"]
+    published = [p for s in services.values() for p in s.get("ports", []) if str(p).endswith(":6066")]
+    assert published and all(str(p).startswith("127.0.0.1:") for p in published), published
+    # inside the container the worker must listen beyond the container's own loopback
+    assert "ENV DPSTREAM_WEB_BIND=0.0.0.0" in (ROOT / "Dockerfile").read_text()
+
+
+# ------------------------------------------------------------------ item 9: --out
+needs_root = pytest.mark.skipif(os.geteuid() != 0 or shutil.which("runuser") is None,
+                                reason="plants files as another user: needs root and runuser")
+
+
+def as_nobody(*cmd: str) -> None:
+    subprocess.run(["runuser", "-u", "nobody", "--", *cmd], check=True, capture_output=True)
+
+
+@pytest.fixture
+def shared_tmp():
+    """A directory other users can reach (pytest's own is 0700), with a 1777 ``tmp``
+    inside, like /tmp."""
+    import tempfile
+    base = Path(tempfile.mkdtemp(prefix="dpstream-attacks-", dir="/tmp"))
+    base.chmod(0o755)
+    (base / "tmp").mkdir()
+    (base / "tmp").chmod(0o1777)
+    yield base
+    shutil.rmtree(base, ignore_errors=True)
+
+
+@pytest.fixture
+def key(monkeypatch):
+    monkeypatch.setenv("DPSTREAM_SECRET_KEY", KEY_HEX)
+    monkeypatch.delenv("DPSTREAM_SECRET_KEY_FILE", raising=False)
+
+
+@pytest.fixture
+def export(tmp_path, key) -> Path:
+    """A small export of the shipped example (one model and 200 examples)."""
+    examples = tmp_path / "examples.jsonl"
+    lines = (ROOT / "examples" / "card-fraud.examples.jsonl").read_text().splitlines()[:200]
+    examples.write_text("\n".join(lines) + "\n")
+    out = tmp_path / "export"
+    assert main(["run", "--models", str(ROOT / "examples" / "card-fraud.model.json"),
+                 "--examples", str(examples), "--out", str(out), "--quiet"]) == 0
+    return out
+
+
+def out_commands(export: Path):
+    """Each command with an --out, as a function of the directory."""
+    return {
+        "run": lambda out: ["run", "--models", str(ROOT / "examples" / "card-fraud.model.json"),
+                            "--out", out, "--quiet"],
+        "export": lambda out: ["export", "--broker", "127.0.0.1:1", "--timeout", "1", "--out", out],
+        "audit-report --internal": lambda out: ["audit-report", "--dir", str(export), "--out", out,
+                                                "--internal"],
+    }
+
+
+@needs_root
+@pytest.mark.parametrize("command", ["run", "export", "audit-report --internal"])
+def test_a_shared_sticky_out_is_refused_and_keeps_its_mode(shared_tmp, capsys, export, command):
+    """Before: the command chmod-ed the existing --out to 0700 (a 1777 directory lost its
+    sticky bit) and wrote through a symbolic link another user had planted in it (as root,
+    it overwrote a file outside the directory)."""
+    capsys.readouterr()
+    shared, victim = shared_tmp / "tmp", shared_tmp / "victim"
+    victim.write_text("not yours\n")
+    for name in ("predictions.jsonl", "report.html", "model-events.jsonl"):
+        as_nobody("ln", "-s", str(victim), str(shared / name))
+    assert main(out_commands(export)[command](str(shared))) == 2
+    line = one_line(capsys)
+    assert f"--out {shared} is writable by other users (mode 1777)" in line, line
+    assert oct(shared.stat().st_mode & 0o7777) == "0o1777" and victim.read_text() == "not yours\n"
+
+
+@needs_root
+@pytest.mark.parametrize("command", ["run", "audit-report --internal"])
+def test_a_directory_or_link_of_another_user_is_refused(shared_tmp, capsys, export, command):
+    """Before: root wrote into a directory another user owned (who could then read or swap
+    the private files), and followed that user's symbolic link to wherever it pointed."""
+    capsys.readouterr()
+    sticky = shared_tmp / "tmp"
+    theirs = sticky / "theirs"
+    as_nobody("mkdir", "-m", "700", str(theirs))
+    assert main(out_commands(export)[command](str(theirs))) == 2
+    assert f"{theirs} belongs to uid {NOBODY}, not to you" in one_line(capsys)
+    mine = shared_tmp / "mine"
+    mine.mkdir(mode=0o700)
+    as_nobody("ln", "-s", str(mine), str(sticky / "out"))    # where the user's dir was expected
+    assert main(out_commands(export)[command](str(sticky / "out"))) == 2
+    assert f"is a symbolic link owned by uid {NOBODY}" in one_line(capsys)
+    assert not any(mine.iterdir())
+
+
+@pytest.mark.parametrize("planted", ["symlink", "hardlink"])
+def test_a_link_inside_the_out_directory_is_never_written_through(tmp_path, capsys, export, planted):
+    """Before: files were opened by path with O_TRUNC, following a symbolic link (or
+    writing into a hard link) at a target name to a file outside the directory."""
+    capsys.readouterr()
+    victim, out = tmp_path / "victim", tmp_path / "out"
+    victim.write_text("not yours\n")
+    out.mkdir(mode=0o700)
+    (os.symlink if planted == "symlink" else os.link)(victim, out / "ledger.jsonl")
+    assert main(out_commands(export)["run"](str(out))) == 2
+    line = one_line(capsys)
+    assert ("is a symbolic link" if planted == "symlink" else "has 2 hard links") in line, line
+    assert victim.read_text() == "not yours\n" and not (out / "model-events.jsonl").exists()
+
+
+def test_a_new_out_is_private_and_an_existing_one_keeps_its_mode(tmp_path, capsys, export):
+    """A missing --out is created 0700 with 0600 files; an existing one the user owns and
+    only they can write keeps its mode (it is never chmod-ed)."""
+    new = tmp_path / "a" / "b"
+    assert main(out_commands(export)["run"](str(new))) == 0
+    assert oct(new.stat().st_mode & 0o777) == "0o700"
+    assert {oct(p.stat().st_mode & 0o777) for p in new.iterdir()} == {"0o600"}
+    listed = tmp_path / "listed"
+    listed.mkdir()
+    listed.chmod(0o755)
+    assert main(out_commands(export)["audit-report --internal"](str(listed))) == 0
+    assert oct(listed.stat().st_mode & 0o777) == "0o755"
+    assert {oct(p.stat().st_mode & 0o777) for p in listed.iterdir()} == {"0o600"}
+
+
+# ------------------------------------------------------------------ item 12: forged ledger records
+def test_a_forged_record_in_an_export_is_a_discrepancy_not_a_traceback(tmp_path, capsys, export):
+    """Before: one ``{}`` on the ledger ended ``replay`` in a KeyError traceback."""
+    forged_at = len((export / "ledger.jsonl").read_text().splitlines())
+    with open(export / "ledger.jsonl", "a") as fh:
+        fh.write("{}\n")
+    capsys.readouterr()
+    assert main(["replay", "--dir", str(export)]) == 1
+    out = capsys.readouterr()
+    assert f"1 ledger record that is not valid (first: record {forged_at}: model_id: Field required) " \
+           "skipped: a forged or corrupt record is a discrepancy" in out.out and "FAILED" in out.out
+    assert "Traceback" not in out.err
+    assert main(["replay", "--dir", str(export), "--no-key"]) == 1
+    assert "1 ledger record that is not valid" in capsys.readouterr().out
+    assert main(["audit-report", "--dir", str(export), "--out", str(tmp_path / "report")]) == 0
+    err = capsys.readouterr().err
+    assert "1 ledger record that is not valid" in err and "Traceback" not in err
+
+
+# ------------------------------------------------------------------ item 15: children's environment
+def test_the_worker_keeps_its_secrets_from_the_processes_it_starts(monkeypatch):
+    """Before: the worker's noise helper (a multiprocessing ``spawn``) and the resource
+    tracker it starts inherited DPSTREAM_SECRET_KEY and the SASL password variables."""
+    from dpstream.streams.app import SECRET_VARIABLES, keep_secrets_from_children
+    for name in SECRET_VARIABLES:
+        monkeypatch.setenv(name, "secret-" + name)
+    monkeypatch.setenv("DPSTREAM_KAFKA_CONFIG", "/etc/dpstream/worker.properties")
+    assert sorted(keep_secrets_from_children()) == sorted(SECRET_VARIABLES)
+    child = subprocess.run([sys.executable, "-c", "import os,sys; sys.stdout.write(open("
+                            "f'/proc/{os.getpid()}/environ','rb').read().decode(errors='replace'))"],
+                           capture_output=True, text=True, check=True).stdout
+    assert "secret-" not in child and "DPSTREAM_KAFKA_CONFIG=/etc/dpstream" in child
+
+
+# ------------------------------------------------------------------ with a broker
+def _children(pid: int) -> list[int]:
+    """Every descendant of ``pid`` (from /proc/*/stat)."""
+    parents = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            parents[int(entry.name)] = int(stat.rsplit(")", 1)[1].split()[1])
+    found, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        kids = [c for c, pp in parents.items() if pp == p]
+        found += kids
+        todo += kids
+    return found
+
+
+def _listening(port: int) -> set[str]:
+    """Local addresses (hex, as /proc/net/tcp writes them) listening on ``port``."""
+    found = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        for row in Path(table).read_text().splitlines()[1:]:
+            local, state = row.split()[1], row.split()[3]
+            if state == "0A" and int(local.rsplit(":", 1)[1], 16) == port:
+                found.add(local.rsplit(":", 1)[0])
+    return found
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.kafka
+def test_a_running_worker_hides_secrets_from_children_pages_from_the_network_examples_from_queriers(
+        kafka_bootstrap, topic_prefix, tmp_path, capsys, key):
+    """Before: /proc/<noise helper>/environ held DPSTREAM_SECRET_KEY and the SASL password
+    variables; the status pages listened on 0.0.0.0 (here $WEB_BIND=0.0.0.0, faust's own
+    override, is set too); and a querier, who reads predictions, saw one record per
+    training example, with its arrival time. Now it reads ``answers``: the query answers
+    alone, the same records as on predictions, which replay checks."""
+    prefix = topic_prefix + "-"
+    port = _free_port()
+    worker = Worker(kafka_bootstrap, prefix, tmp_path, web_port=port,
+                    env={"DPSTREAM_KAFKA_SASL_PASSWORD": "sasl-secret-15", "WEB_BIND": "0.0.0.0"}).start()
+    model, ex = models()[0], [e for e in examples(60) if e["model_id"] == "fraud-a"]
+    qs = [q for q in queries(40) if q["model_id"] == "fraud-a"]
+    try:
+        deadline = time.time() + 30
+        kids = []
+        while time.time() < deadline and not kids:      # the helper starts once the worker is ready
+            kids = _children(worker.proc.pid)
+            time.sleep(0.2)
+        assert kids, "the worker started no child process"
+        for pid in kids:
+            environ = Path(f"/proc/{pid}/environ").read_bytes()
+            assert b"DPSTREAM_SECRET_KEY" not in environ and b"sasl-secret-15" not in environ, pid
+        assert KEY_HEX.encode() in Path(f"/proc/{worker.proc.pid}/environ").read_bytes()   # given to it
+        assert _listening(port) == {"0100007F"}                                          # 127.0.0.1
+
+        async def feed():
+            await produce(kafka_bootstrap, prefix + "models", [model])
+            await read_all(kafka_bootstrap, prefix + "model-events", until=1, timeout=60)
+            await produce(kafka_bootstrap, prefix + "examples", ex)
+            await produce(kafka_bootstrap, prefix + "queries", qs)
+            return (await read_all(kafka_bootstrap, prefix + "answers", until=len(qs), timeout=120),
+                    await read_all(kafka_bootstrap, prefix + "predictions", until=len(ex) + len(qs), timeout=120))
+        answers, predictions = asyncio.run(feed())
+    finally:
+        worker.stop()
+    assert len(answers) == len(qs) and {a["kind"] for a in answers} == {"query"}
+    assert per_model(answers) == per_model([p for p in predictions if p["kind"] == "query"])
+    assert len(predictions) == len(ex) + len(qs)
+    querier = {(a.operation, a.resource) for a in plan(prefix) if a.principal == "User:querier"}
+    assert ("Read", prefix + "answers") in querier and ("Read", prefix + "predictions") not in querier
+    assert main(["export", "--broker", kafka_bootstrap, "--prefix", prefix, "--timeout", "2",
+                 "--out", str(tmp_path / "audit")]) == 0
+    assert main(["replay", "--dir", str(tmp_path / "audit")]) == 0
+    out = capsys.readouterr().out
+    assert f"answers      matched {len(qs)}," in out and "OK: every release reproduced" in out
+
+
+@pytest.mark.kafka
+def test_forged_records_on_the_ledger_are_counted_by_models_list_and_fail_replay(
+        kafka_bootstrap, topic_prefix, tmp_path, capsys, export, key):
+    """Before: one ``{}`` (or any record that is not a ledger entry) on the ledger, which
+    the worker's principal can write, ended ``models list`` and ``replay`` from Kafka in a
+    KeyError traceback."""
+    prefix = topic_prefix + "-"
+    read = lambda name: [json.loads(line) for line in (export / name).read_text().splitlines()]  # noqa: E731
+    log, ledger = read("model-events.jsonl"), read("ledger.jsonl")
+    registration = log[0]["value"]["event"]
+
+    async def publish():          # one partition each: the log keeps its order as exported
+        for topic in ("models", "model-events", "predictions", "ledger", "releases", "rejected"):
+            await create_topic(kafka_bootstrap, prefix + topic, 1)
+        await produce(kafka_bootstrap, prefix + "models", [registration])
+        await produce(kafka_bootstrap, prefix + "model-events", [r["value"] for r in log])
+        await produce(kafka_bootstrap, prefix + "predictions", read("predictions.jsonl"))
+        await produce(kafka_bootstrap, prefix + "ledger", [*ledger, {}, b"not json"])
+    asyncio.run(publish())
+    capsys.readouterr()
+    assert main(["models", "list", "--broker", kafka_bootstrap, "--prefix", prefix]) == 0
+    out = capsys.readouterr()
+    assert "card-fraud" in out.out and "Traceback" not in out.err
+    assert f"on {prefix}ledger, 2 ledger records that are not valid (first: record {len(ledger)}: " \
+           "model_id: Field required) skipped" in out.err
+    assert main(["replay", "--broker", kafka_bootstrap, "--prefix", prefix, "--timeout", "2"]) == 1
+    out = capsys.readouterr()
+    assert "2 ledger records that are not valid" in out.out and "FAILED" in out.out
+    assert "Traceback" not in out.err
