@@ -4,79 +4,150 @@
 #   scripts/kafka.sh start    fetch (once, cached), format storage (once), start, wait ready
 #   scripts/kafka.sh stop     stop the broker started by this script
 #   scripts/kafka.sh status   print whether it runs and answers
-#   scripts/kafka.sh fetch    only download the jars
+#   scripts/kafka.sh fetch    only download the jars (prints their directory)
+#   scripts/kafka.sh reset    stop, then delete the state directory
 #   scripts/kafka.sh compose-secrets [DIR]   TLS material, users and configs for the
 #                             secured docker-compose profile (default DIR: ./secrets)
+# With KAFKA_SECURE=1 also:
+#   scripts/kafka.sh clients          print the directory of the users' client configs
+#   scripts/kafka.sh users NAME...    add SCRAM users (a fresh random password each, its
+#                                     client config 0600 in that directory)
+#   scripts/kafka.sh rotate NAME      a new password for NAME: the old one is refused at once
+#   scripts/kafka.sh remove NAME      delete NAME's SCRAM credentials and client config
 #
-# KAFKA_SECURE=1 starts a secured broker instead (default port 9094, controller 9095): one
-# SASL_SSL listener (SCRAM-SHA-512, SCRAM-SHA-256 and PLAIN over TLS), a local CA and a
-# broker certificate for 127.0.0.1 / localhost made on the spot, the users admin, worker,
-# producer, querier, consumer and auditor with random passwords (SCRAM credentials made
-# at format time), and the StandardAuthorizer with allow.everyone.if.no.acl.found=false
-# and admin as super user. Each user's client config (Kafka's standard property names,
-# mode 0600) is written to $DPSTREAM_KAFKA_STATE/clients/<user>.properties, the CA to
-# $DPSTREAM_KAFKA_STATE/tls/ca.pem. Give the users their rights with
-# `dpstream acls --apply` (README, "Secure deployment"). The controller listener stays
-# PLAINTEXT on 127.0.0.1, its ANONYMOUS principal a super user: a local development and
-# test broker, not a production layout.
+# KAFKA_SECURE=1 starts a secured broker instead (default ports 9094, controller 9095,
+# internal 9096): one SASL_SSL listener for clients (SCRAM-SHA-512 and SCRAM-SHA-256 over
+# TLS; no PLAIN), a local CA and a broker certificate for 127.0.0.1 / localhost made on
+# the spot, the users admin, worker, producer, querier, consumer and auditor with random
+# passwords, and the StandardAuthorizer with allow.everyone.if.no.acl.found=false. The
+# CONTROLLER and the internal BROKER listener (inter-broker traffic) are TLS with client
+# certificates required: the only super users are User:admin and the broker's own
+# certificate (User:CN=dpstream-broker); no anonymous principal has any right. The SCRAM
+# users are created after the start through the admin API (scripts/ScramUsers.java, as the
+# broker's certificate on the internal listener; compiled once, so a JDK is needed) from
+# the 0600 client configs: no password is ever on a command line. Each user's client
+# config (Kafka's standard property names, mode 0600) is $STATE/clients/<user>.properties,
+# the CA $STATE/tls/ca.pem. Give the users their rights
+# with `dpstream acls --apply` (README, "Secure deployment"; threat model: docs/security.md).
+#
+# The state directory (logs, data, TLS key, passwords) must be yours and mode 0700, else
+# this script refuses it: another local user who owns it could read every topic, the key
+# and the passwords. Everything it writes is made under umask 077 (the broker's log
+# segments included).
 #
 # Environment: KAFKA_VERSION (default 4.0.1), KAFKA_PORT (9092), KAFKA_CONTROLLER_PORT (9093),
+# KAFKA_INTERNAL_PORT (secured broker only; default 9096),
 # DPSTREAM_KAFKA_HOME (jar cache, default ~/.cache/dpstream/kafka-<version>),
-# DPSTREAM_KAFKA_STATE (logs and data, default /tmp/dpstream-kafka-<port>), PYTHON (for the
-# readiness check; default: the repo's .venv, else python3), KAFKA_GC_OPTS (the broker's
-# collector options, default -XX:+UseZGC).
+# DPSTREAM_KAFKA_STATE (logs and data, default $XDG_STATE_HOME/dpstream/kafka-<port>, that is
+# ~/.local/state/dpstream/kafka-<port>), PYTHON (for the TLS material and the readiness check;
+# default: the repo's .venv, else python3), KAFKA_GC_OPTS (the broker's collector options,
+# default -XX:+UseZGC).
 # Facts relied on (design.md section 3): node id 1 with roles broker,controller; PLAINTEXT on
 # 9092 and CONTROLLER on 9093; quorum voter 1@localhost:9093; replication factor 1 and min ISR 1
 # for the offsets and transaction-state topics; storage formatted once with a cluster id.
 set -euo pipefail
+umask 077
 
 VERSION="${KAFKA_VERSION:-4.0.1}"
 SECURE="${KAFKA_SECURE:-0}"
 if [ "$SECURE" = 1 ]; then
-  PORT="${KAFKA_PORT:-9094}"; CPORT="${KAFKA_CONTROLLER_PORT:-9095}"
+  PORT="${KAFKA_PORT:-9094}"; CPORT="${KAFKA_CONTROLLER_PORT:-9095}"; IPORT="${KAFKA_INTERNAL_PORT:-9096}"
 else
-  PORT="${KAFKA_PORT:-9092}"; CPORT="${KAFKA_CONTROLLER_PORT:-9093}"
+  PORT="${KAFKA_PORT:-9092}"; CPORT="${KAFKA_CONTROLLER_PORT:-9093}"; IPORT=""
 fi
 USERS="admin worker producer querier consumer auditor"
+BROKER_CN="dpstream-broker"    # the broker's certificate: its identity on the CONTROLLER and BROKER listeners
 HOME_DIR="${DPSTREAM_KAFKA_HOME:-${XDG_CACHE_HOME:-$HOME/.cache}/dpstream/kafka-$VERSION}"
-STATE="${DPSTREAM_KAFKA_STATE:-/tmp/dpstream-kafka-$PORT}"
+STATE="${DPSTREAM_KAFKA_STATE:-${XDG_STATE_HOME:-$HOME/.local/state}/dpstream/kafka-$PORT}"
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 if [ -n "${PYTHON:-}" ]; then PY="$PYTHON"
 elif [ -x "$ROOT/.venv/bin/python" ]; then PY="$ROOT/.venv/bin/python"
 else PY=python3; fi
-LIBS="$HOME_DIR/libs"
+# Kafka 4.0.1 logs through SLF4J 1.7 (its pom pulls slf4j-api 1.7.36): the binding is
+# log4j-slf4j-impl (SLF4J 1.x), not log4j-slf4j2-impl, which SLF4J 1.7 never finds (the
+# broker then wrote no log at all). The jar directory is named by this list, so a cache
+# fetched for another list is never taken as complete.
+LOG4J=2.24.3
+DEPS="org.apache.kafka:kafka_2.13:$VERSION org.apache.logging.log4j:log4j-slf4j-impl:$LOG4J org.apache.logging.log4j:log4j-core:$LOG4J"
+LIBS="$HOME_DIR/libs-$(echo "$DEPS" | cksum | cut -d ' ' -f 1)"
 
 die() { echo "kafka.sh: $*" >&2; exit 1; }
 
 need_tools() {
-  command -v java >/dev/null || die "Java is missing: install a JDK >= 17 (Debian: apt-get install openjdk-17-jre-headless)"
+  command -v java >/dev/null || die "Java is missing: install a JDK >= 17 (Debian: apt-get install openjdk-17-jdk-headless)"
   command -v mvn >/dev/null || die "Maven is missing: install it (Debian: apt-get install maven)"
 }
 
 fetch() {
-  [ -f "$LIBS/.complete" ] && return 0
-  need_tools
-  mkdir -p "$HOME_DIR"
-  cat > "$HOME_DIR/pom.xml" <<POM
+  if [ ! -f "$LIBS/.complete" ]; then
+    need_tools
+    mkdir -p "$HOME_DIR"
+    local dep deps=""
+    for dep in $DEPS; do
+      IFS=: read -r g a v <<<"$dep"
+      deps="$deps<dependency><groupId>$g</groupId><artifactId>$a</artifactId><version>$v</version></dependency>"
+    done
+    cat > "$HOME_DIR/pom.xml" <<POM
 <project xmlns="http://maven.apache.org/POM/4.0.0">
   <modelVersion>4.0.0</modelVersion>
   <groupId>dpstream</groupId><artifactId>kafka-broker</artifactId><version>1</version>
-  <dependencies>
-    <dependency><groupId>org.apache.kafka</groupId><artifactId>kafka_2.13</artifactId><version>$VERSION</version></dependency>
-    <dependency><groupId>org.apache.logging.log4j</groupId><artifactId>log4j-slf4j2-impl</artifactId><version>2.24.3</version></dependency>
-    <dependency><groupId>org.apache.logging.log4j</groupId><artifactId>log4j-core</artifactId><version>2.24.3</version></dependency>
-  </dependencies>
+  <dependencies>$deps</dependencies>
 </project>
 POM
-  echo "kafka.sh: fetching Apache Kafka $VERSION and its runtime jars into $LIBS" >&2
-  mvn -q -B -f "$HOME_DIR/pom.xml" dependency:copy-dependencies -DincludeScope=runtime \
-      -DoutputDirectory="$LIBS" || die "mvn could not fetch org.apache.kafka:kafka_2.13:$VERSION"
-  touch "$LIBS/.complete"
+    echo "kafka.sh: fetching Apache Kafka $VERSION and its runtime jars into $LIBS" >&2
+    mvn -q -B -Dstyle.color=never -f "$HOME_DIR/pom.xml" dependency:copy-dependencies -DincludeScope=runtime \
+        -DoutputDirectory="$LIBS" >&2 || die "mvn could not fetch org.apache.kafka:kafka_2.13:$VERSION"
+    touch "$LIBS/.complete"
+  fi
+  [ "${1:-}" = print ] && echo "$LIBS"
+  return 0
 }
 
+# ----------------------------------------------------------------- the state directory
+check_state() {
+  # The state directory must be a directory (not a link) owned by the caller, mode 0700,
+  # in a parent others cannot rename it in. $1=create: make it (0700) when missing.
+  local me mode owner parent pmode
+  me=$(id -u)
+  if [ ! -e "$STATE" ] && [ ! -L "$STATE" ]; then
+    [ "${1:-}" = create ] || return 0
+    mkdir -p "$(dirname "$STATE")" && mkdir -m 700 "$STATE" || die "cannot create the state directory $STATE"
+  fi
+  owner=$(stat -c %u "$STATE"); mode=$(stat -c %a "$STATE")
+  if [ -L "$STATE" ] || [ ! -d "$STATE" ] || [ "$owner" != "$me" ] || [ "$mode" != 700 ]; then
+    die "refusing the state directory $STATE (owner uid $owner, mode $mode): it must be a directory owned by you (uid $me) with mode 0700; remove it or set DPSTREAM_KAFKA_STATE to a new one (mkdir -m 700 DIR)"
+  fi
+  parent=$(cd "$STATE/.." && pwd -P); pmode=$(stat -c %a "$parent")
+  if (( (8#$pmode & 8#022) != 0 && (8#$pmode & 8#1000) == 0 )); then
+    die "refusing the state directory $STATE: its parent $parent (mode $pmode) is writable by others without the sticky bit, so they can replace it; use a directory under your home"
+  fi
+}
+
+# ----------------------------------------------------------------- the broker process
 port_open() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
 
-running() { [ -f "$STATE/kafka.pid" ] && kill -0 "$(cat "$STATE/kafka.pid")" 2>/dev/null; }
+broker_pid() { cat "$STATE/kafka.pid" 2>/dev/null; }
+
+running() {
+  # The pid file's process is alive and is this state directory's broker JVM (not a
+  # recycled pid, not another broker).
+  local pid; pid=$(broker_pid) || return 1
+  [ -n "$pid" ] && [ -r "/proc/$pid/cmdline" ] \
+    && tr '\0' ' ' < "/proc/$pid/cmdline" | grep -qF "kafka.Kafka $STATE/server.properties"
+}
+
+holds_port() {
+  # Our broker JVM holds the listening socket of 127.0.0.1:$1 (Linux: /proc/net/tcp gives
+  # the socket's inode, /proc/PID/fd the sockets the process has open).
+  local pid inode hex
+  pid=$(broker_pid) || return 1
+  hex=$(printf ':%04X' "$1")
+  for inode in $(awk -v p="$hex" '$4 == "0A" && substr($2, length($2) - 4) == p { print $10 }' \
+                   /proc/net/tcp /proc/net/tcp6 2>/dev/null); do
+    [ -n "$(find "/proc/$pid/fd" -lname "socket:\[$inode\]" -print -quit 2>/dev/null)" ] && return 0
+  done
+  return 1
+}
 
 metadata_ok() {
   # A metadata request through aiokafka when the interpreter has it (as admin over
@@ -99,22 +170,30 @@ asyncio.run(main())
 PYEOF
 }
 
+broker_error() {
+  # The broker's own last error, one line (the log4j2 "errors" appender below), else the
+  # JVM's last output line.
+  local line=""
+  [ -s "$STATE/errors.log" ] && line=$(tail -n 1 "$STATE/errors.log")
+  [ -z "$line" ] && [ -s "$STATE/stdout.log" ] && line=$(grep -v '^\s*$' "$STATE/stdout.log" | tail -n 1)
+  echo "${line:-no error logged}"
+}
+
+# ----------------------------------------------------------------- secrets and users
 make_secrets() {
-  # A CA, a broker certificate, a random password per user and each user's client config
-  # (0600), once per directory. $1: TLS directory, $2: client config directory, $3: the
-  # clients' bootstrap servers, $4: the CA path written into the client configs, $5...:
-  # the broker's host names (its certificate's subject alternative names).
-  local tls="$1" clients="$2" bootstrap="$3" ca_path="$4"; shift 4
+  # A CA and a broker certificate (CN=dpstream-broker, its host names as subject
+  # alternative names), once per directory; the CA's key is thrown away, so no other
+  # certificate can ever be signed by it. $1: TLS directory, $2...: the broker's host names.
+  local tls="$1"; shift
   [ -f "$tls/broker.pem" ] && return 0
-  mkdir -p "$tls" "$clients"
-  chmod 700 "$tls" "$clients"
-  "$PY" - "$tls" "$clients" "$bootstrap" "$ca_path" "$*" $USERS <<'PYEOF' || die "could not make the TLS material (needs the cryptography package)"
-import datetime, ipaddress, os, secrets, sys
+  mkdir -p "$tls"
+  "$PY" - "$tls" "$BROKER_CN" "$*" <<'PYEOF' || die "could not make the TLS material (needs the cryptography package)"
+import datetime, ipaddress, os, sys
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
-tls, clients, bootstrap, ca_path, hosts, users = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5].split(), sys.argv[6:]
+tls, cn, hosts = sys.argv[1], sys.argv[2], sys.argv[3].split()
 now = datetime.datetime.now(datetime.timezone.utc)
 def name(cn): return x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, cn)])
 def alt(host):
@@ -129,32 +208,75 @@ ca = (x509.CertificateBuilder().subject_name(name("dpstream local CA")).issuer_n
       .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
       .sign(ca_key, hashes.SHA256()))
 key = ec.generate_private_key(ec.SECP256R1())
-cert = (x509.CertificateBuilder().subject_name(name(hosts[0])).issuer_name(ca.subject)
+cert = (x509.CertificateBuilder().subject_name(name(cn)).issuer_name(ca.subject)
         .public_key(key.public_key()).serial_number(x509.random_serial_number())
         .not_valid_before(now - datetime.timedelta(minutes=5)).not_valid_after(now + datetime.timedelta(days=365))
         .add_extension(x509.SubjectAlternativeName([alt(h) for h in hosts]), critical=False)
         .sign(ca_key, hashes.SHA256()))
 pem = lambda c: c.public_bytes(serialization.Encoding.PEM)
-def secret_file(path, text):
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as fh:
-        fh.write(text)
-open(f"{tls}/ca.pem", "wb").write(pem(ca))
-secret_file(f"{tls}/broker.pem", key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-            serialization.NoEncryption()).decode() + pem(cert).decode() + pem(ca).decode())
-for user in users:
-    secret_file(f"{clients}/{user}.properties",
-                f"bootstrap.servers={bootstrap}\nsecurity.protocol=SASL_SSL\nsasl.mechanism=SCRAM-SHA-512\n"
-                f"sasl.username={user}\nsasl.password={secrets.token_hex(16)}\nssl.ca.location={ca_path}\n")
+def write(path, data, mode):
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
+    with os.fdopen(fd, "wb") as fh:
+        fh.write(data)
+write(f"{tls}/ca.pem", pem(ca), 0o644)
+write(f"{tls}/broker.pem", key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+      serialization.NoEncryption()) + pem(cert) + pem(ca), 0o600)
 PYEOF
+  chmod 644 "$tls/ca.pem"
+}
+
+new_password() { head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n'; }
+
+write_client() {
+  # A user's client config with a fresh random password (0600). $1 directory, $2 user,
+  # $3 bootstrap servers, $4 the CA path written into it. printf is a shell builtin: the
+  # password is never an argument of a process.
+  printf 'bootstrap.servers=%s\nsecurity.protocol=SASL_SSL\nsasl.mechanism=SCRAM-SHA-512\nsasl.username=%s\nsasl.password=%s\nssl.ca.location=%s\n' \
+    "$3" "$2" "$(new_password)" "$4" > "$1/$2.properties.new"
+  mv -f "$1/$2.properties.new" "$1/$2.properties"
 }
 
 password_of() { sed -n 's/^sasl.password=//p' "${2:-$STATE/clients}/$1.properties"; }
 
+valid_user() {
+  [[ "$1" =~ ^[A-Za-z0-9._-]+$ ]] || die "user name '$1': use letters, digits, '.', '_' and '-' only"
+}
+
+scram() {
+  # Set (or delete) SCRAM users through the internal listener: $1 set|delete, $2... users.
+  local action="$1"; shift
+  local files=() u
+  for u in "$@"; do files+=("$STATE/clients/$u.properties"); done
+  local tools="$STATE/tools"
+  if [ ! -f "$tools/ScramUsers.class" ] || [ "$ROOT/scripts/ScramUsers.java" -nt "$tools/ScramUsers.class" ]; then
+    command -v javac >/dev/null || die "javac is missing: the secured broker needs a JDK (Debian: apt-get install openjdk-17-jdk-headless)"
+    mkdir -p "$tools"
+    javac -nowarn -cp "$LIBS/*" -d "$tools" "$ROOT/scripts/ScramUsers.java" 2>"$STATE/scram.err" \
+      || die "could not compile scripts/ScramUsers.java: $(head -n 1 "$STATE/scram.err")"
+  fi
+  java -cp "$tools:$LIBS/*" ScramUsers "$STATE/tls/broker-admin.properties" \
+    "$action" "${files[@]}" 2>"$STATE/scram.err" >/dev/null \
+    || die "could not $action the SCRAM users ($*): $(grep -v '^\s*$' "$STATE/scram.err" | tail -n 1)"
+}
+
+need_secure_broker() {
+  [ "$SECURE" = 1 ] || die "'$1' is for the secured broker: KAFKA_SECURE=1 scripts/kafka.sh $1 ..."
+  check_state
+  running || die "no secured broker of $STATE runs: KAFKA_SECURE=1 scripts/kafka.sh start"
+  BOOTSTRAP=$(sed -n 's/^bootstrap.servers=//p' "$STATE/clients/admin.properties")
+}
+
+# ----------------------------------------------------------------- configuration
 write_config() {
   mkdir -p "$STATE/data"
-  chmod 700 "$STATE"        # the log directory holds every topic, private ones included, unencrypted
   if [ "$SECURE" = 1 ]; then write_secure_config; else write_plain_config; fi
+  # Warnings and errors, refused logins (org.apache.kafka.common.network.Selector, INFO)
+  # and every denied operation (the StandardAuthorizer's kafka.authorizer.logger, INFO for
+  # a denial, as in Kafka's own config/log4j2.yaml) are logged; errors also go, one line
+  # each, to errors.log, which a failed start prints. Not the rest of INFO: on this 2-core
+  # machine a broker logging every INFO line made a fresh worker's start-up race its
+  # changelog topics' creation (aiokafka's "Topic ... not found in cluster metadata" at
+  # ERROR in the quick start, 3 runs of 4; 0 of 2 at WARN).
   cat > "$STATE/log4j2.properties" <<LOG
 status = warn
 appender.file.type = File
@@ -162,17 +284,66 @@ appender.file.name = file
 appender.file.fileName = $STATE/server.log
 appender.file.layout.type = PatternLayout
 appender.file.layout.pattern = [%d] %p %m (%c)%n
-rootLogger.level = info
+appender.authorizer.type = File
+appender.authorizer.name = authorizer
+appender.authorizer.fileName = $STATE/authorizer.log
+appender.authorizer.layout.type = PatternLayout
+appender.authorizer.layout.pattern = [%d] %p %m (%c)%n
+appender.errors.type = File
+appender.errors.name = errors
+appender.errors.fileName = $STATE/errors.log
+appender.errors.layout.type = PatternLayout
+appender.errors.layout.alwaysWriteExceptions = false
+appender.errors.layout.pattern = %m%notEmpty{: %ex{short.message}}%n
+appender.errors.filter.threshold.type = ThresholdFilter
+appender.errors.filter.threshold.level = error
+rootLogger.level = warn
 rootLogger.appenderRef.file.ref = file
+logger.logins.name = org.apache.kafka.common.network.Selector
+logger.logins.level = info
+rootLogger.appenderRef.errors.ref = errors
+logger.authorizer.name = kafka.authorizer.logger
+logger.authorizer.level = info
+logger.authorizer.additivity = false
+logger.authorizer.appenderRef.authorizer.ref = authorizer
 LOG
 }
 
 write_secure_config() {
-  make_secrets "$STATE/tls" "$STATE/clients" "127.0.0.1:$PORT" "$STATE/tls/ca.pem" localhost 127.0.0.1
-  ( umask 077
-    secure_server_properties "$STATE/clients" "$STATE/tls" "$STATE/data" "$CPORT" \
-      "SASL_SSL://127.0.0.1:$PORT,CONTROLLER://127.0.0.1:$CPORT" "SASL_SSL://127.0.0.1:$PORT" \
-      "SASL_SSL:SASL_SSL,CONTROLLER:PLAINTEXT" SASL_SSL > "$STATE/server.properties" )
+  make_secrets "$STATE/tls" localhost 127.0.0.1
+  "$PY" - "$STATE/tls/broker.pem" "CN=$BROKER_CN" <<'PYEOF' \
+    || die "$STATE was made by an older kafka.sh (its broker certificate is not CN=$BROKER_CN, the super user of this layout): start over in a new state directory (scripts/kafka.sh reset, or set DPSTREAM_KAFKA_STATE)"
+import sys
+from cryptography import x509
+cert = x509.load_pem_x509_certificates(open(sys.argv[1], "rb").read())[0]
+sys.exit(cert.subject.rfc4514_string() != sys.argv[2])
+PYEOF
+  mkdir -p "$STATE/clients"
+  local u
+  for u in $USERS; do
+    [ -f "$STATE/clients/$u.properties" ] || write_client "$STATE/clients" "$u" "127.0.0.1:$PORT" "$STATE/tls/ca.pem"
+  done
+  broker_admin_config "127.0.0.1:$IPORT" "$STATE/tls" > "$STATE/tls/broker-admin.properties"
+  secure_server_properties "$STATE/tls" "$STATE/data" "$CPORT" \
+    "SASL_SSL://127.0.0.1:$PORT,BROKER://127.0.0.1:$IPORT,CONTROLLER://127.0.0.1:$CPORT" \
+    "SASL_SSL://127.0.0.1:$PORT,BROKER://127.0.0.1:$IPORT" "SASL_SSL:SASL_SSL,BROKER:SSL,CONTROLLER:SSL" \
+    > "$STATE/server.properties"
+}
+
+broker_admin_config() {
+  # A Java admin client config for the internal BROKER listener ($1), as the broker's own
+  # certificate (TLS directory $2, as the client sees it): what creates the SCRAM users.
+  # (Not the controller listener: the Java admin client does not send
+  # AlterUserScramCredentials to controllers, "This Admin API is not yet supported when
+  # communicating directly with the controller quorum".)
+  cat <<PROPS
+bootstrap.servers=$1
+security.protocol=SSL
+ssl.keystore.type=PEM
+ssl.keystore.location=$2/broker.pem
+ssl.truststore.type=PEM
+ssl.truststore.location=$2/ca.pem
+PROPS
 }
 
 base_properties() {
@@ -200,25 +371,21 @@ PROPS
 
 secure_server_properties() {
   # The secured broker's server.properties on stdout, for this script's broker and for
-  # docker-compose.yml's (compose-secrets): $1 client config directory (the passwords),
-  # $2 TLS directory and $3 log directory as the broker sees them, $4 controller port,
-  # $5 listeners, $6 advertised listeners, $7 listener protocol map, $8 the inter-broker
-  # listener; every listener but CONTROLLER is SASL_SSL.
-  local clients="$1" tls="$2" data="$3" cport="$4" listeners="$5" advertised="$6" map="$7" inter="$8"
-  local admin plain="" u l
-  admin=$(password_of admin "$clients")
-  for u in $USERS; do plain="$plain user_$u=\"$(password_of "$u" "$clients")\""; done
-  base_properties "$cport" "$listeners" "$advertised" "$map" "$inter" "$data"
-  cat <<PROPS
-sasl.enabled.mechanisms=SCRAM-SHA-512,SCRAM-SHA-256,PLAIN
-sasl.mechanism.inter.broker.protocol=SCRAM-SHA-512
-PROPS
-  for l in $(echo "$advertised" | sed 's#://[^,]*##g; s#,# #g'); do
-    l=$(echo "$l" | tr 'A-Z' 'a-z')
+  # docker-compose.yml's (compose-secrets): $1 TLS directory and $2 log directory as the
+  # broker sees them, $3 controller port, $4 listeners, $5 advertised listeners, $6
+  # listener protocol map. Client listeners are SASL_SSL with SCRAM only: PLAIN checks
+  # static passwords kept in this file, which rotating or deleting a SCRAM credential
+  # does not revoke. CONTROLLER and BROKER (inter-broker) are TLS with client
+  # certificates required (ssl.client.auth, per listener): a KRaft controller cannot
+  # check SCRAM (the credentials live in the metadata log it serves; KIP-554, KIP-900),
+  # and the broker's own certificate is its identity on both. This file holds no password.
+  local tls="$1" data="$2" cport="$3" listeners="$4" advertised="$5" map="$6" l
+  base_properties "$cport" "$listeners" "$advertised" "$map" BROKER "$data"
+  echo "sasl.enabled.mechanisms=SCRAM-SHA-512,SCRAM-SHA-256"
+  for l in $(echo "$map" | tr ',' '\n' | sed -n 's/:SASL_SSL$//p' | tr 'A-Z' 'a-z'); do
     cat <<PROPS
-listener.name.$l.scram-sha-512.sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required username="admin" password="$admin";
+listener.name.$l.scram-sha-512.sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required;
 listener.name.$l.scram-sha-256.sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required;
-listener.name.$l.plain.sasl.jaas.config=org.apache.kafka.common.security.plain.PlainLoginModule required username="admin" password="$admin"$plain;
 PROPS
   done
   cat <<PROPS
@@ -227,9 +394,11 @@ ssl.keystore.location=$tls/broker.pem
 ssl.truststore.type=PEM
 ssl.truststore.location=$tls/ca.pem
 ssl.client.auth=none
+listener.name.broker.ssl.client.auth=required
+listener.name.controller.ssl.client.auth=required
 authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer
 allow.everyone.if.no.acl.found=false
-super.users=User:admin;User:ANONYMOUS
+super.users=User:admin;User:CN=$BROKER_CN
 auto.create.topics.enable=false
 PROPS
 }
@@ -240,27 +409,29 @@ write_plain_config() {
     echo "auto.create.topics.enable=true"; } > "$STATE/server.properties"
 }
 
+# ----------------------------------------------------------------- commands
 start() {
-  if running && port_open "$PORT"; then echo "kafka.sh: already running on 127.0.0.1:$PORT"; return 0; fi
+  check_state create
+  if running; then
+    holds_port "$PORT" && { echo "kafka.sh: already running on 127.0.0.1:$PORT (state in $STATE)"; return 0; }
+    die "the broker of $STATE (pid $(broker_pid)) runs but does not hold 127.0.0.1:$PORT: stop it first (scripts/kafka.sh stop)"
+  fi
+  local p
+  for p in "$PORT" "$CPORT" $IPORT; do
+    port_open "$p" && die "127.0.0.1:$p is taken by another process (not the broker of $STATE): stop it, or choose free ports (KAFKA_PORT, KAFKA_CONTROLLER_PORT${IPORT:+, KAFKA_INTERNAL_PORT})"
+  done
   fetch
   need_tools
   write_config
   local cp="$LIBS/*"
   if [ ! -f "$STATE/data/meta.properties" ]; then
     local cid
-    cid=$(java -cp "$cp" kafka.tools.StorageTool random-uuid 2>/dev/null | tail -n 1)
-    local scram=() u m
-    if [ "$SECURE" = 1 ]; then
-      for u in $USERS; do
-        for m in SCRAM-SHA-512 SCRAM-SHA-256; do
-          scram+=(--add-scram "$m=[name=$u,password=$(password_of "$u")]")
-        done
-      done
-    fi
+    cid=$("$PY" -c 'import base64, uuid; print(base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("="))')
     java -cp "$cp" -Dlog4j2.configurationFile="$STATE/log4j2.properties" kafka.tools.StorageTool \
-      format -t "$cid" -c "$STATE/server.properties" "${scram[@]}" >"$STATE/format.log" 2>&1 \
-      || { cat "$STATE/format.log" >&2; die "storage format failed"; }
+      format -t "$cid" -c "$STATE/server.properties" >"$STATE/format.log" 2>&1 \
+      || die "storage format failed: $(grep -v '^\s*$' "$STATE/format.log" | tail -n 1)"
   fi
+  : > "$STATE/errors.log"
   # The broker's collector is ZGC (pauses of ~0.01 ms). G1's young pauses (10-18 ms every
   # few seconds here) were in flight for most of the worker's slowest 1% in many bench
   # runs; in an interleaved A/B at fixed rates (README, "The broker's collector") every
@@ -273,24 +444,33 @@ start() {
     -Dlog4j2.configurationFile="$STATE/log4j2.properties" \
     kafka.Kafka "$STATE/server.properties" >"$STATE/stdout.log" 2>&1 &
   echo $! > "$STATE/kafka.pid"
+  local users_set=0
   for _ in $(seq 1 120); do
-    if port_open "$PORT" && metadata_ok; then
-      if [ "$SECURE" = 1 ]; then
-        echo "kafka.sh: Kafka $VERSION ready on 127.0.0.1:$PORT, SASL_SSL (client configs in $STATE/clients, CA $STATE/tls/ca.pem)"
-      else
-        echo "kafka.sh: Kafka $VERSION ready on 127.0.0.1:$PORT (state in $STATE)"
-      fi
-      return 0
+    running || die "the broker exited during start: $(broker_error) (log: $STATE/server.log)"
+    if [ "$SECURE" = 1 ] && [ "$users_set" = 0 ] && holds_port "$IPORT"; then
+      # shellcheck disable=SC2086  # USERS is a list
+      scram set $USERS
+      users_set=1
     fi
-    running || { tail -n 40 "$STATE/stdout.log" "$STATE/server.log" >&2 2>/dev/null; die "broker exited during start"; }
+    if [ "$SECURE" != 1 ] || [ "$users_set" = 1 ]; then
+      if holds_port "$PORT" && metadata_ok && running; then
+        if [ "$SECURE" = 1 ]; then
+          echo "kafka.sh: Kafka $VERSION ready on 127.0.0.1:$PORT, SASL_SSL (client configs in $STATE/clients, CA $STATE/tls/ca.pem)"
+        else
+          echo "kafka.sh: Kafka $VERSION ready on 127.0.0.1:$PORT (state in $STATE)"
+        fi
+        return 0
+      fi
+    fi
     sleep 1
   done
   die "broker did not answer a metadata request within 120 s (see $STATE/server.log)"
 }
 
 stop() {
+  check_state
   if running; then
-    local pid; pid=$(cat "$STATE/kafka.pid")
+    local pid; pid=$(broker_pid)
     kill "$pid" 2>/dev/null || true
     for _ in $(seq 1 30); do kill -0 "$pid" 2>/dev/null || break; sleep 1; done
     kill -9 "$pid" 2>/dev/null || true
@@ -299,40 +479,77 @@ stop() {
   rm -f "$STATE/kafka.pid"
 }
 
+users() {
+  need_secure_broker users
+  [ $# -gt 0 ] || die "usage: KAFKA_SECURE=1 scripts/kafka.sh users NAME..."
+  local u
+  for u in "$@"; do
+    valid_user "$u"
+    [ -f "$STATE/clients/$u.properties" ] || write_client "$STATE/clients" "$u" "$BOOTSTRAP" "$STATE/tls/ca.pem"
+  done
+  scram set "$@"
+  echo "kafka.sh: SCRAM users $* ready (client configs in $STATE/clients)"
+}
+
+rotate() {
+  need_secure_broker rotate
+  [ $# = 1 ] || die "usage: KAFKA_SECURE=1 scripts/kafka.sh rotate NAME"
+  valid_user "$1"
+  [ -f "$STATE/clients/$1.properties" ] || die "no user $1 (no $STATE/clients/$1.properties)"
+  cp -p "$STATE/clients/$1.properties" "$STATE/clients/$1.properties.old"
+  write_client "$STATE/clients" "$1" "$BOOTSTRAP" "$STATE/tls/ca.pem"
+  scram set "$1"
+  rm -f "$STATE/clients/$1.properties.old"
+  echo "kafka.sh: new password for $1 in $STATE/clients/$1.properties; the old one is refused"
+}
+
+remove_user() {
+  need_secure_broker remove
+  [ $# = 1 ] && [ "$1" != admin ] || die "usage: KAFKA_SECURE=1 scripts/kafka.sh remove NAME (not admin)"
+  valid_user "$1"
+  [ -f "$STATE/clients/$1.properties" ] || die "no user $1 (no $STATE/clients/$1.properties)"
+  scram delete "$1"
+  rm -f "$STATE/clients/$1.properties"
+  echo "kafka.sh: SCRAM user $1 deleted"
+}
+
 compose_secrets() {
   # The secured docker-compose profile's material (README, "Secure deployment"), once, in
   # $1 (default ./secrets): kafka/ for the broker container (TLS, server.properties, the
-  # SCRAM users, a cluster id, the healthcheck's Java client config), worker/ and admin/
-  # for the worker and the one-shot ACL container, clients/ for you on the host
-  # (localhost:9094). Every file holding a secret is 0600 and every directory 0700; the
-  # containers run as your uid ($DPSTREAM_UID, default 1000) to read them.
+  # SCRAM users, a cluster id, the internal admin's and the healthcheck's Java client
+  # configs), worker/ and admin/ for the worker and the one-shot ACL container, clients/
+  # for you on the host (localhost:9094). Every file holding a secret is 0600 and every
+  # directory 0700; the containers run as your uid ($DPSTREAM_UID, default 1000) to read
+  # them. The broker container creates the SCRAM users after its start
+  # (scripts/compose-kafka.sh), from kafka/users, never on a command line.
   local out="${1:-$ROOT/secrets}" u role
   out="$(mkdir -p "$out" && cd "$out" && pwd)"
   [ -f "$out/kafka/server.properties" ] && { echo "kafka.sh: $out already holds the compose secrets"; return 0; }
-  make_secrets "$out/kafka" "$out/clients" "localhost:9094" "$out/kafka/ca.pem" kafka localhost 127.0.0.1
-  ( umask 077
-    secure_server_properties "$out/clients" /etc/dpstream/kafka /var/lib/kafka/data 9095 \
-      "SASL_SSL://0.0.0.0:9094,INTERNAL://0.0.0.0:19094,CONTROLLER://127.0.0.1:9095" \
-      "SASL_SSL://localhost:9094,INTERNAL://kafka:19094" \
-      "SASL_SSL:SASL_SSL,INTERNAL:SASL_SSL,CONTROLLER:PLAINTEXT" INTERNAL > "$out/kafka/server.properties"
-    for u in $USERS; do echo "$u $(password_of "$u" "$out/clients")"; done > "$out/kafka/users"
-    "$PY" -c 'import base64, uuid; print(base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("="))' \
-      > "$out/kafka/cluster.id"
-    cat > "$out/kafka/healthcheck.properties" <<PROPS
+  make_secrets "$out/kafka" kafka localhost 127.0.0.1
+  mkdir -p "$out/clients"
+  for u in $USERS; do write_client "$out/clients" "$u" "localhost:9094" "$out/kafka/ca.pem"; done
+  secure_server_properties /etc/dpstream/kafka /var/lib/kafka/data 9095 \
+    "SASL_SSL://0.0.0.0:9094,INTERNAL://0.0.0.0:19094,BROKER://127.0.0.1:9096,CONTROLLER://127.0.0.1:9095" \
+    "SASL_SSL://localhost:9094,INTERNAL://kafka:19094,BROKER://127.0.0.1:9096" \
+    "SASL_SSL:SASL_SSL,INTERNAL:SASL_SSL,BROKER:SSL,CONTROLLER:SSL" > "$out/kafka/server.properties"
+  for u in $USERS; do printf '%s %s\n' "$u" "$(password_of "$u" "$out/clients")"; done > "$out/kafka/users"
+  "$PY" -c 'import base64, uuid; print(base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("="))' \
+    > "$out/kafka/cluster.id"
+  broker_admin_config 127.0.0.1:9096 /etc/dpstream/kafka > "$out/kafka/broker-admin.properties"
+  cat > "$out/kafka/healthcheck.properties" <<PROPS
 security.protocol=SASL_SSL
 sasl.mechanism=SCRAM-SHA-512
 sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required username="admin" password="$(password_of admin "$out/clients")";
 ssl.truststore.type=PEM
 ssl.truststore.location=/etc/dpstream/kafka/ca.pem
 PROPS
-    for role in worker admin; do
-      mkdir -p "$out/$role"
-      cp "$out/kafka/ca.pem" "$out/$role/ca.pem"
-      sed -e 's#^bootstrap.servers=.*#bootstrap.servers=kafka:19094#' \
-          -e "s#^ssl.ca.location=.*#ssl.ca.location=/etc/dpstream/$role/ca.pem#" \
-          "$out/clients/$role.properties" > "$out/$role/client.properties"
-    done )
-  chmod 700 "$out/worker" "$out/admin"
+  for role in worker admin; do
+    mkdir -p "$out/$role"
+    cp "$out/kafka/ca.pem" "$out/$role/ca.pem"
+    sed -e 's#^bootstrap.servers=.*#bootstrap.servers=kafka:19094#' \
+        -e "s#^ssl.ca.location=.*#ssl.ca.location=/etc/dpstream/$role/ca.pem#" \
+        "$out/clients/$role.properties" > "$out/$role/client.properties"
+  done
   echo "kafka.sh: compose secrets in $out (your client configs: $out/clients/<user>.properties)"
 }
 
@@ -340,8 +557,15 @@ case "${1:-}" in
   start) start ;;
   compose-secrets) compose_secrets "${2:-}" ;;
   stop) stop ;;
-  fetch) fetch ;;
-  status) if running && port_open "$PORT"; then echo "running on 127.0.0.1:$PORT"; else echo "not running"; exit 1; fi ;;
+  fetch) fetch print ;;
+  clients) [ "$SECURE" = 1 ] || die "'clients' is for the secured broker: KAFKA_SECURE=1 scripts/kafka.sh clients"
+           echo "$STATE/clients" ;;
+  users) shift; users "$@" ;;
+  rotate) shift; rotate "$@" ;;
+  remove) shift; remove_user "$@" ;;
+  status) check_state
+          if running && holds_port "$PORT"; then echo "running on 127.0.0.1:$PORT (state in $STATE)"
+          else echo "not running (state in $STATE)"; exit 1; fi ;;
   reset) stop; rm -rf "$STATE" ;;
-  *) echo "usage: $0 start|stop|status|fetch|reset|compose-secrets [DIR]" >&2; exit 2 ;;
+  *) echo "usage: $0 start|stop|status|fetch|reset|compose-secrets [DIR]|clients|users NAME...|rotate NAME|remove NAME" >&2; exit 2 ;;
 esac

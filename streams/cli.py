@@ -926,9 +926,15 @@ def cmd_features(args) -> int:
 
 
 def cmd_acls(args) -> int:
-    """Print (and with --apply, create) the ACLs of every principal (streams/acls.py)."""
-    from .acls import CLUSTER, ROLES, plan
-    from .faust_seam import create_acls, delete_acls
+    """Print, apply or remove the ACLs of every principal (streams/acls.py). ``--apply``
+    checks the whole plan first (its names, and against the cluster's ACLs: no resource of
+    it granted to another tenant's principal, no principal of it holding another tenant's
+    rights), creates only what is missing, and takes back what it created if the broker
+    refuses one; ``--remove`` deletes what exists of the plan and counts only that."""
+    from .acls import CLUSTER, OPERATIONS, ROLES, overlaps, plan, principals
+    from .faust_seam import create_acls, delete_acls, describe_acls
+    if args.apply and args.remove:
+        raise Failed("--apply and --remove: give one of them", 2)
     users = {}
     for given in args.user or []:
         role, _, name = given.partition("=")
@@ -936,11 +942,12 @@ def cmd_acls(args) -> int:
             raise Failed(f"--user {given!r}: expected ROLE=NAME with ROLE one of {', '.join(ROLES)}", 2)
         users[role] = name
     try:
-        acls = plan(args.prefix, args.app_id, users)
+        whole = plan(args.prefix, args.app_id, users)
     except ValueError as err:
         raise Failed(str(err), 2) from None
+    acls = whole
     if args.role:
-        acls = [a for a in acls if a.principal == f"User:{users.get(args.role, args.role)}"]
+        acls = [a for a in acls if a.principal == principals(args.prefix, users)[args.role]]
     if args.remove:          # cluster-wide rights (IdempotentWrite) are shared by every prefix
         shared = [a for a in acls if a.resource_type == CLUSTER]
         acls = [a for a in acls if a.resource_type != CLUSTER]
@@ -952,15 +959,45 @@ def cmd_acls(args) -> int:
     if not (args.apply or args.remove):
         return 0
     kafka = _kafka(args)
+    names = {v: k for k, v in OPERATIONS.items()}
 
     async def change():
         async with running(kafka.admin(request_timeout_ms=10_000)) as admin:
-            return await (delete_acls if args.remove else create_acls)(admin, acls)
-    errors = _broker_call(kafka, change(), "Alter the cluster's ACLs")
+            try:
+                existing = await describe_acls(admin)
+            except PermissionError:       # not a super user: nothing was read or changed
+                return None, [], []
+            have = {(t, n, p, who, names.get(op)) for t, n, p, who, op in existing}
+            if args.remove:
+                present = [a for a in acls if a.key in have]
+                return present, [], await delete_acls(admin, present)
+            problems = overlaps(whole, existing)
+            if problems:
+                return [], problems, []
+            missing = [a for a in acls if a.key not in have]
+            errors = await create_acls(admin, missing)
+            if errors:                    # no half-applied plan: take back what this run made
+                await delete_acls(admin, missing)
+            return missing, [], errors
+    done, problems, errors = _broker_call(kafka, change(), "Alter the cluster's ACLs")
+    if done is None:
+        raise Failed(f"not authorized: principal {kafka.principal} may not Describe the cluster's ACLs; "
+                     "run `dpstream acls` with an admin's client config (a super user), nothing was changed")
+    where = f"topic prefix {args.prefix!r}"
+    if problems:
+        raise Failed(f"refused, nothing applied: {problems[0]}"
+                     + (f" (and {len(problems) - 1} more)" if len(problems) > 1 else "")
+                     + "; one prefix is one tenant: give this one its own prefix, app id and users "
+                     "(--user ROLE=NAME), or remove the other grants first")
     if errors:
-        raise Failed(f"{len(errors)} of {len(acls)} ACL changes refused, first: {errors[0]}")
-    print(f"dpstream acls: {len(acls)} ACLs {'removed' if args.remove else 'created'} for topic "
-          f"prefix {args.prefix!r}", file=sys.stderr)
+        raise Failed(f"{len(errors)} of {len(done)} ACL changes refused, first: {errors[0]}"
+                     + ("" if args.remove else "; the others were taken back, nothing applied"))
+    if args.remove:
+        print(f"dpstream acls: {len(done)} ACLs removed for {where} ({len(acls) - len(done)} of the plan "
+              "were not there)", file=sys.stderr)
+    else:
+        print(f"dpstream acls: {len(done)} ACLs created for {where} ({len(acls) - len(done)} were "
+              "already there)", file=sys.stderr)
     return 0
 
 
@@ -1132,9 +1169,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(fn=cmd_audit_report)
     p = sub.add_parser("acls", help="print or apply the ACLs of every principal (least privilege)")
     broker(p)
-    p.add_argument("--app-id", help="the worker's app id (default: the prefix + 'dpstream')")
+    p.add_argument("--app-id", help="the worker's app id: the prefix + a name (default: the prefix + 'dpstream')")
     p.add_argument("--user", action="append", metavar="ROLE=NAME",
-                   help="the user name of a role (worker, producer, querier, consumer, auditor)")
+                   help="the user name of a role (worker, producer, querier, consumer, auditor); "
+                        "default: the prefix + the role (each prefix is a tenant with its own users)")
     p.add_argument("--role", choices=["worker", "producer", "querier", "consumer", "auditor"],
                    help="only this role's ACLs")
     p.add_argument("--apply", action="store_true", help="create them through the admin API")

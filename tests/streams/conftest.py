@@ -3,6 +3,7 @@ Without one they skip, unless DPSTREAM_REQUIRE_KAFKA=1 (CI), where they fail."""
 import asyncio
 import os
 import uuid
+from pathlib import Path
 
 import pytest
 
@@ -38,3 +39,27 @@ def kafka_bootstrap() -> str:
 @pytest.fixture
 def topic_prefix() -> str:
     return f"t{uuid.uuid4().hex[:10]}"
+
+
+@pytest.fixture(scope="session")
+def secured(tmp_path_factory):
+    """One secured broker (TLS, SASL/SCRAM, ACLs) shared by the session's tests
+    (tests/streams/secure_broker.py): the one in $DPSTREAM_SECURE_KAFKA_STATE when it
+    answers, else one started with ``KAFKA_SECURE=1 scripts/kafka.sh start`` on free ports
+    and stopped at the end. Skips when none can run (no Java), fails instead in CI."""
+    from .secure_broker import Secured
+    given = os.environ.get("DPSTREAM_SECURE_KAFKA_STATE")
+    if given and (Path(given) / "tls" / "broker-admin.properties").exists():
+        if (found := Secured(Path(given))).answers():
+            yield found
+            return
+    try:
+        broker = Secured.start(tmp_path_factory.mktemp("secure-kafka"))
+    except RuntimeError as err:
+        if os.environ.get("DPSTREAM_REQUIRE_KAFKA") == "1":
+            pytest.fail(str(err))
+        pytest.skip(str(err))
+    try:
+        yield broker
+    finally:
+        broker.script("stop", timeout=120)

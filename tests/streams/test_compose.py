@@ -5,6 +5,7 @@ runs: a real Kafka started here from those files (paths and ports moved to this
 machine) authenticates every user on both listeners and enforces the ACLs."""
 import os
 import re
+import signal
 import socket
 import subprocess
 import sys
@@ -33,7 +34,9 @@ def test_compose_defines_a_single_kraft_broker_and_a_worker_on_the_documented_po
     assert env["KAFKA_TRANSACTION_STATE_LOG_REPLICATION_FACTOR"] == 1
     assert env["KAFKA_TRANSACTION_STATE_LOG_MIN_ISR"] == 1
     assert "INTERNAL://kafka:19092" in env["KAFKA_ADVERTISED_LISTENERS"]
-    assert "9092:9092" in kafka["ports"] and "127.0.0.1:6066:6066" in worker["ports"]
+    # published on the host's loopback only: a plaintext broker and the status port are
+    # not for the network (issue 41)
+    assert kafka["ports"] == ["127.0.0.1:9092:9092"] and worker["ports"] == ["127.0.0.1:6066:6066"]
     assert "kafka:19092" in worker["command"]
     assert worker["environment"]["DPSTREAM_SECRET_KEY_FILE"].startswith("/run/secrets/")
     readme = (ROOT / "README.md").read_text()
@@ -98,7 +101,7 @@ def _moved(text: str, secrets: Path, data: Path, ports: dict) -> str:
         text = text.replace(f"/etc/dpstream/{role}", str(secrets / role))
     text = text.replace("0.0.0.0:9094", f"127.0.0.1:{ports[9094]}").replace("localhost:9094", f"localhost:{ports[9094]}")
     text = text.replace("0.0.0.0:19094", f"127.0.0.1:{ports[19094]}").replace("kafka:19094", f"127.0.0.1:{ports[19094]}")
-    return text.replace("9095", str(ports[9095]))
+    return text.replace("9095", str(ports[9095])).replace("127.0.0.1:9096", f"127.0.0.1:{ports[9096]}")
 
 
 def _moved_file(src: Path, dst: Path, secrets, data, ports) -> str:
@@ -109,32 +112,38 @@ def _moved_file(src: Path, dst: Path, secrets, data, ports) -> str:
 
 @pytest.mark.kafka
 def test_the_compose_brokers_configuration_runs_and_enforces_the_acls(secrets, tmp_path):
-    """The files of the secured profile, run on a local Kafka the way scripts/compose-kafka.sh
-    runs them in the container (format with the SCRAM users, then start): the host's
-    listener (a user's client config) and the containers' listener (the worker's config)
-    both authenticate, the ACL one-shot's command applies, and the worker's rights stop
-    at its own topics."""
+    """The files of the secured profile, run on a local Kafka by the container's own
+    entrypoint (scripts/compose-kafka.sh, with Kafka's bin/ scripts stood in by the cached
+    jars): no password is on any command line while it formats, starts and sets the SCRAM
+    users (before: every password was a ``kafka-storage format --add-scram`` argument at
+    every start); the host's listener (a user's client config) and the containers'
+    listener (the worker's config) both authenticate, the ACL one-shot's command applies,
+    and the worker's rights stop at its own topics."""
+    from .secure_broker import CommandLines
     fetched = subprocess.run([SCRIPT, "fetch"], capture_output=True, text=True, timeout=900)
     if fetched.returncode != 0:
         if os.environ.get("DPSTREAM_REQUIRE_KAFKA") == "1":
             pytest.fail(fetched.stderr)
         pytest.skip("no Kafka jars (scripts/kafka.sh fetch needs Java and Maven)")
-    home = os.environ.get("DPSTREAM_KAFKA_HOME") or str(Path.home() / ".cache" / "dpstream" / "kafka-4.0.1")
-    libs = Path(home) / "libs"
-    ports = {9094: _free_port(), 19094: _free_port(), 9095: _free_port()}
+    libs = fetched.stdout.strip().splitlines()[-1]
+    ports = {9094: _free_port(), 19094: _free_port(), 9095: _free_port(), 9096: _free_port()}
     data = tmp_path / "data"
-    props = _moved_file(secrets / "kafka" / "server.properties", tmp_path / "server.properties", secrets, data, ports)
-    scram = []
-    for line in (secrets / "kafka" / "users").read_text().splitlines():
-        user, password = line.split()
-        scram += [a for m in ("SCRAM-SHA-512", "SCRAM-SHA-256") for a in ("--add-scram", f"{m}=[name={user},password={password}]")]
-    java = ["java", "-cp", f"{libs}/*"]
-    cluster = (secrets / "kafka" / "cluster.id").read_text().strip()
-    formatted = subprocess.run(java + ["kafka.tools.StorageTool", "format", "--ignore-formatted", "-t", cluster,
-                                       "-c", props, *scram], capture_output=True, text=True, timeout=120)
-    assert formatted.returncode == 0, formatted.stderr[-2000:]
-    broker = subprocess.Popen(java + ["-Xmx512m", "kafka.Kafka", props], stdout=open(tmp_path / "kafka.log", "wb"),
-                              stderr=subprocess.STDOUT)
+    cfg = tmp_path / "cfg"
+    cfg.mkdir(mode=0o700)
+    for name in ("server.properties", "broker-admin.properties", "users", "cluster.id"):
+        _moved_file(secrets / "kafka" / name, cfg / name, secrets, data, ports)
+    bin_dir = tmp_path / "bin"          # the image's /opt/kafka/bin, from the jar cache
+    bin_dir.mkdir()
+    for script, main in (("kafka-storage.sh", "kafka.tools.StorageTool"), ("kafka-server-start.sh", "kafka.Kafka"),
+                         ("kafka-configs.sh", "kafka.admin.ConfigCommand")):
+        (bin_dir / script).write_text(f'#!/bin/bash\nexec java -Xmx512m -cp "{libs}/*" {main} "$@"\n')
+        (bin_dir / script).chmod(0o700)
+    env = {**os.environ, "KAFKA_BIN": str(bin_dir), "DPSTREAM_KAFKA_CONFIG_DIR": str(cfg)}
+    passwords = [line.split()[1] for line in (secrets / "kafka" / "users").read_text().splitlines()]
+    watch = CommandLines().__enter__()
+    broker = subprocess.Popen(["bash", str(ROOT / "scripts" / "compose-kafka.sh")], env=env,
+                              stdout=open(tmp_path / "kafka.log", "wb"), stderr=subprocess.STDOUT,
+                              start_new_session=True)
     try:
         admin = _moved_file(secrets / "clients" / "admin.properties", tmp_path / "admin.properties", secrets, data, ports)
         worker = _moved_file(secrets / "worker" / "client.properties", tmp_path / "worker.properties",
@@ -147,11 +156,16 @@ def test_the_compose_brokers_configuration_runs_and_enforces_the_acls(secrets, t
         def dpstream(*args):
             return subprocess.run([sys.executable, "-m", "dpstream.streams.cli", *args], cwd=ROOT, env=env,
                                   capture_output=True, text=True, timeout=120)
-        deadline = time.time() + 90
-        while (done := dpstream("acls", "--apply", "--client-config", admin)).returncode != 0:
-            assert broker.poll() is None and time.time() < deadline, (done.stderr, (tmp_path / "kafka.log").read_text()[-3000:])
-            time.sleep(2)
-        assert "ACLs created" in done.stderr
+        deadline = time.time() + 240
+        while b"SCRAM users set" not in (tmp_path / "kafka.log").read_bytes():
+            assert broker.poll() is None and time.time() < deadline, (tmp_path / "kafka.log").read_text()[-3000:]
+            time.sleep(1)
+        watch.__exit__(None, None, None)
+        assert any("ConfigCommand" in line for line in watch.seen)
+        for password in passwords:
+            assert not [line for line in watch.seen if password in line]
+        done = dpstream("acls", "--apply", "--client-config", admin)
+        assert done.returncode == 0 and "ACLs created" in done.stderr, done.stderr
         log = tmp_path / "worker.log"
         with open(log, "wb") as out:       # the worker through the containers' listener, its ACLs only
             run = subprocess.Popen([sys.executable, "-m", "dpstream.streams.cli", "worker", "--client-config",
@@ -169,5 +183,6 @@ def test_the_compose_brokers_configuration_runs_and_enforces_the_acls(secrets, t
         denied = dpstream("consume", "--topic", "examples", "--client-config", producer, "--timeout", "2")
         assert "not authorized: principal User:producer may not Read topic examples" in denied.stderr, denied.stderr
     finally:
-        broker.terminate()
+        watch.__exit__(None, None, None)
+        os.killpg(broker.pid, signal.SIGTERM)
         broker.wait(60)

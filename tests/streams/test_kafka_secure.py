@@ -1,14 +1,13 @@
 """On a broker with TLS, SASL/SCRAM and ACLs (``KAFKA_SECURE=1 scripts/kafka.sh start``,
-issue 15): the quick start as separate least-privilege principals; every forbidden
-operation fails with one line naming the principal and the missing right; a client
-without TLS, without the CA or with a wrong password is refused with a line that says
-so; an ACL revoked and restored while records flow loses and changes nothing."""
+issue 15; the session's one, conftest ``secured``): the README's secured quick start,
+verbatim; every forbidden operation fails with one line naming the principal and the
+missing right; a client without TLS, without the CA or with a wrong password is refused
+with a line that says so; an ACL revoked and restored while records flow loses and
+changes nothing. Each test's tenant is a prefix with its own users (issue 41)."""
 import asyncio
 import json
-import os
-import socket
+import re
 import subprocess
-import sys
 import time
 import uuid
 from pathlib import Path
@@ -22,85 +21,16 @@ from dpstream.streams.topics import ensure_topics
 
 from .kafka_helpers import KEY_HEX, ROOT, Worker, produce, read_all
 from .reference import assert_same_as_embedded
+from .secure_broker import Tenant, dpstream
 from .workload import examples, models, queries
 
 pytestmark = pytest.mark.kafka
-STATE = Path(os.environ.get("DPSTREAM_SECURE_KAFKA_STATE", "/tmp/dpstream-kafka-9094"))
-
-
-class Secured:
-    """A secured broker's state directory: each user's client config and settings."""
-
-    def __init__(self, state: Path):
-        self.state = state
-
-    def config(self, role: str) -> str:
-        return str(self.state / "clients" / f"{role}.properties")
-
-    def as_(self, role: str) -> Kafka:
-        return Kafka.from_settings(None, self.config(role), environ={})
-
-    def answers(self) -> bool:
-        if not Path(self.config("admin")).exists():
-            return False
-
-        async def ask():
-            async with running(self.as_("admin").admin(request_timeout_ms=5000)) as admin:
-                await asyncio.wait_for(admin.list_topics(), 10)
-        try:
-            asyncio.run(ask())
-            return True
-        except Exception:
-            return False
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="module")
-def broker(tmp_path_factory):
-    """The secured broker in $DPSTREAM_SECURE_KAFKA_STATE (default: the one
-    ``KAFKA_SECURE=1 scripts/kafka.sh start`` runs) when it answers; else one started here
-    with the same script on free ports, stopped afterwards. Skips when none can run (no
-    Java), fails instead in CI (DPSTREAM_REQUIRE_KAFKA=1)."""
-    found = Secured(STATE)
-    if found.answers():
-        yield found
-        return
-    state = tmp_path_factory.mktemp("secure-kafka")
-    env = {**os.environ, "KAFKA_SECURE": "1", "DPSTREAM_KAFKA_STATE": str(state), "PYTHON": sys.executable,
-           "KAFKA_PORT": str(_free_port()), "KAFKA_CONTROLLER_PORT": str(_free_port())}
-    script = str(ROOT / "scripts" / "kafka.sh")
-    started = subprocess.run([script, "start"], env=env, capture_output=True, text=True, timeout=600)
-    try:
-        own = Secured(state)
-        if started.returncode != 0 or not own.answers():
-            msg = f"could not start a secured Kafka broker: {started.stderr[-1500:]}"
-            if os.environ.get("DPSTREAM_REQUIRE_KAFKA") == "1":
-                pytest.fail(msg)
-            pytest.skip(msg)
-        yield own
-    finally:
-        subprocess.run([script, "stop"], env=env, capture_output=True, timeout=120)
-
-
-@pytest.fixture(scope="module")
-def secure(broker) -> Kafka:
+def secure(secured) -> Kafka:
     """The secured broker, as its admin."""
-    return broker.as_("admin")
-
-
-def dpstream(broker: Secured, role: str | None, *args: str, timeout: float = 120, env: dict | None = None):
-    """One CLI command as ``role`` (its client config), from the repo's checkout."""
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "DPSTREAM_SECRET_KEY": KEY_HEX, **(env or {})}
-    env.pop("DPSTREAM_KAFKA_CONFIG", None)
-    cmd = [sys.executable, "-m", "dpstream.streams.cli", *args]
-    if role:
-        cmd += ["--client-config", broker.config(role) if "/" not in role else role]
-    return subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
+    return secured.as_("admin")
 
 
 def one_line(done) -> str:
@@ -117,16 +47,15 @@ async def _grant(admin_kafka: Kafka, acls, remove=False) -> None:
     assert errors == []
 
 
-@pytest.fixture
-def prefix(broker, secure) -> str:
-    """A fresh topic prefix whose topics exist and whose ACLs (streams/acls.py) are applied
-    through the CLI, as an admin would; removed afterwards."""
+@pytest.fixture(scope="module")
+def tenant(secured, secure) -> Tenant:
+    """A fresh tenant for this module: a topic prefix with its own five users, its ACLs
+    (streams/acls.py) applied through the CLI as an admin would, and its topics."""
     p = f"s{uuid.uuid4().hex[:8]}-"
-    done = dpstream(broker, "admin", "acls", "--prefix", p, "--app-id", p + "app", "--apply")
-    assert done.returncode == 0 and f"{len(plan(p, p + 'app'))} ACLs created" in done.stderr, done.stderr
+    t = secured.tenant(p, app_id=p + "app")
     asyncio.run(ensure_topics(secure, prefix=p))
-    yield p
-    asyncio.run(_grant(secure, [a for a in plan(p, p + "app") if a.resource_type != CLUSTER], remove=True))
+    yield t
+    dpstream(secured, "admin", "acls", "--prefix", p, "--app-id", p + "app", "--remove")
 
 
 def test_the_acl_plan_grants_each_role_only_its_topics():
@@ -134,15 +63,15 @@ def test_the_acl_plan_grants_each_role_only_its_topics():
     may = {(a.principal, a.operation, a.resource) for a in acls if a.resource_type == TOPIC}
     private = ("p-examples", "p-model-events")
     for role in ("producer", "querier", "consumer", "auditor"):
-        assert not any(p == f"User:{role}" and op == "Read" and r in private for p, op, r in may), role
+        assert not any(p == f"User:p-{role}" and op == "Read" and r in private for p, op, r in may), role
     writers = {p for p, op, r in may if op == "Write" and r in ("p-predictions", "p-ledger", "p-releases")}
-    assert writers == {"User:worker"}
+    assert writers == {"User:p-worker"}
     assert not any(op == "Write" and r == "p-models" for _, op, r in may)       # only the admin
     with pytest.raises(ValueError):
         plan("p-", "other-app")        # a worker's changelogs must carry the team's prefix
 
 
-def test_apply_creates_exactly_the_plan_and_remove_keeps_only_the_shared_cluster_rights(broker, secure):
+def test_apply_creates_exactly_the_plan_and_remove_keeps_only_the_shared_cluster_rights(secured, secure):
     from dpstream.streams.acls import OPERATIONS
     p = f"a{uuid.uuid4().hex[:8]}-"
     names = {v: k for k, v in OPERATIONS.items()}
@@ -150,44 +79,42 @@ def test_apply_creates_exactly_the_plan_and_remove_keeps_only_the_shared_cluster
     async def on_broker():
         async with running(secure.admin()) as admin:
             return {(rt, name, pattern, principal, names[op]) for rt, name, pattern, principal, op
-                    in await describe_acls(admin) if name.startswith(p) or rt == CLUSTER}
+                    in await describe_acls(admin) if principal.startswith(f"User:{p}")}
     want = {(a.resource_type, a.resource, a.pattern, a.principal, a.operation) for a in plan(p, p + "app")}
     shared = {a for a in want if a[0] == CLUSTER}
-    assert shared and dpstream(broker, "admin", "acls", "--prefix", p, "--app-id", p + "app", "--apply").returncode == 0
+    assert shared and dpstream(secured, "admin", "acls", "--prefix", p, "--app-id", p + "app", "--apply").returncode == 0
     assert asyncio.run(on_broker()) == want
-    done = dpstream(broker, "admin", "acls", "--prefix", p, "--app-id", p + "app", "--remove")
+    done = dpstream(secured, "admin", "acls", "--prefix", p, "--app-id", p + "app", "--remove")
     assert done.returncode == 0 and "keeping 3 cluster-wide ACLs" in done.stderr
     assert asyncio.run(on_broker()) == shared        # another team's worker still writes idempotently
 
 
-def test_the_quick_start_runs_as_separate_least_privilege_principals(broker, secure, prefix, tmp_path):
-    lines = (ROOT / "examples" / "card-fraud.examples.jsonl").read_text().splitlines()
-    qlines = (ROOT / "examples" / "card-fraud.queries.jsonl").read_text().splitlines()
-    (tmp_path / "ex.jsonl").write_text("\n".join(lines[:2000]) + "\n")
-    (tmp_path / "q.jsonl").write_text("\n".join(qlines[:500]) + "\n")
-    worker = Worker(secure.bootstrap, prefix, tmp_path, args=("--client-config", broker.config("worker"),
-                                                              "--app-id", prefix + "app"))
-    worker.start()
-    try:
-        for role, args in (("admin", ("models", "register", "examples/card-fraud.model.json")),
-                           ("producer", ("produce", "--topic", "examples", "--file", str(tmp_path / "ex.jsonl"))),
-                           ("querier", ("produce", "--topic", "queries", "--file", str(tmp_path / "q.jsonl")))):
-            done = dpstream(broker, role, *args, "--prefix", prefix)
-            assert done.returncode == 0, (role, done.stderr)
-        done = dpstream(broker, "consumer", "consume", "--topic", "predictions", "--prefix", prefix,
-                        "--from-beginning", "--max", "2500", "--timeout", "90")
-        got = [json.loads(x) for x in done.stdout.splitlines() if x.startswith("{")]
-        assert done.returncode == 0 and len({p["seq"] for p in got}) == 2500, done.stderr[-2000:]
-        done = dpstream(broker, "auditor", "consume", "--topic", "ledger", "--prefix", prefix,
-                        "--from-beginning", "--timeout", "3")
-        assert done.returncode == 0 and '"model_id": "card-fraud"' in done.stdout.replace('":"', '": "')
-        done = dpstream(broker, "admin", "export", "--prefix", prefix, "--out", str(tmp_path / "audit"))
-        assert done.returncode == 0, done.stderr
-    finally:
-        worker.stop()
-    done = dpstream(broker, None, "replay", "--dir", str(tmp_path / "audit"))
-    assert done.returncode == 0 and "OK: every release reproduced" in done.stdout, done.stdout[-2000:]
-    assert "[ERROR]" not in worker.log.read_text()
+def secured_quick_start_block() -> str:
+    text = (ROOT / "README.md").read_text()
+    section = text[text.index("**The quick start, secured, on this machine**"):]
+    return re.search(r"```bash\n(.*?)```", section, re.S).group(1)
+
+
+def test_the_readmes_secured_quick_start_runs_verbatim(secured, tmp_path):
+    """The README's secured quick start block, run as it stands against the session's
+    secured broker (its ``scripts/kafka.sh start`` finds it running: the environment names
+    its state directory and ports, as a user's shell would after starting it), with the
+    key the quick start above exported. Every principal is a separate user; the audit
+    export replays."""
+    if not (ROOT / ".venv" / "bin" / "dpstream").exists():
+        pytest.skip("the quick start runs the README's .venv (install as the README says)")
+    for name in (".venv", "examples", "scripts"):      # the repo's files; audit/ lands in tmp
+        (tmp_path / name).symlink_to(ROOT / name)
+    env = {k: v for k, v in secured.env.items() if k != "KAFKA_SECURE"}
+    env["DPSTREAM_SECRET_KEY"] = KEY_HEX
+    done = subprocess.run(["bash", "-c", "set -eo pipefail\n" + secured_quick_start_block()], cwd=tmp_path,
+                          env=env, capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "already running" in done.stdout
+    last = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+    assert last and last[-1]["model_id"] == "card-fraud", done.stdout[-2000:]
+    assert "OK: every release reproduced" in done.stdout, done.stdout[-2000:]
+    assert "dpstream worker ready" in done.stderr
 
 
 CHANGELOG = "app-model-state-changelog"          # the worker's table changelog (app id P + "app")
@@ -208,31 +135,32 @@ CHANGELOG = "app-model-state-changelog"          # the worker's table changelog 
     ("producer", ("worker", "--data-dir", "{tmp}/w"), "Describe and Create the topics"),
 ])
 def test_every_forbidden_operation_fails_in_one_line_naming_principal_and_right(
-        broker, secure, prefix, tmp_path, role, args, missing):
+        secured, tenant, tmp_path, role, args, missing):
     args = [a.format(tmp=tmp_path) for a in args]
-    done = dpstream(broker, role, *args, "--prefix", prefix, "--timeout", "3") if args[0] in ("consume", "export") \
-        else dpstream(broker, role, *args, "--prefix", prefix)
+    prefix, user = tenant.prefix, tenant.config(role)
+    done = dpstream(secured, user, *args, "--prefix", prefix, "--timeout", "3") if args[0] in ("consume", "export") \
+        else dpstream(secured, user, *args, "--prefix", prefix)
     line = one_line(done)
-    assert f"not authorized: principal User:{role} may not {missing.format(p=prefix)}" in line, line
+    assert f"not authorized: principal User:{prefix}{role} may not {missing.format(p=prefix)}" in line, line
     assert "dpstream acls --apply" in line
     assert not (tmp_path / "audit").exists() or not any((tmp_path / "audit").iterdir())
 
 
 @pytest.mark.parametrize("role", ["producer", "querier", "consumer", "auditor"])
-def test_only_the_worker_may_write_the_ledger_and_the_outputs(broker, prefix, role):
+def test_only_the_worker_may_write_the_ledger_and_the_outputs(tenant, role):
     from aiokafka.errors import TopicAuthorizationFailedError
 
     async def write(topic):
-        async with running(broker.as_(role).producer(acks="all")) as producer:
-            await producer.send_and_wait(prefix + topic, b"{}")
+        async with running(tenant.as_(role).producer(acks="all")) as producer:
+            await producer.send_and_wait(tenant.prefix + topic, b"{}")
     for topic in ("ledger", "predictions", "releases", "rejected", "model-events", "models"):
         with pytest.raises(TopicAuthorizationFailedError):
             asyncio.run(write(topic))
 
 
-def _variant(broker, tmp_path, role: str, name: str, change) -> str:
+def _variant(tenant, tmp_path, role: str, name: str, change) -> str:
     """A copy of ``role``'s client config, changed by ``change(dict)``, mode 0600."""
-    props = dict(line.split("=", 1) for line in Path(broker.config(role)).read_text().splitlines() if "=" in line)
+    props = dict(line.split("=", 1) for line in Path(tenant.config(role)).read_text().splitlines() if "=" in line)
     change(props)
     path = tmp_path / f"{name}.properties"
     path.write_text("".join(f"{k}={v}\n" for k, v in props.items()))
@@ -244,35 +172,36 @@ def _variant(broker, tmp_path, role: str, name: str, change) -> str:
     ("plaintext", lambda p: [p.pop(k) for k in list(p) if k != "bootstrap.servers"],
      "a plaintext client on a TLS listener"),
     ("wrong-password", lambda p: p.update({"sasl.password": "not-the-password"}),
-     "refused the login of User:consumer"),
+     "refused the login of User:{p}consumer"),
     ("wrong-mechanism", lambda p: p.update({"sasl.mechanism": "SCRAM-SHA-256", "sasl.password": "x"}),
-     "refused the login of User:consumer"),
+     "refused the login of User:{p}consumer"),
     ("no-ca", lambda p: p.pop("ssl.ca.location"), "which this machine's CA store does not hold"),
 ])
 def test_a_client_that_cannot_prove_itself_is_refused_with_a_line_that_says_why(
-        broker, tmp_path, name, change, says):
-    path = _variant(broker, tmp_path, "consumer", name, change)
+        secured, tenant, tmp_path, name, change, says):
+    path = _variant(tenant, tmp_path, "consumer", name, change)
     t0 = time.monotonic()
-    line = one_line(dpstream(broker, path, "consume", "--topic", "predictions", "--timeout", "2", timeout=180))
-    assert says in line, line
+    line = one_line(dpstream(secured, path, "consume", "--topic", "predictions", "--timeout", "2", timeout=180))
+    assert says.format(p=tenant.prefix) in line, line
     assert "not-the-password" not in line and "password=" not in line
     assert time.monotonic() - t0 < 120
 
 
-def test_a_client_config_with_a_password_others_can_read_is_refused(broker, tmp_path):
-    path = _variant(broker, tmp_path, "consumer", "readable", lambda p: None)
+def test_a_client_config_with_a_password_others_can_read_is_refused(secured, tenant, tmp_path):
+    path = _variant(tenant, tmp_path, "consumer", "readable", lambda p: None)
     Path(path).chmod(0o644)
-    line = one_line(dpstream(broker, path, "consume", "--topic", "predictions", "--timeout", "2"))
+    line = one_line(dpstream(secured, path, "consume", "--topic", "predictions", "--timeout", "2"))
     assert f"chmod 600 {path}" in line and "sasl.password" not in line
 
 
-def test_an_acl_revoked_and_restored_while_records_flow_loses_and_changes_nothing(broker, secure, prefix, tmp_path):
+def test_an_acl_revoked_and_restored_while_records_flow_loses_and_changes_nothing(secure, tenant, tmp_path):
     """The worker loses its right to write predictions after the models arrived: it keeps
     running, says which right is missing, and once the right is back its outputs equal
     the embedded runtime's, event for event (nothing lost, nothing doubled)."""
-    producer, consumer = broker.as_("producer"), broker.as_("consumer")
-    write = [Acl("User:worker", "Write", TOPIC, prefix + "predictions")]
-    worker = Worker(secure.bootstrap, prefix, tmp_path, args=("--client-config", broker.config("worker"),
+    prefix = tenant.prefix
+    producer, consumer = tenant.as_("producer"), tenant.as_("consumer")
+    write = [Acl(f"User:{tenant.user('worker')}", "Write", TOPIC, prefix + "predictions")]
+    worker = Worker(secure.bootstrap, prefix, tmp_path, args=("--client-config", tenant.config("worker"),
                                                               "--app-id", prefix + "app"))
     worker.start()
     try:
@@ -287,7 +216,7 @@ def test_an_acl_revoked_and_restored_while_records_flow_loses_and_changes_nothin
             time.sleep(1)
         assert asyncio.run(read_all(secure, prefix + "predictions", idle=2)) == []
         asyncio.run(_grant(secure, write))
-        asyncio.run(produce(broker.as_("querier"), prefix + "queries", queries()))
+        asyncio.run(produce(tenant.as_("querier"), prefix + "queries", queries()))
         total = len(examples()) + len(queries())
         preds = asyncio.run(read_all(consumer, prefix + "predictions", until=total, timeout=240))
         ledger = asyncio.run(read_all(secure, prefix + "ledger", idle=3))
