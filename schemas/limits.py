@@ -122,10 +122,23 @@ def plain(payload: bytes) -> bool:
     ``decode``")."""
     n = len(payload)
     return (n <= MAX_BYTES
-            and (n <= MAX_DEPTH or payload.count(b"[") + payload.count(b"{") <= MAX_DEPTH)
-            and (n <= MAX_MEMBERS or payload.count(b":") <= MAX_MEMBERS)
+            and (n <= MAX_DEPTH or _count(payload, b"[", MAX_DEPTH) + _count(payload, b"{", MAX_DEPTH)
+                 <= MAX_DEPTH)
+            and (n <= MAX_MEMBERS or _count(payload, b":", MAX_MEMBERS) <= MAX_MEMBERS)
             and _no_long_digit_run(payload)
-            and (b"\\u" not in payload or _SURROGATE_ESCAPE.search(payload) is None))
+            and (b"\\" not in payload or _SURROGATE_ESCAPE.search(payload) is None))
+
+
+def _count(payload: bytes, byte: bytes, limit: int) -> int:
+    """How often ``byte`` occurs in ``payload``, counted up to ``limit + 1``. A long record
+    is searched occurrence by occurrence (``find`` runs at memchr speed, ``count`` at a
+    fraction of it: a 100 KB dense row has two brackets and three colons)."""
+    if len(payload) < 4096:
+        return payload.count(byte)
+    n, at = 0, payload.find(byte)
+    while at >= 0 and n <= limit:
+        n, at = n + 1, payload.find(byte, at + 1)
+    return n
 
 
 def _no_long_digit_run(payload: bytes) -> bool:

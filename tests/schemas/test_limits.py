@@ -86,6 +86,7 @@ def test_each_limit_answers_at_it_and_dead_letters_one_over_it_with_its_cause_fi
     reason = worker(over)[0]
     assert reason.startswith(cause) and f"{limit:,}" in reason and len(reason) < 120
     assert check_record("examples", over) == reason
+    assert not limits.plain(over)               # the worker's fast path leaves it to decode
 
 
 @pytest.mark.parametrize("levels", [256, 600, 999, 5000, 100_000])
