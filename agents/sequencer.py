@@ -1,13 +1,16 @@
 """Validate raw input records and append them to the ordered per-model log.
 
-Bad input (malformed JSON, unknown type, wrong dimension, NaN, out-of-domain values,
-unknown model, oversized payload, and anything else a payload can make the parser
-raise) never raises and never changes state: it becomes a ``rejected`` record with its
-source (topic:partition:offset) and a reason. For examples and queries a reason is
-built only from words the schemas fix: field names of the schemas and pydantic's error
-codes, never an input value, a model id, a count or a field name the input made up
-(``reason_of``). A registration is public configuration: its reason says what to fix,
-with the values it quotes (``schemas.config.config_error_text``).
+Bad input (malformed JSON, a record over a public structural limit (schemas/limits.py:
+size, nesting, members, integer digits), unknown type, wrong dimension, NaN in ``x``,
+unknown model, and anything else a payload can make the parser raise) never raises and
+never changes state: it becomes a ``rejected`` record with its source
+(topic:partition:offset) and a reason. For examples and queries a reason is built only
+from words the schemas fix: field names of the schemas and pydantic's error codes, never
+an input value, a model id, a count or a field name the input made up (``reason_of``).
+A registration is public configuration: its reason says what to fix, with the values it
+quotes (``schemas.config.config_error_text``). Within the structural limits, no record
+is refused for its values (declared features are bounded by the featuriser; a lone
+UTF-16 surrogate in a string reads as U+FFFD, ``limits.decode``).
 
 Bounded, not rejected: a well-formed example or query whose row has more active
 features than its kind takes is cut to the limit (the lowest indices kept,
@@ -30,13 +33,13 @@ is written only after the forwarded record is durable (see ``records.deliver``).
 """
 from __future__ import annotations
 
-import json
 from collections.abc import MutableMapping
 
 from pydantic import ValidationError
 
 from dpstream.learners.inputs import bounded_active
 from dpstream.schemas import LabeledExample, ModelConfig, Query, Rejected
+from dpstream.schemas import limits
 from dpstream.schemas.config import config_error_text, params_schemas
 
 from .kinds import BINARY, REAL, kind
@@ -44,7 +47,6 @@ from .records import Emit, Fetch, RawRecord, deliver
 
 UNKNOWN_MODEL = ("unknown model: no registration of it was accepted (a refused registration "
                  "has its own dead letter, from the models topic, saying why)")
-MAX_PAYLOAD = 512 * 1024          # below the broker's default 1 MiB message limit
 MODEL_EVENTS = "model-events"
 REJECTED = "rejected"
 
@@ -85,7 +87,7 @@ def parse(record: RawRecord, configs: MutableMapping) -> tuple[dict | None, str 
     try:
         return _parse(record, configs)
     except RecursionError:
-        return None, "malformed JSON: nested too deeply"
+        return None, limits.TOO_DEEP
     except Exception:            # noqa: BLE001 - any input that breaks the parser is a dead letter
         return None, "malformed event"
 
@@ -94,10 +96,10 @@ _FAST = {"examples": LabeledExample, "queries": Query}
 
 
 def _parse(record: RawRecord, configs: MutableMapping) -> tuple[dict | None, str | None]:
-    if len(record.value) > MAX_PAYLOAD:
-        return None, f"oversized payload: above the {MAX_PAYLOAD}-byte limit"
     event = None
-    if record.topic in _FAST:      # the common case in one step: pydantic-core parses the JSON
+    # the common case in one step: pydantic-core parses the JSON, when the record is
+    # certainly within the structural limits and has no surrogate escape (limits.plain)
+    if record.topic in _FAST and limits.plain(record.value):
         try:
             event = _FAST[record.topic].model_validate_json(record.value)
         except ValidationError:
@@ -113,11 +115,13 @@ def _parse(record: RawRecord, configs: MutableMapping) -> tuple[dict | None, str
 
 
 def _validated(record: RawRecord):
-    """(event, None) or (None, reason), through ``json`` and the schema of the event's type."""
+    """(event, None) or (None, reason), through the structural limits' decoder
+    (``limits.decode``: the same verdict ``dpstream produce`` gives) and the schema of the
+    event's type."""
     try:
-        raw = json.loads(record.value)
-    except (UnicodeDecodeError, ValueError):        # JSONDecodeError, or an integer too long
-        return None, "malformed JSON"
+        raw = limits.decode(record.value)
+    except limits.LimitError as err:
+        return None, str(err)
     if not isinstance(raw, dict):
         return None, "malformed event: expected a JSON object"
     kind = raw.get("type") or _KIND_BY_TOPIC.get(record.topic)
@@ -157,11 +161,10 @@ def _checked(event, configs: MutableMapping) -> tuple[dict | None, str | None]:
     # types already, in field order), without the serializer's per-call cost
     out = {key: v for key, v in event.__dict__.items() if v is not None}
     if event.features is not None:        # raw features: the declared featuriser, bounded
-        featuriser = k.featuriser(config)
-        if featuriser is None:
+        if config.features is None:
             return None, "raw 'features' need a model that declares its features"
         del out["features"]
-        out.update(featuriser.row(event.features, form == BINARY))
+        out.update(k.featurise(config, event.features))
         event = event.model_construct(**{**out, "features": None})
     problem = event.dimension_error(config.dimension, form == BINARY)
     if problem:

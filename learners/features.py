@@ -1,7 +1,7 @@
 """The featuriser of declared features (schemas/features.py): raw records in, learner rows
 out, bounded rather than refused.
 
-Two forms, one per kind of learner:
+Two forms, one per kind of learner, and a third for finite classes:
 
 * binary (Winnow family, decision lists, the binary predictor classes): every field
   contributes exactly one active index, so a row has exactly ``active_count`` (= the
@@ -13,6 +13,9 @@ Two forms, one per kind of learner:
   'other' (hashed: its buckets and missing); a boolean is +1 / -1 (0 when missing). Every
   entry lies in [-1, 1], so ||x||_2 <= sqrt(dimension) and at most one entry per field
   is non-zero: ||x||_2 <= sqrt(len(fields)).
+* a point (the predictor's finite class): the record's slots of the binary form, read as
+  one index of the finite domain they span (``point``: ``domain_size`` points, the product
+  of the fields' slot counts).
 
 Bounded, never refused (the contribution bound that DP needs, without a dead letter
 that would say something about a valid record): a number outside [lower, upper] is
@@ -32,6 +35,8 @@ changes one row, within the same bounds as any other.
 [3, 7, 10]
 >>> f.dense({"amount": 25.0, "country": "fr", "online": False})
 [-0.5, 1.0, 0.0, 0.0, -1.0]
+>>> f.domain_size, f.point({"amount": 30.0, "country": "us", "online": True})   # (1, 1, 1)
+(45, 13)
 """
 from __future__ import annotations
 
@@ -43,6 +48,7 @@ from collections import Counter
 from dataclasses import dataclass
 
 from dpstream.schemas.features import BooleanField, CategoricalField, NumericField
+from dpstream.schemas.limits import clean_text
 
 
 def _number(value) -> float | None:
@@ -57,11 +63,13 @@ def _number(value) -> float | None:
 
 
 def _category(value) -> str | None:
-    """A JSON scalar as a category name (None when missing or not a scalar)."""
+    """A JSON scalar as a category name (None when missing or not a scalar). A string is
+    read as the worker's decoder reads it: a lone UTF-16 surrogate is U+FFFD
+    (schemas/limits.py), so it hashes and looks up alike everywhere."""
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, str):
-        return value
+        return clean_text(value)
     if isinstance(value, int):
         return str(value)
     if isinstance(value, float) and math.isfinite(value):
@@ -109,7 +117,10 @@ class _Field:
         s = self.spec
         if isinstance(s, NumericField):
             v = _number(value)
-            out[at] = 0.0 if v is None else 2.0 * (min(max(v, s.lower), s.upper) - s.lower) / self.scale - 1.0
+            # (v - lower) / scale lies in [0, 1] (rounding is monotone and the registration
+            # made scale a float64, schemas/features.py), so no step overflows
+            out[at] = 0.0 if v is None else \
+                (min(max(v, s.lower), s.upper) - s.lower) / self.scale * 2.0 - 1.0
         elif isinstance(s, CategoricalField):
             out[at + self.slot(value)] = 1.0
         elif isinstance(value, bool):
@@ -129,6 +140,7 @@ class Featuriser:
             b, r = b + f.binary_size, r + f.real_size
         self.binary_dimension, self.real_dimension = b, r
         self.active_count = len(self.fields)
+        self.domain_size = math.prod(f.binary_size for f in self.fields)
 
     def dimension(self, binary: bool) -> int:
         return self.binary_dimension if binary else self.real_dimension
@@ -143,6 +155,15 @@ class Featuriser:
         for f, o in zip(self.fields, self.real_offsets):
             f.real(record.get(f.name), out, o)
         return out
+
+    def point(self, record: dict) -> int:
+        """The record's point of the finite domain the fields span, in [0, domain_size): the
+        row-major index of its binary slots (``numpy.ravel_multi_index`` over the fields'
+        slot counts, the first field most significant)."""
+        i = 0
+        for f in self.fields:
+            i = i * f.binary_size + f.slot(record.get(f.name))
+        return i
 
     def row(self, record: dict, binary: bool) -> dict:
         """The row as an event's features: {"active": [...]} or {"x": [...]}."""

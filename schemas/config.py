@@ -25,9 +25,11 @@ from __future__ import annotations
 from difflib import get_close_matches
 from typing import Literal
 
-from pydantic import Field, SerializeAsAny, ValidationError, field_validator, model_validator
+from pydantic import (ConfigDict, Field, SerializeAsAny, ValidationError, field_validator,
+                      model_validator)
 from pydantic_core import PydanticCustomError
 
+from . import limits
 from .events import ModelId, Strict
 from .features import FeatureField, check_fields, declared_dimension
 
@@ -45,6 +47,11 @@ class KindParams(Strict):
     def input_form(self) -> str:
         """"binary" (x in {-1, +1}^d, dense or as active indices) or "real" (dense x in R^d)."""
         return "binary"
+
+    def declared_dimension(self, fields: list) -> int:
+        """The dimension declared ``fields`` give a model of this kind: their slots in its
+        input form (schemas/features.py)."""
+        return declared_dimension(fields, self.input_form() == "binary")
 
 
 _PARAMS: dict[str, type[KindParams]] = {}
@@ -69,6 +76,7 @@ class ModelConfig(Strict):
     budget: Budget
     params: SerializeAsAny[KindParams]
     features: list[FeatureField] | None = None
+    model_config = ConfigDict(json_schema_extra=limits.document)   # its record's limits too
 
     @model_validator(mode="after")
     def _dimension(self):
@@ -77,7 +85,7 @@ class ModelConfig(Strict):
                 raise ValueError("give the dimension, or declare features (which fix it)")
             return self
         check_fields(self.features)
-        d = declared_dimension(self.features, self.params.input_form() == "binary")
+        d = self.params.declared_dimension(self.features)
         if self.dimension is not None and self.dimension != d:
             raise ValueError(f"dimension {self.dimension} does not match the declared features, "
                              f"which make {d}: leave the dimension out")

@@ -17,6 +17,8 @@ from pydantic import (AfterValidator, BaseModel, ConfigDict, Field, JsonValue, W
                       field_validator, model_validator)
 from pydantic import Strict as PydanticStrict
 
+from . import limits
+
 ModelId = Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")]
 
 
@@ -38,7 +40,9 @@ class Strict(BaseModel):
 
 class Features(Strict):
     """A row: dense ``x``, sparse ``active`` indices, or raw named ``features`` for a model
-    that declares them (learners/features.py turns them into ``x`` or ``active``)."""
+    that declares them (learners/features.py turns them into ``x`` or ``active``). An input
+    record: its JSON Schema states the structural limits (schemas/limits.py)."""
+    model_config = ConfigDict(json_schema_extra=limits.document)
     x: list[float] | None = Field(default=None, max_length=1_000_000)
     active: list[int] | None = Field(default=None, max_length=100_000)
     # any JSON values: the featuriser reads the declared fields and bounds them; the rest is
@@ -76,12 +80,14 @@ class Features(Strict):
 
 
 class LabeledExample(Features):
+    """A labelled example (the ``examples`` topic): features and a label y of -1 or +1."""
     type: Literal["example"] = "example"
     model_id: ModelId
     y: Label
 
 
 class Query(Features):
+    """An unlabelled query (the ``queries`` topic); ``query_id`` comes back on its prediction."""
     type: Literal["query"] = "query"
     model_id: ModelId
     query_id: str | None = Field(default=None, max_length=128)

@@ -9,11 +9,19 @@ code runs in the library, ``dpstream run``, the worker and replay.
 from __future__ import annotations
 
 import math
+import sys
 from typing import Annotated, Literal, Union
 
-from pydantic import Field, model_validator
+from pydantic import BeforeValidator, Field, model_validator
 
 from .events import Strict
+from .limits import clean_text
+
+def _cleaned(value):
+    """A string as the decoder reads it (a lone surrogate is U+FFFD, schemas/limits.py), so a
+    vocabulary entry and a record's value compare alike in the library and the worker."""
+    return clean_text(value) if isinstance(value, str) else value
+
 
 FieldName = Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.:-]+$")]
 MAX_FIELDS = 500
@@ -36,6 +44,12 @@ class NumericField(Strict):
     def _bounds(self):
         if not (math.isfinite(self.lower) and math.isfinite(self.upper) and self.lower < self.upper):
             raise ValueError("numeric bounds must be finite with lower < upper")
+        if not math.isfinite(self.upper - self.lower):
+            # the featuriser scales by upper - lower: it must be a float64 (every value in
+            # [lower, upper] then maps into [-1, 1] and into a bin, learners/features.py)
+            raise ValueError(f"numeric field '{self.name}': upper - lower must be at most "
+                             f"{sys.float_info.max:.4g} (float64's largest value); "
+                             f"[{self.lower:g}, {self.upper:g}] spans more: narrow the bounds")
         if self.edges is not None:
             e = self.edges
             if len(e) + 1 != self.bins:
@@ -57,7 +71,8 @@ class CategoricalField(Strict):
     to its own slot)."""
     type: Literal["categorical"] = "categorical"
     name: FieldName
-    vocabulary: list[Annotated[str, Field(max_length=128)]] | None = Field(default=None, max_length=10_000)
+    vocabulary: list[Annotated[str, Field(max_length=128), BeforeValidator(_cleaned)]] | None = \
+        Field(default=None, max_length=10_000)
     hash_buckets: int | None = Field(default=None, ge=2, le=1_000_000)
 
     @model_validator(mode="after")

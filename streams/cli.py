@@ -538,13 +538,13 @@ def check_record(topic: str, line: bytes) -> str | None:
     from pydantic import ValidationError
 
     from dpstream.agents.sequencer import reason_of
-    from dpstream.schemas import LabeledExample, ModelConfig, Query
+    from dpstream.schemas import LabeledExample, ModelConfig, Query, limits
     from dpstream.schemas.config import config_error_text
     cls = {topics.MODELS: ModelConfig, topics.EXAMPLES: LabeledExample, topics.QUERIES: Query}[topic]
     try:
-        raw = json.loads(line)
-    except ValueError as err:
-        return f"not JSON ({err})"
+        raw = limits.decode(line)            # the worker's decoder: the same structural limits
+    except limits.LimitError as err:
+        return f"{err} {err.detail}".strip()
     if not isinstance(raw, dict):
         return "not a JSON object"
     kind = raw.get("type")
@@ -552,7 +552,7 @@ def check_record(topic: str, line: bytes) -> str | None:
     if kind is not None and kind != expected:
         return f"a record of type {kind!r} on the {topic} topic (it takes {expected!r} records)"
     try:
-        cls.model_validate({**raw, "type": expected})
+        cls.model_validate({"type": expected, **raw})      # as the worker: a given type stays
     except ValidationError as err:
         return config_error_text(err, raw) if cls is ModelConfig else reason_of(err)
     return None

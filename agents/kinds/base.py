@@ -104,6 +104,12 @@ class Handler:
         return None if config.features is None else _featuriser(config.model_id, config)
 
     @classmethod
+    def featurise(cls, config: ModelConfig, features: dict) -> dict:
+        """The row of a record's raw declared ``features`` ({"active": ...} or {"x": ...}),
+        bounded by the featuriser, never refused."""
+        return cls.featuriser(config).row(features, cls.input_form(config) == BINARY)
+
+    @classmethod
     def config_problem(cls, config: ModelConfig) -> str | None:
         """Why a registration cannot run (None when it can): its state would not fit in
         bounded records, or its parameters are infeasible at its budget."""

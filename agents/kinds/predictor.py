@@ -28,7 +28,8 @@ from .storage import FLOAT_BYTES, RECORD_BYTES, rows_per_record
 #: Hypothesis classes a predictor can be registered with (learners/generators.py): real x for
 #: halfspaces (R^d), thresholds and intervals (d = 1); x in {-1, +1}^d for the monotone
 #: conjunctions and disjunctions and the decision lists; a domain index x = [i] for a finite
-#: class given as its prediction table.
+#: class given as its prediction table (with declared features, i is the record's point of
+#: the domain the fields span: ``Featuriser.point``, and the table has one column per point).
 GENERATORS = ("halfspace", "thresholds", "intervals", "conjunctions", "disjunctions",
               "decision_lists", "finite")
 BINARY_GENERATORS = ("conjunctions", "disjunctions", "decision_lists")
@@ -73,6 +74,24 @@ class PredictorParams(KindParams):
     def input_form(self) -> str:
         return "binary" if self.generator in BINARY_GENERATORS else "real"
 
+    def declared_dimension(self, fields: list) -> int:
+        """A finite class takes one entry, the record's point (``PredictorKind.featurise``)."""
+        return 1 if self.generator == "finite" else super().declared_dimension(fields)
+
+
+def _domain_problem(config) -> str | None:
+    """Why a finite table does not fit the domain of the declared features (None: it does:
+    every record then has a point among the table's columns, so none is out of domain)."""
+    f = PredictorKind.featuriser(config)
+    n = len(config.params.table[0])
+    if n == f.domain_size:
+        return None
+    slots = ", ".join(f"{x.name} {x.binary_size}" for x in f.fields)
+    return (f"the finite table has {n:,} columns, but the declared features span {f.domain_size:,} "
+            f"points (slots per field: {slots}; a record's point is the row-major index of its "
+            f"fields' slots, missing and unseen values included): give {f.domain_size:,} labels "
+            "per hypothesis, or declare fields that span as many points as the table has columns")
+
 
 def shape(config) -> tuple[int, int]:
     """(k, m) as registered, or sized from the budget and ``examples``."""
@@ -116,8 +135,19 @@ class PredictorKind(Handler):
         return rows_per_record(config.dimension + 1, FLOAT_BYTES, 256)
 
     @classmethod
+    def featurise(cls, config, features: dict) -> dict:
+        """A finite class's row is x = [the record's point of the fields' domain], which the
+        registration matched to the table's columns (``_domain_problem``)."""
+        if config.params.generator == "finite":
+            return {"x": [float(cls.featuriser(config).point(features))]}
+        return super().featurise(config, features)
+
+    @classmethod
     def config_problem(cls, config) -> str | None:
         p, d = config.params, config.dimension
+        problem = _domain_problem(config) if p.generator == "finite" and config.features else None
+        if problem:
+            return problem
         if rows_per_record(d + 1, FLOAT_BYTES, 256) == 0:
             return (f"predictor rows of dimension {d} do not fit one {RECORD_BYTES:,}-byte record: "
                     f"at most {RECORD_BYTES // FLOAT_BYTES - 1:,} dimensions")

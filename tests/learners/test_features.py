@@ -93,3 +93,43 @@ def test_dpstream_features_prints_a_declaration_a_registration_accepts(tmp_path,
     config = ModelConfig.model_validate({"model_id": "m", "budget": {"epsilon": 1.0, "delta": 1e-6},
                                          "params": {"kind": "continual_winnow"}, "features": declared})
     assert config.dimension == declared_dimension(config.features, binary=True) == 4 + 1 + 3 + 1
+
+
+finite = st.floats(allow_nan=False, allow_infinity=False)
+
+
+@settings(max_examples=300, deadline=None)
+@given(finite, finite, st.integers(2, 6), st.booleans(),
+       st.floats(allow_nan=True, allow_infinity=True) | st.integers() | st.sampled_from(
+           [1.7976931348623157e308, -1.7976931348623157e308, 8.98e307, 5e-324, 10**400]))
+def test_any_bounds_a_registration_accepts_featurise_every_value_into_the_row(a, b, bins, edges, value):
+    """Issue 42 item 3: bounds are either refused at registration, naming the field (their
+    span overflows float64: before, -1e308..1e308 was accepted and then most values gave
+    NaN rows), or every value featurises into [-1, 1] and into a bin or the missing slot."""
+    lower, upper = min(a, b), max(a, b)
+    inner = sorted({lower + (upper - lower) * q for q in (0.25, 0.5, 0.75)}) if edges else None
+    try:
+        field = NumericField(name="v", lower=lower, upper=upper, bins=len(inner) + 1 if edges else bins,
+                             edges=inner)
+    except ValueError as err:                         # refused at registration, saying why
+        if lower < upper and not np.isfinite(upper - lower):
+            assert "numeric field 'v': upper - lower must be at most" in str(err)
+        else:                                         # empty, or inner edges rounding onto a bound
+            assert lower == upper or "edges" in str(err)
+        return
+    f = Featuriser([field])
+    (x,) = f.dense({"v": value})
+    assert np.isfinite(x) and -1.0 <= x <= 1.0
+    (slot,) = f.active({"v": value})
+    assert 0 <= slot <= field.bins
+
+
+def test_a_lone_surrogate_reads_as_the_replacement_character_in_the_library_too():
+    """The worker's decoder reads "\\ud83d" as U+FFFD; the library featuriser, given the raw
+    Python string, hashes and looks up the same text (before, the hash raised
+    UnicodeEncodeError)."""
+    f = Featuriser([CategoricalField(name="c", vocabulary=["\ufffd"]),
+                    CategoricalField(name="h", hash_buckets=1000)])
+    assert f.active({"c": "\ud83d", "h": "\ud83d"}) == f.active({"c": "\ufffd", "h": "\ufffd"}) == \
+        [0, 2 + bucket("\ufffd", 1000)]
+    assert f.active({"h": "\ud83d\ude00"}) == f.active({"h": "\U0001f600"})     # a pair: its character

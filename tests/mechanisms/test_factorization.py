@@ -3,15 +3,18 @@ are what they claim (checked against materialised matrices), the streaming noise
 B Z, BLT beats the tree at equal rho, and the Gaussian calibration's exact divergence
 stays within the accountant's delta."""
 import math
+from fractions import Fraction
 
 import numpy as np
 import pytest
+from scipy.special import ndtri
 from scipy.stats import norm
 
 from dpstream.mechanisms.accounting import zcdp_epsilon, zcdp_rho
 from dpstream.mechanisms.factorization import (BLTFactorization, BLTNoise, SqrtToeplitz,
                                                TreeFactorization, TreeNoiseF, gaussian, max_error,
-                                               mean_error, optimal_blt, rational_blt, tree_levels)
+                                               mean_error, normal_from_words, optimal_blt, rational_blt,
+                                               tree_levels)
 from dpstream.mechanisms.randomness import KeyedRandomness
 
 RNG = KeyedRandomness(b"factorization-tests-key-00000000")
@@ -100,3 +103,77 @@ def test_the_worst_neighbours_exact_divergence_stays_within_the_claim(epsilon, n
     assert gaussian_delta(epsilon, sens * math.sqrt(norm2) / sigma) <= delta
     half = sigma / 2
     assert gaussian_delta(epsilon, sens * math.sqrt(norm2) / half) > 10 * delta
+
+
+def test_the_gaussian_transform_is_finite_and_symmetric_on_the_extreme_words():
+    """Issue 42 item 5. Before, the top 53-bit word gave u = (2^53 - 1 + 1/2) / 2^53, which
+    float64 rounds to 1, and z = +inf (probability 2^-53 a draw; DP-FTRL carried the inf
+    into every later epoch). Now every word's uniform is exactly (k + 1/2) / 2^53, never
+    0 or 1, and the draws are exactly symmetric: word k and word 2^53 - 1 - k give z, -z."""
+    top = (1 << 53) - 1
+    half = 1 << 52
+    k = np.array([0, 1, 2, half - 2, half - 1, half, half + 1, top - 2, top - 1, top], dtype=np.uint64)
+    z = normal_from_words(k)
+    assert np.isfinite(z).all() and np.abs(z).max() < 8.3
+    assert (z == -normal_from_words(np.uint64(top) - k)).all()            # exact symmetry
+    assert (np.diff(z) > 0).all()                                          # monotone in k
+    assert z[0] == ndtri(2.0 ** -54) and z[-1] == -ndtri(2.0 ** -54)
+    # the uniforms the transform takes: (j + 1/2) / 2^53 for j = k or 2^53 - 1 - k < 2^52,
+    # exactly representable, so strictly inside (0, 1/2]: no word maps to 0 or 1
+    for j in (0, half - 1):
+        u = (float(j) + 0.5) / float(1 << 53)
+        assert Fraction(u) == Fraction(2 * j + 1, 1 << 54) and 0 < u < 0.5
+    old = ndtri((k.astype(np.float64) + 0.5) / float(1 << 53))               # the old transform
+    assert old[-1] == np.inf and (old[:5] == z[:5]).all()      # lower half: unchanged floats
+
+
+def test_keyed_gaussians_are_standard_normal_and_finite():
+    z = gaussian(RNG, "m", "test", (0, 1), 200_000)
+    assert np.isfinite(z).all()
+    assert abs(z.mean()) < 0.01 and abs(z.std() - 1) < 0.01
+
+
+@pytest.mark.parametrize("n", [2, 3, 300, 4096, 65_536])
+def test_the_closed_form_sensitivity_is_the_explicit_column_norm(n):
+    """Issue 42 item 6: ||C e_1||^2 in closed form equals the sum over C's first column,
+    computed here step by step from the BLT recursion (x_t = [t = 0] - omega . buf;
+    buf <- theta buf + x_t)."""
+    p = optimal_blt(n)
+    theta, omega = np.asarray(p.theta), np.asarray(p.omega)
+    buf, x = np.zeros(theta.size), np.empty(n)
+    for t in range(n):
+        x[t] = (t == 0) - omega @ buf
+        buf = theta * buf + x[t]
+    assert BLTFactorization(p).sensitivity_squared(n) == pytest.approx(float(x @ x), rel=1e-9)
+
+
+def test_past_the_table_the_closed_form_is_the_sum_of_the_column_in_chunks():
+    """n = 10^6 blocks (past the 2^17 the BLT table covers): the closed form against the
+    column's powers of eigenvalues summed a chunk at a time (what the code did at once)."""
+    n, p = 1_000_000, optimal_blt(1_000_000)
+    theta, omega = np.asarray(p.theta), np.asarray(p.omega)
+    M = np.diag(theta) - np.outer(np.ones_like(theta), omega)
+    lam, V = np.linalg.eig(M)
+    a = (-omega @ V) * np.linalg.solve(V, np.ones_like(theta))
+    total = 1.0
+    for start in range(0, n - 1, 1 << 16):
+        t = np.arange(start, min(n - 1, start + (1 << 16)))
+        x = ((lam[None, :] ** t[:, None]) @ a).real
+        total += float(x @ x)
+    assert BLTFactorization(p).sensitivity_squared(n) == pytest.approx(total, rel=1e-9)
+
+
+def test_the_sensitivity_takes_constant_memory_in_the_number_of_blocks():
+    """Before: 1.3 GB at 2 x 10^7 blocks (a dp_ftrl registration of horizon 10^9), 40 GB at
+    10^9 (block 1), both computed on the worker's event loop at registration."""
+    import tracemalloc
+    f = BLTFactorization(optimal_blt(1 << 17))
+    f.sensitivity_squared(10)                          # warm
+    tracemalloc.start()
+    try:
+        values = [f.sensitivity_squared(n) for n in (10**6, 2 * 10**7, 10**9)]
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 100_000 and all(math.isfinite(v) for v in values)
+    assert values[0] == pytest.approx(values[2], rel=1e-9)     # the decays have converged
