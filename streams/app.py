@@ -345,7 +345,7 @@ class WorkerApp:
         """Release held log partitions when no batch runs (an idle worker)."""
         if self.bulk.held:
             try:
-                await self.bulk.release_held(time.monotonic())
+                await self.bulk.release_idle(time.monotonic())
             except Exception as err:            # noqa: BLE001 - the next tick retries
                 logger.warning("releasing held log partitions failed (%s)", type(err).__name__)
 

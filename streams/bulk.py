@@ -203,6 +203,11 @@ class BulkPath:
         if self.held:
             await self.release_held(time.monotonic())
 
+    async def release_idle(self, now: float) -> None:
+        """``release_held`` from a timer: only while no batch is being applied."""
+        if self.held and not self.busy:
+            await self.release_held(now)
+
     async def release_held(self, now: float) -> None:
         """Resume held log partitions with no own append for RELEASE_AFTER seconds, so
         records other writers append reach the processor through the consumer again.
@@ -212,7 +217,20 @@ class BulkPath:
         keeps its pause if it comes back. Nothing is released while faust rebalances or
         recovers tables: it pauses every partition then, so that no record is applied
         before the state it needs is restored, and resumes them itself when done
-        (faust/tables/recovery.py ``_resume_streams``, then ``app.on_rebalance_end``)."""
+        (faust/tables/recovery.py ``_resume_streams``, then ``app.on_rebalance_end``).
+
+        Called only where every record the processor applied is acked: at a batch's end
+        (``_hold_applied``) or between batches (``release_idle``). The seek moves faust's
+        read offset to the applied position, and ``_hold_applied`` acks the own appends
+        from the read offset on; a seek in the middle of a batch (the timer ran between
+        two of its 500-record chunks, one of which took over RELEASE_AFTER under load)
+        moved it past the earlier chunk's appends before they were acked, so they were
+        never acked, faust committed only up to that gap, and the group's committed
+        offset of the log partition stayed there for good (issue 43 item 11: stuck at
+        111 of 751 and 225 of 5104; found with a trace of every ack, handover, seek and
+        hold of the log partitions). A partition held again while the seek was awaited
+        (an own append meanwhile: the seek's position is then stale) stays paused; the
+        next release seeks it again."""
         app = self._app
         if app.rebalancing or app.in_recovery:
             return
@@ -226,7 +244,8 @@ class BulkPath:
                         await consumer.seek_wait({tp: position})
                 except Exception as err:    # noqa: BLE001 - revoked meanwhile: re-read by its owner
                     log.debug("seeking a released log partition failed (%s)", type(err).__name__)
-                consumer.resume_partitions([tp])
+                if tp not in self.held:
+                    consumer.resume_partitions([tp])
 
     async def _commit(self) -> None:
         try:
