@@ -60,6 +60,9 @@ What each part replaces, and why:
   one step (``ChangelogWriter``: the topic's ``prepare_key``/``prepare_value``, the
   driver's ``_ensure_producer``), outside a batch through ``Collection.send_changelog``;
   then the store, ``table.data``.
+* **Undecodable record batches** (``guard_undecodable``): aiokafka's
+  ``PartitionRecords._unpack_records`` (it decodes a batch as it hands its records
+  over), over batches that turn a decoding error into one dead-letter record per offset.
 * **ACLs** (``create_acls``, ``delete_acls``, ``describe_acls``): aiokafka's admin client
   has no ACL methods, but its protocol module defines Kafka's CreateAcls, DeleteAcls and
   DescribeAcls requests; they are sent with the admin client's ``_send_request``.
@@ -75,6 +78,8 @@ from itertools import islice
 from operator import lt
 
 import faust.transport.consumer as faust_consumer_module
+from aiokafka.consumer.fetcher import PartitionRecords
+from aiokafka.errors import UnsupportedCodecError
 from faust.transport.consumer import Consumer as FaustConsumer
 from faust.transport.drivers.aiokafka import AIOKafkaConsumerThread
 from faust.transport.drivers.aiokafka import Consumer as AIOKafkaDriverConsumer
@@ -109,6 +114,7 @@ def install_drain(app, topics: dict[str, str], handover: Handover,
     nothing is lost) or let faust's fetcher fail. Call before the worker starts (the
     fetcher calls the drain loop once, at start)."""
     consumer = app.consumer
+    guard_undecodable(topics)
 
     async def unread(tp, offset: int) -> None:
         """Give back the records of a partition that left the active set while its fetch
@@ -170,11 +176,130 @@ def install_drain(app, topics: dict[str, str], handover: Handover,
                 read_offset[tp] = previous
                 offsets[tp] = [r.offset for r in kept]
                 batch.setdefault(name, []).extend(
-                    RawRecord(name, r.partition, r.offset, r.key, r.value or b"") for r in kept)
+                    RawRecord(name, r.partition, r.offset, r.key, r.value) if r.value else
+                    raw_record(name, r) for r in kept)
             if batch:
                 await handover(generation, batch, offsets)
 
     consumer._drain_messages = drain
+
+
+# ---------------------------------------------------------------- undecodable record batches
+CODECS = {1: "gzip", 2: "snappy", 3: "lz4", 4: "zstd"}       # Kafka's compression type ids
+_GUARDED: set[str] = set()           # topics whose undecodable batches become dead letters
+
+
+class Undecodable(bytes):
+    """The value aiokafka reports for each record of a batch it could not decode: empty
+    bytes that say why (``reason``). Never on the wire: a value read from the broker is a
+    plain ``bytes``, so no producer can forge one."""
+
+    reason: str
+
+    def __new__(cls, reason: str):
+        value = super().__new__(cls, b"")
+        value.reason = reason
+        return value
+
+
+class _UndecodableRecord:
+    """A record of an undecodable batch, as aiokafka's ``PartitionRecords`` reads one."""
+
+    __slots__ = ("offset", "timestamp", "value")
+    timestamp_type, key, checksum, headers = 0, None, None, ()
+
+    def __init__(self, offset: int, timestamp: int, value: Undecodable):
+        self.offset, self.timestamp, self.value = offset, timestamp, value
+
+
+class _GuardedBatch:
+    """One record batch: its records decoded in full on iteration, or, when decoding
+    raises (a codec whose library is missing, bytes no codec accepts), one
+    ``_UndecodableRecord`` per offset it covers. Everything else is the batch's own."""
+
+    def __init__(self, batch, owner):
+        self._batch, self._owner = batch, owner
+
+    def __getattr__(self, name):
+        return getattr(self._batch, name)
+
+    def __iter__(self):
+        batch = self._batch
+        try:
+            return iter(list(batch))
+        except Exception as err:            # noqa: BLE001 - whatever the codec raised
+            codec = CODECS.get(getattr(batch, "compression_type", None), "an unknown codec")
+            tp = self._owner._tp
+            start = max(getattr(batch, "base_offset", 0), self._owner.next_fetch_offset)
+            end = batch.next_offset
+            # the cause by the error's type and the codec only: a codec's message may quote
+            # the bytes it choked on (aiokafka's missing-library message is its own text)
+            cause = str(err) if isinstance(err, UnsupportedCodecError) else type(err).__name__
+            log.error("records %d..%d of topic %s partition %d are in a record batch compressed "
+                      "with %s that this worker cannot decode (%s); each becomes a dead letter "
+                      "on the rejected topic, and the partition is read on", start, end - 1,
+                      tp.topic, tp.partition, codec, cause)
+            value = Undecodable(f"undecodable record batch: compressed with {codec}, which "
+                                f"this worker cannot decode ({type(err).__name__})")
+            stamp = getattr(batch, "max_timestamp", -1)
+            return iter([_UndecodableRecord(o, stamp, value) for o in range(start, end)])
+
+
+class _GuardedRecords:
+    """A fetch's ``MemoryRecords`` whose batches are ``_GuardedBatch`` es."""
+
+    def __init__(self, records, owner):
+        self._records, self._owner = records, owner
+
+    def has_next(self) -> bool:
+        return self._records.has_next()
+
+    def next_batch(self):
+        batch = self._records.next_batch()
+        return None if batch is None else _GuardedBatch(batch, self._owner)
+
+
+_unpack_records = PartitionRecords._unpack_records
+
+
+def _unpack_guarded(self):
+    """``PartitionRecords._unpack_records`` over guarded batches for the dpstream topics."""
+    if self._tp.topic in _GUARDED:
+        self._records = _GuardedRecords(self._records, self)
+    return _unpack_records(self)
+
+
+def guard_undecodable(topics) -> None:
+    """Let a record batch of ``topics`` that aiokafka cannot decode become dead letters
+    instead of holding its partition for ever. aiokafka decodes a batch when it hands its
+    records over (``PartitionRecords._unpack_records``, aiokafka/consumer/fetcher.py);
+    when that raises (``UnsupportedCodecError`` without a codec's library,
+    ``CorruptRecordException``, a codec's own error on bad bytes), the error reaches the
+    consumer's caller, the position stays before the batch, and every later fetch of the
+    partition returns the same batch and the same error: the issue saw a worker log
+    "refused to Read topic {}" every 2 s while every later record of the models keyed to
+    that partition waited for good. Guarded, such a batch yields one record per offset it
+    covers (from the batch header, which is never compressed), each with an
+    ``Undecodable`` value naming the codec and the error type, and the consumer reads on;
+    the drain loop (``raw_record``) and ``read_range`` make them records with a
+    ``problem``, which the agents dead-letter (the records are not lost from the log: a
+    worker with the codec can replay them). Dead letters, not an exit: a restarted worker
+    would meet the same batch, so exiting would stop every model on that partition for
+    good, against the rule that a worker never stops on input. Changelog topics are not
+    guarded (a table must not read an undecodable record as a deletion): faust fails
+    there as before. Process-wide and idempotent."""
+    _GUARDED.update(topics)
+    PartitionRecords._unpack_records = _unpack_guarded
+
+
+def raw_record(name: str, record) -> RawRecord:
+    """A consumer record of dpstream topic ``name`` as the agents take it: an undecodable
+    one (``guard_undecodable``) carries its reason as ``problem``; a tombstone (no value)
+    an empty value."""
+    value = record.value
+    if isinstance(value, Undecodable):
+        return RawRecord(name, record.partition, record.offset, record.key, b"", problem=value.reason)
+    return RawRecord(name, record.partition, record.offset, record.key, value or b"")
 
 
 def ack(app, tp, offsets) -> None:
@@ -608,6 +733,10 @@ def contract() -> list[str]:
     fetcher_source = inspect.getsource(Fetcher.__init__) + inspect.getsource(Fetcher)
     problems += [f"aiokafka Fetcher.{f} is gone" for f in _FETCHER_FIELDS
                  if f"self.{f}" not in fetcher_source]
+    unpack = inspect.getsource(_unpack_records)
+    if "records = self._records" not in unpack or "self.next_fetch_offset" not in unpack:
+        problems.append("aiokafka PartitionRecords._unpack_records no longer reads self._records "
+                        "and self.next_fetch_offset")
     if hasattr(FaustConsumer, "_new_offset") and \
             "next(consecutive_numbers(acked))" not in inspect.getsource(FaustConsumer._new_offset):
         problems.append("faust Consumer._new_offset no longer takes next(consecutive_numbers(acked))")
