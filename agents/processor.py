@@ -359,8 +359,8 @@ class Processor:
         (source and a fixed reason), as does an event its model cannot apply (a bug must not
         stop every model) or one of a model created under another key."""
         if e is None:
-            outputs.add(REJECTED, None, Rejected(source=record.source,
-                                                 reason="malformed model-events record").model_dump())
+            outputs.add(REJECTED, None, Rejected(source=record.source, reason=record.problem or
+                                                 "malformed model-events record").model_dump())
             return
         try:
             self._apply_event(e, outputs, dirty)

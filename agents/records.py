@@ -39,6 +39,10 @@ class RawRecord:            # five times as much to build, once per record on th
     # sequencer hands the log records it appended straight to the processor, which then
     # skips decoding ``value``); never part of equality.
     body: dict | None = field(default=None, compare=False, repr=False)
+    # Why the runtime could not read the record's value (a record batch compressed with
+    # a codec it cannot decode): the agents dead-letter it with this reason, which names
+    # the cause only (streams/faust_seam.py ``guard_undecodable``), never input bytes.
+    problem: str | None = field(default=None, compare=False, repr=False)
 
     @property
     def source(self) -> str:

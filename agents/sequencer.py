@@ -245,6 +245,8 @@ def last_handled(state: MutableMapping, topic: str, partition: int) -> int:
 
 def _sequence(record: RawRecord, state: MutableMapping) -> tuple[str, str | None, dict]:
     """The output for one new input record (registering a valid model's config)."""
+    if record.problem is not None:      # a value the runtime could not decode
+        return REJECTED, None, Rejected(source=record.source, reason=record.problem).model_dump()
     event, reason = parse(record, state)
     if event is None:
         return REJECTED, None, Rejected(source=record.source, reason=reason).model_dump()

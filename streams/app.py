@@ -45,6 +45,7 @@ import time
 from pathlib import Path
 
 import faust
+from mode import Service
 
 from dpstream.agents.processor import Processor
 from dpstream.agents.records import RawRecord
@@ -59,12 +60,13 @@ from .observe import WEB_BIND, Metrics, collect_status, model_partition
 from .outputs import OutputsProducer
 from .topics import INPUTS, METADATA_MAX_AGE_MS, MODEL_EVENTS, OUTPUTS
 from .tuning import FULL_GC_AT_MOST, FULL_GC_CHECK, pace_fetches, shorten_fetch_wait
-from .watchdog import CHECK_EVERY, RecoveryWatchdog
+from .watchdog import CHECK_EVERY, RecoveryWatchdog, StopGuard
 
 BATCH = 500                         # events per agent call at most
 TAIL_CHECK = 5.0                    # seconds without a fetch before the worker checks the log ends
 PACE_IDLE_AFTER = 1.0               # seconds without a batch before fetches answer at once again
 TAIL_READ = 8_000                   # records per partition it reads from the log per check
+GROUP_CHECK = 2.0                   # seconds between looks at the group coordination's errors
 logger = logging.getLogger("dpstream.app")
 CHANGELOG_COMPACTION = {"segment.ms": "60000", "segment.bytes": str(16 * 1024 * 1024),
                         "min.cleanable.dirty.ratio": "0.1"}
@@ -132,8 +134,9 @@ class WorkerApp:
         # faust lets $WEB_BIND and $WEB_PORT override the two settings above: where the
         # pages listen is said by the worker's flags alone (observe.py)
         app.conf.web_bind, app.conf.web_port = web_bind, web_port or 6066
-        if not consumer_thread:          # the Kafka consumer on this loop (faust_seam.py)
-            seam.consume_in_loop(app)
+        # the Kafka consumer on this loop unless asked otherwise (faust_seam.py), its
+        # commits refused for want of a right logged, not fatal
+        seam.use_consumer(app, in_loop=not consumer_thread, on_refused=self._commit_refused)
         seam.faster_commits()            # what to commit, found without a walk per offset
         self.log_name = prefix + MODEL_EVENTS
         self.names = {topic: prefix + topic for topic in (MODEL_EVENTS, *OUTPUTS)}
@@ -158,6 +161,9 @@ class WorkerApp:
         self._paced = False                  # fetches wait for BUSY_FETCH_MIN_BYTES (pace_fetches)
         self._last_full_gc = time.monotonic()
         self.watchdog = RecoveryWatchdog.of(app)   # table recovery never waits for ever
+        # the process ends soon after SIGTERM, SIGINT or a crash (installed at start)
+        self.stop_guard = StopGuard(self.left_over, lambda: seam.crash_reason(app),
+                                    on_stop=self.bulk.stop)
         self._wire()
 
     # ------------------------------------------------------------ topics and tables
@@ -217,6 +223,24 @@ class WorkerApp:
         if self._fetching is not None and not self._paced:
             pace_fetches(self._fetching, True)
             self._paced = True
+
+    def _commit_refused(self, err: BaseException) -> None:
+        """An offset commit the broker refused (a right revoked): one line, and the worker
+        goes on (faust_seam.RefusedCommits)."""
+        logger.error("%s; offsets are committed again once it is granted (a restart meanwhile "
+                     "re-reads the uncommitted records, nothing is lost)",
+                     self.bulk.say(err, "Read", "the group's offsets"))
+
+    def left_over(self) -> str:
+        """What this worker leaves uncommitted and unapplied, for the stop's log line: a
+        restart re-reads it from the last committed offsets (the agents skip what they
+        already handled), so nothing is lost."""
+        parts = [f"{tp.topic}[{tp.partition}] {first}..{last}"
+                 for tp, (first, last) in sorted(seam.acked_uncommitted(self.app).items())]
+        return (f"{len(parts)} partition(s) with records applied but not committed"
+                f"{' (' + ', '.join(parts) + ')' if parts else ''}; {self.bulk.left_over()}; "
+                "a restarted worker reads them again from the last committed offsets, "
+                "nothing is lost")
 
     # ------------------------------------------------------------ applying
     async def fetch(self, topic: str, partition: int, start: int, end: int) -> list[RawRecord]:
@@ -342,6 +366,23 @@ class WorkerApp:
             gc.collect()
             self._last_full_gc = time.monotonic()
 
+    async def watch_group(self) -> None:
+        """Take an error aiokafka's group coordination holds (a group right refused), so
+        that it tries again: say which right is missing; exit for the supervisor when the
+        coordination ended for good (faust_seam.take_group_error says why)."""
+        taken = await seam.take_group_error(self.app)
+        if taken is None:
+            return
+        err, dead = taken
+        if dead:
+            logger.critical("%s, and the consumer's group coordination ended; stopping the worker "
+                            "so that its supervisor restarts it",
+                            self.bulk.say(err, "Join", "the consumer group"))
+            await self.app.crash(err)
+            return
+        logger.error("%s; the worker joins its group once it is granted, nothing is lost",
+                     self.bulk.say(err, "Join", "the consumer group"))
+
     async def watch_recovery(self) -> None:
         """Seek again, then exit, when table recovery stalls (streams/watchdog.py)."""
         await self.watchdog.check()
@@ -350,7 +391,7 @@ class WorkerApp:
         """Release held log partitions when no batch runs (an idle worker)."""
         if self.bulk.held:
             try:
-                await self.bulk.release_held(time.monotonic())
+                await self.bulk.release_idle(time.monotonic())
             except Exception as err:            # noqa: BLE001 - the next tick retries
                 logger.warning("releasing held log partitions failed (%s)", type(err).__name__)
 
@@ -403,6 +444,7 @@ class WorkerApp:
                                  (FULL_GC_CHECK, self.full_collection), (RELEASE_AFTER, self.release_idle),
                                  (CHECK_EVERY, self.watch_recovery)):
             app.timer(interval, name=f"dpstream.{method.__name__}")(_call(method))
+        app.add_dependency(FromTheStart(self))
 
         async def status_view(web, request):
             return web.json(w.status())
@@ -432,6 +474,36 @@ def keep_secrets_from_children(environ=None) -> list[str]:
     import os
     environ = os.environ if environ is None else environ
     return [name for name in SECRET_VARIABLES if environ.pop(name, None) is not None]
+
+
+class FromTheStart(Service):
+    """What runs from the app's start on: faust starts its tasks and timers only once
+    table recovery completed (faust/app/base.py ``App.on_started``), so only after the
+    worker joined its group; a child service of the app starts with it, after the
+    worker installed its signal handlers (mode/worker.py ``default_on_first_start``).
+    Here: the stop guard (a SIGTERM during recovery, or while the group cannot be
+    joined, ends the process too), and the look at the group coordination's errors
+    (``WorkerApp.watch_group``: a worker started while its group rights were revoked
+    joined only with it)."""
+
+    def __init__(self, worker: WorkerApp, **kwargs):
+        super().__init__(**kwargs)
+        self.worker = worker
+
+    async def on_start(self) -> None:
+        if not self.worker.app.in_worker:    # an app a test runs in its own process: no exits
+            return
+        try:                                 # on the main thread, after mode's signal handlers
+            self.worker.stop_guard.install()
+        except ValueError as err:            # not the main thread (an app run by a test)
+            logger.warning("the stop guard is not installed (%s)", err)
+
+    @Service.timer(GROUP_CHECK)
+    async def _watch_group(self) -> None:
+        try:
+            await self.worker.watch_group()
+        except Exception as err:             # noqa: BLE001 - the next tick looks again
+            logger.warning("looking at the consumer group failed (%s)", type(err).__name__)
 
 
 def _call(method):

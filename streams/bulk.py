@@ -16,9 +16,12 @@ batch on the app's outputs producer; faust flushes its own producer, which carri
 table changelogs, before each commit). A fetch taken under an older consumer generation
 (a rebalance happened since) is dropped unacked: the partition's new owner re-reads it,
 and the processor's ``owns`` fence keeps a stale worker from writing state. A batch that
-fails (broker unreachable, a delivery timeout) is retried after a pause, from the state
-the mapping holds: handlers are idempotent by log position and keyed noise, so a retry
-re-emits identical outputs. So the worker never stops on it.
+fails is retried after a pause, from the state the mapping holds: handlers are
+idempotent by log position and keyed noise, so a retry re-emits identical outputs. It is
+retried for as long as a broker outage or a refused right lasts (someone outside ends
+those), for GIVE_UP_AFTER seconds when the error is anything else (then the worker exits
+for its supervisor to restart it: waiting would not change it), and not at all once the
+worker stops (``keeps_trying``, ``stop``; streams/watchdog.py ``StopGuard``).
 """
 from __future__ import annotations
 
@@ -27,6 +30,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 
+from aiokafka.errors import GroupAuthorizationFailedError, TopicAuthorizationFailedError
 from faust.types import TP
 
 from dpstream.agents.records import RawRecord
@@ -35,11 +39,30 @@ from . import faust_seam as seam
 
 log = logging.getLogger("dpstream.bulk")
 
+REFUSALS = (TopicAuthorizationFailedError, GroupAuthorizationFailedError)
 ApplyFetch = Callable[[dict[str, list[RawRecord]]], Awaitable[bool]]
 QUEUED_FETCHES = 4          # fetches waiting to be applied (each <= fetch_max_bytes, 50 MiB)
 MERGE_RECORDS = 8_000       # queued fetches are merged into one batch up to this many records
 RETRY_PAUSE = 1.0           # seconds between attempts at a batch that failed
 RELEASE_AFTER = 1.0         # seconds without an own append before a held log partition is read again
+GIVE_UP_AFTER = 30.0        # seconds a batch may fail with an error no one outside can fix
+
+
+class BatchFailed(RuntimeError):
+    """A batch kept failing with an error that neither the broker nor an admin can fix."""
+
+
+def keeps_trying(err: BaseException) -> bool:
+    """Whether a failed batch is retried for as long as the error lasts: a broker gone or
+    slow (aiokafka's retriable errors, timeouts, a gap that could not be re-read in time)
+    and a right refused (an admin grants it again; the line says which) end when someone
+    outside acts. Anything else (a faust service gone, a bug) will not change by waiting:
+    after GIVE_UP_AFTER seconds the worker exits for its supervisor to restart it."""
+    from aiokafka import errors as E
+
+    from .logread import GapNotFilled
+    return (getattr(err, "retriable", False) or isinstance(err, REFUSALS + (
+        E.KafkaTimeoutError, GapNotFilled, asyncio.TimeoutError, ConnectionError)))
 
 
 class BulkPath:
@@ -66,17 +89,42 @@ class BulkPath:
         # pause while the partition stays assigned), released or dropped by _release_held
         self.held: dict[TP, float] = {}
         self._committing: asyncio.Future | None = None
+        self._topics = ", ".join(sorted(topics))
+        self.stopping = False                   # the worker was asked to stop (``stop``)
+        self.batch_records = 0                  # records of the batch being applied
         seam.install_drain(app, topics, self._handover, self._fetch_failed)
 
-    def _fetch_failed(self, err: BaseException) -> bool:
+    def say(self, err: BaseException, operation: str, what: str) -> str:
+        """One line for a failed broker call (``explain``): the right refused, named from
+        the error (a topic or the group), or else ``operation`` on ``what``."""
+        if isinstance(err, GroupAuthorizationFailedError):
+            return self._explain(err, "Read group {}")
+        if isinstance(err, TopicAuthorizationFailedError):
+            return self._explain(err, f"{operation} topic {{}}")
+        return self._explain(err, f"{operation} {what}")
+
+    def stop(self) -> None:
+        """The worker is stopping: no batch is retried any more (what is left stays
+        uncommitted, and is read again by the next worker)."""
+        self.stopping = True
+
+    def _fetch_failed(self, err: BaseException, failing_for: float) -> bool:
         """A fetch the broker refused (an ACL revoked while the worker runs, a broker
         error): say what is missing (RepeatFilter keeps it to a line per 10 s) and fetch
-        again; nothing was consumed, so nothing is lost. Anything else is a bug: raise."""
+        again; nothing was consumed, so nothing is lost. A Kafka error that waiting will
+        not change (``keeps_trying``: e.g. aiokafka's group coordination task died, and
+        every fetch re-raises its error) for GIVE_UP_AFTER seconds in a row, or any other
+        error (a bug): let faust's fetcher fail, which crashes the app (the worker then
+        exits for its supervisor, watchdog.StopGuard)."""
         from aiokafka.errors import KafkaError
+        doing = self.say(err, "Read", f"topics {self._topics}")
         if not isinstance(err, KafkaError):
             return False
-        log.error("%s; fetching again every %.0f s until it is granted, nothing is lost",
-                  self._explain(err, "Read topic {}"), seam.FETCH_RETRY)
+        if not keeps_trying(err) and failing_for >= GIVE_UP_AFTER:
+            log.critical("%s for %.0f s, which waiting will not change; stopping the worker so "
+                         "that its supervisor restarts it", doing, failing_for)
+            return False
+        log.error("%s; fetching again every %.0f s, nothing is lost", doing, seam.FETCH_RETRY)
         return True
 
     async def _handover(self, generation: int, batch: dict[str, list[RawRecord]], offsets: dict) -> None:
@@ -132,7 +180,7 @@ class BulkPath:
     async def run(self) -> None:
         """The applier; a bug that escapes it is logged and it restarts (its batch stays
         unacked: the tail check, or the partitions' next owner, reads it again)."""
-        while True:
+        while not self._ending():
             try:
                 await self._applier()
             except asyncio.CancelledError:
@@ -141,9 +189,51 @@ class BulkPath:
                 log.exception("the bulk applier failed; restarting it")
                 await asyncio.sleep(RETRY_PAUSE)
 
+    def _ending(self) -> bool:
+        return self.stopping or self._app.should_stop
+
+    def left_over(self) -> str:
+        """What a worker stopping now leaves to the next one (for the stop's log line)."""
+        queued = sum(len(recs) for _, batch, _ in list(self._queue._queue) for recs in batch.values())
+        return (f"{self.batch_records if self.busy else 0} record(s) in the batch being applied "
+                f"and {queued} queued, not applied")
+
+    async def _retry(self, generation: int, batch: dict[str, list[RawRecord]]) -> bool | None:
+        """Apply ``batch`` until it succeeds (its result), the consumer generation changes
+        or the worker stops (None: left unacked, so read again by the partitions' next
+        owner, or by this worker after a restart). An error the broker or an admin can end
+        is retried for as long as it lasts, anything else for GIVE_UP_AFTER seconds, then
+        the app is crashed for the supervisor to restart it (``keeps_trying``)."""
+        app, first_failure = self._app, None
+        while app.consumer_generation_id == generation:
+            if self._ending():
+                log.warning("stopping: a batch of %d record(s) is left unapplied; the next "
+                            "worker reads it again, nothing is lost", self.batch_records)
+                return None
+            try:
+                return await self._apply(batch)
+            except asyncio.CancelledError:
+                raise
+            except Exception as err:            # noqa: BLE001 - retried, or the worker restarts
+                now = time.monotonic()
+                first_failure = first_failure or now
+                if not keeps_trying(err) and now - first_failure >= GIVE_UP_AFTER:
+                    log.critical("%s for %.0f s, which waiting will not change; stopping the "
+                                 "worker so that its supervisor restarts it (the batch is read "
+                                 "again, nothing is lost)",
+                                 self.say(err, "Write", "the batch's outputs and state"),
+                                 now - first_failure)
+                    await app.crash(BatchFailed(f"a batch failed for {GIVE_UP_AFTER:.0f} s "
+                                                f"({type(err).__name__})"))
+                    return None
+                log.error("%s; retrying the batch every %.0f s, nothing is lost",
+                          self.say(err, "Write", "the batch's outputs and state"), RETRY_PAUSE)
+                await asyncio.sleep(RETRY_PAUSE)
+        return None
+
     async def _applier(self) -> None:
         app = self._app
-        while True:
+        while not self._ending():
             self.busy = False
             generation, batch, offsets = await self._queue.get()
             self.busy = True
@@ -160,27 +250,18 @@ class BulkPath:
                     batch.setdefault(name, []).extend(recs)
                 for tp, more_acks in more_offsets.items():
                     offsets.setdefault(tp, []).extend(more_acks)
-            while app.consumer_generation_id == generation:
-                try:
-                    complete = await self._apply(batch)
-                except asyncio.CancelledError:
-                    raise
-                except Exception as err:            # noqa: BLE001 - retried, never fatal
-                    log.error("%s; retrying the batch every %.0f s, nothing is lost",
-                              self._explain(err, "Write topic {}"), RETRY_PAUSE)
-                    await asyncio.sleep(RETRY_PAUSE)
-                    continue
-                if not complete or app.consumer_generation_id != generation:
-                    break                       # revoked meanwhile: the new owner commits
-                for tp, acks in offsets.items():
-                    seam.ack(app, tp, acks)
-                await self._hold_applied()
-                if seam.commit_due(app) and (self._committing is None or self._committing.done()):
-                    # In the background, as faust's own periodic commit runs: a commit
-                    # (a producer flush, then an offset commit) costs tens of ms, which
-                    # the next batch need not wait for; what it commits is already acked.
-                    self._committing = asyncio.ensure_future(self._commit())
-                break
+            self.batch_records = sum(map(len, batch.values()))
+            complete = await self._retry(generation, batch)
+            if not complete or app.consumer_generation_id != generation:
+                continue                        # revoked meanwhile: the new owner commits
+            for tp, acks in offsets.items():
+                seam.ack(app, tp, acks)
+            await self._hold_applied()
+            if seam.commit_due(app) and (self._committing is None or self._committing.done()):
+                # In the background, as faust's own periodic commit runs: a commit
+                # (a producer flush, then an offset commit) costs tens of ms, which
+                # the next batch need not wait for; what it commits is already acked.
+                self._committing = asyncio.ensure_future(self._commit())
 
     async def _hold_applied(self) -> None:
         """After a batch's acks: ack each owned log partition up to what the processor
@@ -203,6 +284,11 @@ class BulkPath:
         if self.held:
             await self.release_held(time.monotonic())
 
+    async def release_idle(self, now: float) -> None:
+        """``release_held`` from a timer: only while no batch is being applied."""
+        if self.held and not self.busy:
+            await self.release_held(now)
+
     async def release_held(self, now: float) -> None:
         """Resume held log partitions with no own append for RELEASE_AFTER seconds, so
         records other writers append reach the processor through the consumer again.
@@ -212,7 +298,20 @@ class BulkPath:
         keeps its pause if it comes back. Nothing is released while faust rebalances or
         recovers tables: it pauses every partition then, so that no record is applied
         before the state it needs is restored, and resumes them itself when done
-        (faust/tables/recovery.py ``_resume_streams``, then ``app.on_rebalance_end``)."""
+        (faust/tables/recovery.py ``_resume_streams``, then ``app.on_rebalance_end``).
+
+        Called only where every record the processor applied is acked: at a batch's end
+        (``_hold_applied``) or between batches (``release_idle``). The seek moves faust's
+        read offset to the applied position, and ``_hold_applied`` acks the own appends
+        from the read offset on; a seek in the middle of a batch (the timer ran between
+        two of its 500-record chunks, one of which took over RELEASE_AFTER under load)
+        moved it past the earlier chunk's appends before they were acked, so they were
+        never acked, faust committed only up to that gap, and the group's committed
+        offset of the log partition stayed there for good (issue 43 item 11: stuck at
+        111 of 751 and 225 of 5104; found with a trace of every ack, handover, seek and
+        hold of the log partitions). A partition held again while the seek was awaited
+        (an own append meanwhile: the seek's position is then stale) stays paused; the
+        next release seeks it again."""
         app = self._app
         if app.rebalancing or app.in_recovery:
             return
@@ -226,7 +325,8 @@ class BulkPath:
                         await consumer.seek_wait({tp: position})
                 except Exception as err:    # noqa: BLE001 - revoked meanwhile: re-read by its owner
                     log.debug("seeking a released log partition failed (%s)", type(err).__name__)
-                consumer.resume_partitions([tp])
+                if tp not in self.held:
+                    consumer.resume_partitions([tp])
 
     async def _commit(self) -> None:
         try:

@@ -32,7 +32,7 @@ What each part replaces, and why:
   (``faster_commits``: the ``consecutive_numbers`` that ``Consumer._new_offset`` calls,
   one C-speed check for the usual single run of acked offsets).
 * **Pausing** (``is_paused``): faust's own pause set (``_paused_partitions``).
-* **The consumer on the worker's loop** (``consume_in_loop``): faust runs aiokafka's
+* **The consumer on the worker's loop** (``use_consumer``): faust runs aiokafka's
   consumer in a thread with a second event loop
   (``faust.transport.drivers.aiokafka.AIOKafkaConsumerThread``, a mode
   ``QueueServiceThread``); every call crosses threads through a method queue, and the two
@@ -60,6 +60,15 @@ What each part replaces, and why:
   one step (``ChangelogWriter``: the topic's ``prepare_key``/``prepare_value``, the
   driver's ``_ensure_producer``), outside a batch through ``Collection.send_changelog``;
   then the store, ``table.data``.
+* **Undecodable record batches** (``guard_undecodable``): aiokafka's
+  ``PartitionRecords._unpack_records`` (it decodes a batch as it hands its records
+  over), over batches that turn a decoding error into one dead-letter record per offset.
+* **Refused commits** (``RefusedCommits``): faust's ``AIOKafkaConsumerThread._commit``,
+  with a refusal (a right revoked) logged instead of crashing the consumer.
+* **The group coordination's held error** (``take_group_error``): aiokafka's
+  ``GroupCoordinator._pending_exception``, ``check_errors`` and ``_coordination_task``.
+* **Crash and left-over state** (``crash_reason``, ``acked_uncommitted``): the app's
+  ``_consumer``, its ``_thread``, mode's ``crashed`` / ``crash_reason``, ``_acked``.
 * **ACLs** (``create_acls``, ``delete_acls``, ``describe_acls``): aiokafka's admin client
   has no ACL methods, but its protocol module defines Kafka's CreateAcls, DeleteAcls and
   DescribeAcls requests; they are sent with the admin client's ``_send_request``.
@@ -78,12 +87,18 @@ import logging
 from collections.abc import Awaitable, Callable
 from itertools import islice
 from operator import lt
+from time import monotonic
 
 import faust.transport.consumer as faust_consumer_module
+from aiokafka.consumer.fetcher import PartitionRecords
+from aiokafka.errors import (CommitFailedError, GroupAuthorizationFailedError,
+                             TopicAuthorizationFailedError, UnsupportedCodecError)
+from aiokafka.structs import OffsetAndMetadata
 from faust.transport.consumer import Consumer as FaustConsumer
 from faust.transport.drivers.aiokafka import AIOKafkaConsumerThread
 from faust.transport.drivers.aiokafka import Consumer as AIOKafkaDriverConsumer
 from faust.transport.drivers.aiokafka import Producer as AIOKafkaDriverProducer
+from faust.transport.drivers.aiokafka import ensure_aiokafka_TP
 from faust.types import TP
 from faust.types.tuples import ack_lock
 from faust.utils.functional import consecutive_numbers
@@ -105,15 +120,17 @@ FETCH_RETRY = 2.0      # seconds before fetching again after a fetch the broker 
 
 
 def install_drain(app, topics: dict[str, str], handover: Handover,
-                  fetch_failed: Callable[[BaseException], bool] | None = None) -> None:
+                  fetch_failed: Callable[[BaseException, float], bool] | None = None) -> None:
     """Replace faust's per-record drain loop with one that hands each fetch's records of
     ``topics`` (Kafka name -> dpstream name) to ``handover``, in offset order per
     partition, with the offsets to ack once applied. A fetch that raises (the broker
-    refused it: an ACL revoked while the worker runs) goes to ``fetch_failed``, which
-    says whether to fetch again after FETCH_RETRY seconds (nothing was consumed, so
-    nothing is lost) or let faust's fetcher fail. Call before the worker starts (the
-    fetcher calls the drain loop once, at start)."""
+    refused it: an ACL revoked while the worker runs) goes to ``fetch_failed`` with the
+    seconds fetches have failed in a row, which says whether to fetch again after
+    FETCH_RETRY seconds (nothing was consumed, so nothing is lost) or let faust's fetcher
+    fail. Call before the worker starts (the fetcher calls the drain loop once, at
+    start)."""
     consumer = app.consumer
+    guard_undecodable(topics)
 
     async def unread(tp, offset: int) -> None:
         """Give back the records of a partition that left the active set while its fetch
@@ -135,16 +152,20 @@ def install_drain(app, topics: dict[str, str], handover: Handover,
     async def drain(fetcher) -> None:
         callback = consumer.callback
         read_offset = consumer._read_offset
+        failing_since = None                       # when fetches started failing in a row
         while not (consumer._stopped.is_set() or fetcher._stopped.is_set()):
             try:
                 records, active = await consumer._wait_next_records(1.0)
             except asyncio.CancelledError:
                 raise
             except Exception as err:       # noqa: BLE001 - refused fetches wait, bugs do not
-                if fetch_failed is None or not fetch_failed(err):
+                now = monotonic()
+                failing_since = failing_since or now
+                if fetch_failed is None or not fetch_failed(err, now - failing_since):
                     raise
                 await asyncio.sleep(FETCH_RETRY)
                 continue
+            failing_since = None
             if not records or consumer.should_stop:
                 continue
             generation = app.consumer_generation_id
@@ -175,11 +196,130 @@ def install_drain(app, topics: dict[str, str], handover: Handover,
                 read_offset[tp] = previous
                 offsets[tp] = [r.offset for r in kept]
                 batch.setdefault(name, []).extend(
-                    RawRecord(name, r.partition, r.offset, r.key, r.value or b"") for r in kept)
+                    RawRecord(name, r.partition, r.offset, r.key, r.value) if r.value else
+                    raw_record(name, r) for r in kept)
             if batch:
                 await handover(generation, batch, offsets)
 
     consumer._drain_messages = drain
+
+
+# ---------------------------------------------------------------- undecodable record batches
+CODECS = {1: "gzip", 2: "snappy", 3: "lz4", 4: "zstd"}       # Kafka's compression type ids
+_GUARDED: set[str] = set()           # topics whose undecodable batches become dead letters
+
+
+class Undecodable(bytes):
+    """The value aiokafka reports for each record of a batch it could not decode: empty
+    bytes that say why (``reason``). Never on the wire: a value read from the broker is a
+    plain ``bytes``, so no producer can forge one."""
+
+    reason: str
+
+    def __new__(cls, reason: str):
+        value = super().__new__(cls, b"")
+        value.reason = reason
+        return value
+
+
+class _UndecodableRecord:
+    """A record of an undecodable batch, as aiokafka's ``PartitionRecords`` reads one."""
+
+    __slots__ = ("offset", "timestamp", "value")
+    timestamp_type, key, checksum, headers = 0, None, None, ()
+
+    def __init__(self, offset: int, timestamp: int, value: Undecodable):
+        self.offset, self.timestamp, self.value = offset, timestamp, value
+
+
+class _GuardedBatch:
+    """One record batch: its records decoded in full on iteration, or, when decoding
+    raises (a codec whose library is missing, bytes no codec accepts), one
+    ``_UndecodableRecord`` per offset it covers. Everything else is the batch's own."""
+
+    def __init__(self, batch, owner):
+        self._batch, self._owner = batch, owner
+
+    def __getattr__(self, name):
+        return getattr(self._batch, name)
+
+    def __iter__(self):
+        batch = self._batch
+        try:
+            return iter(list(batch))
+        except Exception as err:            # noqa: BLE001 - whatever the codec raised
+            codec = CODECS.get(getattr(batch, "compression_type", None), "an unknown codec")
+            tp = self._owner._tp
+            start = max(getattr(batch, "base_offset", 0), self._owner.next_fetch_offset)
+            end = batch.next_offset
+            # the cause by the error's type and the codec only: a codec's message may quote
+            # the bytes it choked on (aiokafka's missing-library message is its own text)
+            cause = str(err) if isinstance(err, UnsupportedCodecError) else type(err).__name__
+            log.error("records %d..%d of topic %s partition %d are in a record batch compressed "
+                      "with %s that this worker cannot decode (%s); each becomes a dead letter "
+                      "on the rejected topic, and the partition is read on", start, end - 1,
+                      tp.topic, tp.partition, codec, cause)
+            value = Undecodable(f"undecodable record batch: compressed with {codec}, which "
+                                f"this worker cannot decode ({type(err).__name__})")
+            stamp = getattr(batch, "max_timestamp", -1)
+            return iter([_UndecodableRecord(o, stamp, value) for o in range(start, end)])
+
+
+class _GuardedRecords:
+    """A fetch's ``MemoryRecords`` whose batches are ``_GuardedBatch`` es."""
+
+    def __init__(self, records, owner):
+        self._records, self._owner = records, owner
+
+    def has_next(self) -> bool:
+        return self._records.has_next()
+
+    def next_batch(self):
+        batch = self._records.next_batch()
+        return None if batch is None else _GuardedBatch(batch, self._owner)
+
+
+_unpack_records = PartitionRecords._unpack_records
+
+
+def _unpack_guarded(self):
+    """``PartitionRecords._unpack_records`` over guarded batches for the dpstream topics."""
+    if self._tp.topic in _GUARDED:
+        self._records = _GuardedRecords(self._records, self)
+    return _unpack_records(self)
+
+
+def guard_undecodable(topics) -> None:
+    """Let a record batch of ``topics`` that aiokafka cannot decode become dead letters
+    instead of holding its partition for ever. aiokafka decodes a batch when it hands its
+    records over (``PartitionRecords._unpack_records``, aiokafka/consumer/fetcher.py);
+    when that raises (``UnsupportedCodecError`` without a codec's library,
+    ``CorruptRecordException``, a codec's own error on bad bytes), the error reaches the
+    consumer's caller, the position stays before the batch, and every later fetch of the
+    partition returns the same batch and the same error: the issue saw a worker log
+    "refused to Read topic {}" every 2 s while every later record of the models keyed to
+    that partition waited for good. Guarded, such a batch yields one record per offset it
+    covers (from the batch header, which is never compressed), each with an
+    ``Undecodable`` value naming the codec and the error type, and the consumer reads on;
+    the drain loop (``raw_record``) and ``read_range`` make them records with a
+    ``problem``, which the agents dead-letter (the records are not lost from the log: a
+    worker with the codec can replay them). Dead letters, not an exit: a restarted worker
+    would meet the same batch, so exiting would stop every model on that partition for
+    good, against the rule that a worker never stops on input. Changelog topics are not
+    guarded (a table must not read an undecodable record as a deletion): faust fails
+    there as before. Process-wide and idempotent."""
+    _GUARDED.update(topics)
+    PartitionRecords._unpack_records = _unpack_guarded
+
+
+def raw_record(name: str, record) -> RawRecord:
+    """A consumer record of dpstream topic ``name`` as the agents take it: an undecodable
+    one (``guard_undecodable``) carries its reason as ``problem``; a tombstone (no value)
+    an empty value."""
+    value = record.value
+    if isinstance(value, Undecodable):
+        return RawRecord(name, record.partition, record.offset, record.key, b"", problem=value.reason)
+    return RawRecord(name, record.partition, record.offset, record.key, value or b"")
 
 
 def ack(app, tp, offsets) -> None:
@@ -255,6 +395,27 @@ def is_paused(app, tp) -> bool:
     return tp in app.consumer._paused_partitions
 
 
+def acked_uncommitted(app) -> dict:
+    """Per partition, the first and last offset acked (applied) since its last commit
+    (``Consumer._acked``); for a stopping worker's last line. Read from another thread:
+    a list that changes meanwhile is read again on the next call, not here."""
+    consumer = getattr(app, "_consumer", None)
+    if consumer is None:
+        return {}
+    return {tp: (min(acked), max(acked)) for tp, acked in list(consumer._acked.items()) if acked}
+
+
+def crash_reason(app) -> BaseException | None:
+    """Why the app or its Kafka consumer (faust's service and the consumer thread service
+    under it) crashed, or None. mode marks a crashed service and its ancestors
+    (``Service.crash``); the consumer is read only once the app created it."""
+    consumer = getattr(app, "_consumer", None)
+    for service in (app, consumer, getattr(consumer, "_thread", None)):
+        if service is not None and service.crashed:
+            return service.crash_reason or RuntimeError("crashed")
+    return None
+
+
 def in_recovery(app) -> bool:
     """Whether faust is restoring tables (it pauses every partition meanwhile)."""
     return app.tables.recovery.in_recovery
@@ -297,6 +458,42 @@ def aiokafka_consumer(app):
     return app.consumer._thread._ensure_consumer()
 
 
+async def take_group_error(app) -> tuple[BaseException, bool] | None:
+    """The error aiokafka's group coordination holds for its user, taken (so that the
+    coordination tries again), and whether that coordination is dead for good; None when
+    it holds none (or the consumer has not started).
+
+    aiokafka's group coordinator hands the errors of its background task (a refused
+    FindCoordinator, JoinGroup or heartbeat: GroupAuthorizationFailedError) to the next
+    ``getmany``, and waits until one takes it before it tries again (aiokafka/consumer/
+    group_coordinator.py ``_push_error_to_user``, ``check_errors``). faust's fetcher calls
+    ``getmany`` only once partitions are assigned, so a worker started while its group
+    rights were revoked never joined, not even once they were granted again (it waited
+    for an assignment, seen in the revoke test). A coordination task that ended
+    (``_coordination_task.done()``) re-raises its error for ever: dead for good. Run on
+    the consumer's own loop (``call_thread``: its thread, with ``--consumer-thread``)."""
+    try:
+        thread = app.consumer._thread
+        consumer = thread._ensure_consumer()
+    except Exception:                  # noqa: BLE001 - not started yet
+        return None
+    return await thread.call_thread(_take_group_error, consumer)
+
+
+def _take_group_error(consumer) -> tuple[BaseException, bool] | None:
+    coordinator = consumer._coordinator
+    if getattr(coordinator, "_coordination_task", None) is None:     # none, or no group
+        return None
+    dead = coordinator._coordination_task.done()
+    if coordinator._pending_exception is None and not dead:
+        return None
+    try:
+        coordinator.check_errors()
+    except Exception as err:           # noqa: BLE001 - the error it held
+        return err, dead
+    return None
+
+
 def set_fetch_wait(consumer, *, max_wait_ms: int, min_bytes: int, idle_timeout_s: float | None = None) -> None:
     """An aiokafka consumer's fetch requests wait on the broker for ``min_bytes`` at most
     ``max_wait_ms``; ``idle_timeout_s``: how long the fetch routine sleeps when it has
@@ -310,7 +507,55 @@ def set_fetch_wait(consumer, *, max_wait_ms: int, min_bytes: int, idle_timeout_s
         fetcher._fetcher_timeout = idle_timeout_s
 
 
-class InLoopConsumerThread(AIOKafkaConsumerThread):
+class RefusedCommits:
+    """faust's aiokafka consumer service (a mixin before ``AIOKafkaConsumerThread``), whose
+    offset commits the broker refuses for want of a right are logged, not fatal.
+
+    faust's ``AIOKafkaConsumerThread._commit`` crashes the service on any error but a
+    rebalance. A worker whose Read on an input topic or whose group rights were revoked
+    (an admin's mistake, a rotation) had its periodic commit fail with
+    TopicAuthorizationFailedError, its consumer crashed, and the worker then neither
+    worked nor exited: it retried its batch for ever, even after the right came back
+    (issue 41). A refused commit is instead reported to ``on_refused`` (one line saying
+    which right is missing) and the commit counts as not done, as faust's own answer to a
+    rebalanced group is: offsets acked meanwhile go with the next commit, and anything
+    left uncommitted is re-read after a restart, where the agents skip it as handled
+    (idempotent by log position). Every other error keeps faust's handling. The body is
+    faust 0.15's ``_commit`` (``contract()`` checks its text has not changed)."""
+
+    on_refused: Callable[[BaseException], None] = staticmethod(lambda err: None)
+
+    async def _commit(self, offsets) -> bool:
+        consumer = self._ensure_consumer()
+        now = monotonic()
+        assigned = self.assignment()
+        commitable = {tp: offset for tp, offset in offsets.items() if tp in assigned}
+        try:
+            aiokafka_offsets = {ensure_aiokafka_TP(tp): OffsetAndMetadata(offset, "")
+                                for tp, offset in commitable.items()}
+            self.tp_last_committed_at.update({tp: now for tp in commitable})
+            await consumer.commit(aiokafka_offsets)
+        except (TopicAuthorizationFailedError, GroupAuthorizationFailedError) as exc:
+            self.on_refused(exc)
+            return False
+        except CommitFailedError as exc:
+            if "already rebalanced" in str(exc):
+                return False
+            self.log.exception("Committing raised exception: %r", exc)
+            await self.crash(exc)
+            return False
+        except Exception as exc:            # noqa: BLE001 - faust's handling
+            self.log.exception("Got exception: %r\nCurrent assignment: %r", exc, self.assignment())
+            await self.crash(exc)
+            return False
+        return True
+
+
+class ThreadConsumerThread(RefusedCommits, AIOKafkaConsumerThread):
+    """faust's aiokafka consumer service in its own thread (``--consumer-thread``)."""
+
+
+class InLoopConsumerThread(RefusedCommits, AIOKafkaConsumerThread):
     """faust's aiokafka consumer service, served on the caller's loop (no thread)."""
 
     def __init__(self, consumer, *, loop=None, **kwargs):
@@ -343,14 +588,19 @@ class InLoopConsumerThread(AIOKafkaConsumerThread):
         worker's loop those are the app's (its own futures are stopped by mode)."""
 
 
-class InLoopConsumer(AIOKafkaDriverConsumer):
-    def _new_consumer_thread(self) -> InLoopConsumerThread:
-        return InLoopConsumerThread(self, loop=self.loop, beacon=self.beacon)
+def use_consumer(app, *, in_loop: bool, on_refused: Callable[[BaseException], None]) -> None:
+    """Make ``app`` (before the worker starts) run its Kafka consumer on its own loop
+    (``in_loop``) or in faust's thread, with refused commits going to ``on_refused``
+    (``RefusedCommits``)."""
+    thread_class = InLoopConsumerThread if in_loop else ThreadConsumerThread
 
+    class Consumer(AIOKafkaDriverConsumer):
+        def _new_consumer_thread(self):
+            thread = thread_class(self, loop=self.loop, beacon=self.beacon)
+            thread.on_refused = on_refused
+            return thread
 
-def consume_in_loop(app) -> None:
-    """Make ``app`` create its Kafka consumer on its own loop (before the worker starts)."""
-    app.transport.Consumer = InLoopConsumer
+    app.transport.Consumer = Consumer
 
 
 # ---------------------------------------------------------------- tables
@@ -627,6 +877,20 @@ def contract() -> list[str]:
     fetcher_source = inspect.getsource(Fetcher.__init__) + inspect.getsource(Fetcher)
     problems += [f"aiokafka Fetcher.{f} is gone" for f in _FETCHER_FIELDS
                  if f"self.{f}" not in fetcher_source]
+    from aiokafka.consumer.group_coordinator import GroupCoordinator
+    coordination = inspect.getsource(GroupCoordinator)
+    for name in ("self._pending_exception", "self._coordination_task", "def check_errors(self)"):
+        if name not in coordination:
+            problems.append(f"aiokafka GroupCoordinator no longer has {name}")
+    unpack = inspect.getsource(_unpack_records)
+    if "records = self._records" not in unpack or "self.next_fetch_offset" not in unpack:
+        problems.append("aiokafka PartitionRecords._unpack_records no longer reads self._records "
+                        "and self.next_fetch_offset")
+    commit = inspect.getsource(AIOKafkaConsumerThread._commit)
+    for line in ("await consumer.commit(aiokafka_offsets)", "self.tp_last_committed_at.update",
+                 "if tp in self.assignment()", '"already rebalanced" in str(exc)'):
+        if line not in commit:
+            problems.append(f"faust AIOKafkaConsumerThread._commit no longer has {line!r}")
     if hasattr(FaustConsumer, "_new_offset") and \
             "next(consecutive_numbers(acked))" not in inspect.getsource(FaustConsumer._new_offset):
         problems.append("faust Consumer._new_offset no longer takes next(consecutive_numbers(acked))")
@@ -636,8 +900,10 @@ def contract() -> list[str]:
     app = faust.App("dpstream-contract", broker="kafka://127.0.0.1:1")
     app.finalize()
     consumer = app.consumer
-    problems += [f"faust Consumer.{f} is gone" for f in _CONSUMER_FIELDS if not hasattr(consumer, f)]
-    for name in ("consumer_generation_id", "rebalancing", "in_recovery", "assignor"):
+    problems += [f"faust Consumer.{f} is gone" for f in (*_CONSUMER_FIELDS, "_thread")
+                 if not hasattr(consumer, f)]
+    for name in ("consumer_generation_id", "rebalancing", "in_recovery", "assignor", "_consumer",
+                 "crashed", "crash_reason", "should_stop", "in_worker"):
         if not hasattr(app, name):
             problems.append(f"faust App.{name} is gone")
     if not hasattr(app.tables, "recovery"):

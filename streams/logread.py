@@ -7,7 +7,9 @@ A fresh consumer with no group (nothing committed, no rebalance), assigned to th
 partition and positioned with ``seek`` (aiokafka's AIOKafkaConsumer.assign / seek /
 getmany). If ``start`` is below the log start (retention), the consumer resets to the
 earliest record, so the range holds only what the log still has. Gaps are rare, so a
-consumer per call is cheaper than one more long-lived connection per worker.
+consumer per call is cheaper than one more long-lived connection per worker. A record
+batch it cannot decode gives records with a ``problem`` (faust_seam.guard_undecodable),
+as the worker's own consumer does.
 """
 from __future__ import annotations
 
@@ -18,6 +20,7 @@ from aiokafka import TopicPartition
 
 from dpstream.agents.records import RawRecord
 
+from .faust_seam import raw_record
 from .kafka import running
 
 log = logging.getLogger("dpstream.logread")
@@ -44,8 +47,7 @@ async def read_range(kafka, topic: str, partition: int, start: int, end: int, *,
                 raise GapNotFilled(f"{tp.topic}[{partition}] offsets {start}..{end - 1}: "
                                    f"log not readable within {timeout:.0f}s")
             batch = await consumer.getmany(tp, timeout_ms=500)
-            out.extend(RawRecord(topic, partition, r.offset, r.key, r.value or b"")
-                       for r in batch.get(tp, []) if start <= r.offset < end)
+            out.extend(raw_record(topic, r) for r in batch.get(tp, []) if start <= r.offset < end)
     log.info("re-read %d record(s) of %s[%d] offsets %d..%d not handed over (dropped by the "
              "runtime, or a backlog a crash left)", len(out), tp.topic, partition, start, end - 1)
     return out

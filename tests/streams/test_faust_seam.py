@@ -194,3 +194,89 @@ async def test_an_undelivered_changelog_batch_is_logged_by_its_error_name_only(c
     assert [r.getMessage() for r in caplog.records] == [
         "table changelog records were not delivered (TimeoutError); a restart re-reads "
         "more of the log"]
+
+
+async def test_a_commit_the_broker_refuses_is_reported_and_does_not_crash_the_consumer():
+    """Issue 41 item 16: with the worker's Read on an input revoked, faust's periodic
+    commit raised TopicAuthorizationFailedError and faust's ``_commit`` crashed the
+    consumer service; the worker then neither worked nor exited. Now the refusal goes to
+    ``on_refused`` and the commit counts as not done; any other error still crashes."""
+    import asyncio
+
+    import faust
+    from aiokafka.errors import GroupAuthorizationFailedError, TopicAuthorizationFailedError
+    from aiokafka.structs import TopicPartition
+    from faust.types import TP
+
+    from dpstream.streams.faust_seam import InLoopConsumerThread, ThreadConsumerThread
+    app = faust.App("dpstream-seam-refused", broker="kafka://127.0.0.1:1")
+    app.finalize()
+    tp = TP("t-examples", 0)
+
+    class Refusing:
+        def __init__(self, error):
+            self.error, self.commits = error, []
+
+        def assignment(self):
+            return {TopicPartition(tp.topic, tp.partition)}
+
+        async def commit(self, offsets):
+            self.commits.append(offsets)
+            raise self.error
+
+    for thread_class in (InLoopConsumerThread, ThreadConsumerThread):
+        for error in (TopicAuthorizationFailedError({"t-examples"}), GroupAuthorizationFailedError("g"),
+                      ValueError("a bug")):
+            thread = thread_class(app.consumer, loop=asyncio.get_running_loop())
+            refused = []
+            thread.on_refused = refused.append
+            thread._consumer = Refusing(error)
+            assert await thread._commit({tp: 7}) is False
+            assert thread._consumer.commits and list(thread._consumer.commits[0].values())[0].offset == 7
+            if isinstance(error, ValueError):
+                assert thread.crashed and refused == []
+            else:
+                assert refused == [error] and not thread.crashed, thread_class
+
+
+async def test_an_error_the_group_coordination_holds_is_taken_so_that_it_tries_again():
+    """aiokafka's group coordinator holds a refused FindCoordinator (group rights revoked)
+    for the next getmany, and retries only once someone took it; faust calls getmany only
+    with partitions assigned, so a worker started while its group right was revoked never
+    joined, even after the right came back (tests/streams/test_kafka_revoke.py)."""
+    import asyncio
+    from types import SimpleNamespace
+
+    from aiokafka.errors import GroupAuthorizationFailedError
+
+    from dpstream.streams.faust_seam import take_group_error
+
+    class Coordinator:
+        def __init__(self, task):
+            self._coordination_task, self._pending_exception = task, None
+
+        def check_errors(self):             # aiokafka's: the task's error, then the held one
+            if self._coordination_task.done():
+                self._coordination_task.result()
+            if self._pending_exception is not None:
+                err, self._pending_exception = self._pending_exception, None
+                raise err
+
+    async def call_thread(fun, *args):
+        return fun(*args)
+
+    running = asyncio.get_running_loop().create_future()
+    coordinator = Coordinator(running)
+    consumer = SimpleNamespace(_coordinator=coordinator)
+    app = SimpleNamespace(consumer=SimpleNamespace(_thread=SimpleNamespace(
+        _ensure_consumer=lambda: consumer, call_thread=call_thread)))
+    assert await take_group_error(app) is None
+    refused = GroupAuthorizationFailedError("p-app")
+    coordinator._pending_exception = refused
+    assert await take_group_error(app) == (refused, False)
+    assert coordinator._pending_exception is None and await take_group_error(app) is None
+    dead = asyncio.get_running_loop().create_future()
+    dead.set_exception(refused)
+    coordinator._coordination_task = dead
+    assert await take_group_error(app) == (refused, True)
+    running.cancel()
