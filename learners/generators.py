@@ -301,7 +301,10 @@ class Halfspaces:
         lp.a_matrix_ = A
         h = _solver()
         h.clearSolver()
-        if h.passModel(lp) != highspy.HighsStatus.kOk or h.run() != highspy.HighsStatus.kOk \
+        # kWarning is not a failure: HiGHS warns on explicit zeros in the matrix (a pixel that is
+        # 0 in every row of a block), and the solve is then still optimal
+        error = highspy.HighsStatus.kError
+        if h.passModel(lp) == error or h.run() == error \
                 or h.getModelStatus() != highspy.HighsModelStatus.kOptimal:
             raise RuntimeError(f"halfspace LP failed: {h.modelStatusToString(h.getModelStatus())}")
         return np.array(h.getSolution().col_value[: d + 1])

@@ -319,3 +319,15 @@ def test_a_restored_predictor_keeps_its_student_and_its_kept_answers():
                              student=True)
     again.restore(model.blocks, model.generator.dump(model.H), rows)
     assert [again.answer(x) for x in Q[1500:]] == [model.answer(x) for x in Q[1500:]]
+
+
+def test_a_halfspace_block_with_tiny_matrix_entries_is_solved():
+    """Before: HiGHS's passModel warned (kWarning) about matrix entries it drops as tiny
+    (1e-12: the rounding residue of a declared feature scaled to [-1, 1] at its bound,
+    34 of 100 blocks of digits), the generator took the warning for a failure and raised
+    'halfspace LP failed: Not Set'. A warning is not a failure; the solve is optimal."""
+    X = np.array([[1e-12, 0.5, -0.2], [1e-12, -0.7, 0.1], [1e-12, 0.9, 0.4], [1e-12, -0.3, -0.8]])
+    y = np.array([1, -1, 1, -1])
+    gen = Halfspaces(3, hard_weight=1.0)
+    H = gen.stack([gen.fit(X, y, [], [])])
+    assert [gen.votes(H, x)[0] for x in X] == list(y)
