@@ -37,6 +37,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import datasets as D  # noqa: E402  (bench/datasets.py)
+from common import balanced_error  # noqa: E402
 
 from dpstream.learners.features import Featuriser, suggest_fields  # noqa: E402
 from dpstream.learners.generators import Halfspaces, LogisticRegressions  # noqa: E402
@@ -74,7 +75,8 @@ def predictor(X, y, Q, qy, eps, seed, generator) -> dict:
     def acc(mask):
         return float(np.mean(labels[mask] == qy[mask])) if mask.any() else float("nan")
     bare = given & (status != STUDENT)
-    return {"answered": float(given.mean()), "acc": acc(given), "vote": acc(status == ANSWERED),
+    return {"answered": float(given.mean()), "acc": acc(given),
+            "balanced": balanced_error(labels[given], qy[given]), "vote": acc(status == ANSWERED),
             "bare answered": float(bare.mean()), "bare acc": acc(bare),
             "vote share": float(np.mean(status == ANSWERED)), "student": acc(status == STUDENT),
             "student share": float(np.mean(status == STUDENT)), "hard": float(np.sum(status == HARD)),
@@ -87,7 +89,8 @@ def dp_logistic(X, y, Q, qy, eps, seed) -> dict:
         warnings.simplefilter("ignore")
         clf = LogisticRegression(epsilon=eps, data_norm=float(np.sqrt(X.shape[1])),
                                  random_state=seed).fit(X, y)
-        return {"answered": 1.0, "acc": float(np.mean(clf.predict(Q) == qy))}
+        pred = clf.predict(Q)
+        return {"answered": 1.0, "acc": float(np.mean(pred == qy)), "balanced": balanced_error(pred, qy)}
 
 
 def main() -> None:
@@ -99,7 +102,7 @@ def main() -> None:
     args = ap.parse_args()
     for eps in args.eps:
         print(f"\nepsilon = {eps:g}, delta = 1e-6 (mean of {args.seeds} keys; * imbalanced): "
-              "answered / accuracy on answered [vote's answers: share, accuracy | student's: "
+              "answered / accuracy on answered / balanced error on answered [vote's answers: share, accuracy | student's: "
               "share, accuracy | hard queries]")
         checks = []
         for name in args.sets:
@@ -111,8 +114,8 @@ def main() -> None:
             except Exception as err:              # noqa: BLE001 - too few examples: say so
                 print(f"| {name} | {len(y):,} / {len(qy):,} | infeasible: {err} |")
                 continue
-            dplr = {k: np.mean([dp_logistic(X, y, Q, qy, eps, s)[k] for s in range(args.seeds)])
-                    for k in ("answered", "acc")}
+            dplr = [dp_logistic(X, y, Q, qy, eps, s) for s in range(args.seeds)]
+            dplr = {k: float(np.mean([r[k] for r in dplr])) for k in dplr[0]}
             cells, main_row = [], None
             for generator in args.generators:
                 runs = [predictor(X, y, Q, qy, eps, s, generator) for s in range(args.seeds)]
@@ -121,14 +124,15 @@ def main() -> None:
                     r = {k: float(np.nanmean([x[k] for x in runs])) for k in runs[0]}
                 if generator == args.generators[0]:
                     main_row = r
-                cells.append(f"{generator}, student: {r['answered']:.0%} / {r['acc']:.1%} "
+                cells.append(f"{generator}, student: {r['answered']:.0%} / {r['acc']:.1%} / {r['balanced']:.3f} "
                              f"[{r['vote share']:.0%}, {r['vote']:.1%} | {r['student share']:.0%}, "
                              f"{r['student']:.1%} | {r['hard']:.1f}] | without: {r['bare answered']:.0%} / "
                              f"{r['bare acc']:.1%}")
             star = "*" if name in D.IMBALANCED else ""
             print(f"| {name}{star} | {len(y):,} labelled / {len(qy):,} queries | k x m = "
                   f"{main_row['k']:.0f} x {main_row['m']:.0f}, v_max {main_row['v_max']:.0f} | majority "
-                  f"{majority:.1%} | diffprivlib LR {dplr['acc']:.1%} | " + " | ".join(cells) + " |",
+                  f"{majority:.1%} | diffprivlib LR {dplr['acc']:.1%} / {dplr['balanced']:.3f} | "
+                  + " | ".join(cells) + " |",
                   flush=True)
             if len(y) >= 1000:
                 checks.append((name, main_row, majority, dplr["acc"]))
