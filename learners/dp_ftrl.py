@@ -34,9 +34,13 @@ s(x) = b0 + <w, r(x)>, with b0 = logit(pi) for the class prior pi:
   coordinate of its block's vector, released with the gradients by the same
   factorization (so the same zCDP proof covers it; the replace-one sensitivity becomes
   sqrt((2 clip)^2 + prior_weight^2), ``dp_ftrl_parameters``). After a release, n
-  examples released so far (public: blocks x block), P^ the released count: pi =
-  (P^ + 1) / (n + 2) (add-one smoothing), clamped to [1/(n + 2), 1 - 1/(n + 2)]:
-  post-processing of the release.
+  examples released so far (public: blocks x block), P^ the released count and s its
+  noise's standard deviation (public: sigma ||B_t|| / prior_weight): pi = (P^ + a) /
+  (n + 2a) with a = max(1, s), clamped to [1/(n + 2), 1 - 1/(n + 2)]: post-processing
+  of the release. The pseudo-counts a match the noise, so an early, noisy count moves
+  the intercept little (a Beta(a, a) prior as strong as the measurement's error);
+  against add-one smoothing it lowered the cumulative error on 6 of 8 sets at epsilon
+  4 (by 0.1 to 0.5 points; bench/dp_ftrl.py).
 Before anything is known (no declared prior, no release yet) the learner abstains:
 predictions are None (a query's status stays ``learning``) and the probability is 1/2.
 That is the principled answer with no information: any fixed class is a guess the
@@ -250,6 +254,7 @@ class DPFTRL(BlockReleases):
             self._charge_epoch()
         self.ledger = Ledger(s.ledger, on_entry=[on_charge] if on_charge else [])
         self._noise = self._noise_for(s.epoch)
+        self._prefix_variance = None
         self._refresh()
 
     # ------------------------------------------------------------ privacy
@@ -301,9 +306,20 @@ class DPFTRL(BlockReleases):
             return False, 0.0
         if p.prior_weight == 0:
             return True, 0.0
-        lo = 1.0 / (n + 2)
-        pi = min(1 - lo, max(lo, (self.released[-1] / p.prior_weight + 1) / (n + 2)))
+        a = max(1.0, self._count_noise())
+        pi = min(1 - 1 / (n + 2), max(1 / (n + 2), (self.released[-1] / p.prior_weight + a) / (n + 2 * a)))
         return True, math.log(pi / (1 - pi))
+
+    def _count_noise(self) -> float:
+        """The standard deviation of the released positives count's noise (public: sigma
+        ||B_t|| / prior_weight per epoch, the factorization's prefix variance, summed over
+        the epochs the offset carries)."""
+        p, s = self.params, self.state
+        if self._prefix_variance is None:
+            self._prefix_variance = factorization(p.mechanism, p.blocks).prefix_variance(p.blocks)
+        v = self._prefix_variance
+        total = s.epoch * v[-1] + (v[s.b - 1] if s.b else 0.0)
+        return p.sigma * math.sqrt(total) / p.prior_weight
 
     def _noise_total(self) -> np.ndarray:
         s = self.state
