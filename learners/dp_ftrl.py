@@ -141,9 +141,12 @@ PRIOR_SHARE = 0.5       # the positives count's weight, in units of clip (module
 MIN_BLOCK = 10
 
 
-def default_block(horizon: int) -> int:
+def default_block(horizon: int, d: int = 1) -> int:
     """Examples per release: MIN_BLOCK, or more where the epoch would need more blocks than
-    the BLT table is optimised for (mechanisms/factorization.py, 2^17).
+    the BLT table is optimised for (mechanisms/factorization.py, 2^17), or where a wide
+    model's state written at each release (the prefix and the noise buffers, about
+    (BUFFERS + 2)(d + 2) floats: agents/kinds/dp_ftrl.py's cold records) would cost more
+    than about 1 KB of changelog per example: B >= (d + 2) / 16.
 
     Why the smallest block (module docstring, Rules; issue 45). With eta = 1/(sigma ||C e_1||)
     (``default_eta``) the noise a release puts on a margin is about ||B_t|| / ||C e_1||
@@ -155,8 +158,9 @@ def default_block(horizon: int) -> int:
     linear in B and paid on every example. Hence the smallest block that keeps the
     per-release work bounded: 10 examples (a release costs O(buffers x d) and one
     state record); the previous rule's horizon/100 up to 50 lost on 4 of 6 long streams
-    to block 10 (bench/dp_ftrl.py --blocks)."""
-    return max(MIN_BLOCK, -(-horizon // TABLE_MAX))
+    to block 10 (bench/dp_ftrl.py --blocks). The price is the learner's throughput: five
+    times the releases of block 50, and the kernel learned Shuttle 2.2x slower."""
+    return max(MIN_BLOCK, -(-horizon // TABLE_MAX), -(-(d + 2) // 16))
 
 
 def default_eta(sigma: float, strategy_norm2: float) -> float:
@@ -186,7 +190,7 @@ def dp_ftrl_parameters(*, epsilon: float, delta: float, d: int, horizon: int, bl
         raise ParameterError("delta", delta, "in (0, 1)")
     if horizon < 1:
         raise ParameterError("horizon", horizon, ">= 1")
-    block = default_block(horizon) if block is None else block
+    block = default_block(horizon, d) if block is None else block
     if block < 1:
         raise ParameterError("block", block, ">= 1")
     horizon = -(-horizon // block) * block

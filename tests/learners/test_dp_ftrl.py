@@ -270,10 +270,12 @@ def test_prior_settings_are_validated_with_the_parameter_and_its_value():
             dp_ftrl_parameters(epsilon=4.0, delta=1e-6, d=5, horizon=100, **kw)
 
 
-def test_the_block_rule_is_ten_examples_unless_the_epoch_outgrows_the_blt_table():
+def test_the_block_rule_is_ten_examples_unless_the_epoch_or_the_model_is_very_large():
     """Before: horizon/100 in [10, 50], i.e. 50 on every stream over 5,000 examples, where
-    block 10 made fewer mistakes (issue 45; bench/dp_ftrl.py --blocks)."""
+    block 10 made fewer mistakes (issue 45; bench/dp_ftrl.py --blocks). Wide models keep
+    their per-example state traffic bounded with larger blocks."""
     from dpstream.learners.dp_ftrl import default_block
     from dpstream.mechanisms.factorization import TABLE_MAX
     assert [default_block(h) for h in (1, 500, 5_000, 44_000, 10 * TABLE_MAX)] == [10] * 5
     assert default_block(100 * TABLE_MAX) == 100
+    assert default_block(10_000, d=103) == 10 and default_block(10_000, d=9_998) == 625
