@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from functools import lru_cache
 
 import numpy as np
 
@@ -96,6 +97,7 @@ class PredictorConfig:
 MIN_BLOCK = 10          # examples per block below which a block's hypothesis is noise
 
 
+@lru_cache(maxsize=1024)
 def smallest_k(*, epsilon: float, delta: float, v_max: int, accounting: str = "epoch") -> int:
     """The fewest blocks whose vote thresholds (3k/8, 5k/8) leave room for the noise the
     budget needs (gap k/4 >= 3b). b hardly depends on k once the gap is wide, so it is
@@ -117,6 +119,7 @@ V_MAX_LADDER = (64, 32, 16, 8, 4, 2, 1)     # the caps ``size_predictor`` choose
 CLEAR = 2           # k = CLEAR x k_min when the examples allow: room for clear votes
 
 
+@lru_cache(maxsize=1024)
 def size_predictor(*, epsilon: float, delta: float, examples: int, v_max: int | None = None,
                    accounting: str = "epoch") -> tuple[int, int, int]:
     """(k, m, v_max) for an epoch of ``examples`` labelled examples (issue 45).
