@@ -35,6 +35,8 @@ from .storage import FLOAT_BYTES, RECORD_BYTES, rows_per_record
 GENERATORS = ("halfspace", "logistic", "thresholds", "intervals", "conjunctions", "disjunctions",
               "decision_lists", "finite")
 HARD_WEIGHT = {"halfspace": 10_000.0, "logistic": 1.0}     # defaults of hard_query_weight
+NEWTON_MAX_DIMENSION = 256   # logistic blocks and the student: an epoch start of k blocks at
+# d = 103 took ~10 s here (bench/predictor_real.py, yeast); the cost grows as d^3
 BINARY_GENERATORS = ("conjunctions", "disjunctions", "decision_lists")
 FINITE_TABLE_ENTRIES = 100_000   # a finite class travels inside its registration record
 
@@ -153,6 +155,10 @@ class PredictorKind(Handler):
         if rows_per_record(d + 1, FLOAT_BYTES, 256) == 0:
             return (f"predictor rows of dimension {d} do not fit one {RECORD_BYTES:,}-byte record: "
                     f"at most {RECORD_BYTES // FLOAT_BYTES - 1:,} dimensions")
+        if d > NEWTON_MAX_DIMENSION and (p.generator == "logistic" or p.student):
+            return (f"dimension {d} is above the {NEWTON_MAX_DIMENSION} that logistic blocks and the "
+                    "student fit by Newton's method in bounded time (O(d^3) per step, k blocks): "
+                    "declare fewer features or use generator 'halfspace' without a student")
         if p.generator == "decision_lists" and rules_problem(d, p):
             return rules_problem(d, p)
         if p.generator in ("thresholds", "intervals", "finite") and d != 1:

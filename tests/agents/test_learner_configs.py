@@ -76,6 +76,15 @@ def test_a_logistic_predictor_of_1200_examples_is_sized_not_refused():
     assert cfg.params.model_copy(update={"v_max": None}).v_max is None
 
 
+def test_a_logistic_or_student_model_too_wide_to_fit_in_bounded_time_is_refused():
+    from dpstream.agents.kinds.predictor import NEWTON_MAX_DIMENSION, PredictorKind
+    wide = {**PRED, "dimension": NEWTON_MAX_DIMENSION + 1}
+    for params in ({}, {"generator": "halfspace", "student": True}):
+        problem = PredictorKind.config_problem(validate(wide, **params))
+        assert f"dimension {NEWTON_MAX_DIMENSION + 1} is above" in problem
+    assert PredictorKind.config_problem(validate(wide, generator="halfspace")) is None
+
+
 def student_events(n_examples=1200, n_queries=1500):
     s = RNG.stream("learner-config-tests", "pred", 0)
     X = s.uniform(3 * n_examples).reshape(-1, 3) * 2 - 1
