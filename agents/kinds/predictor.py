@@ -28,12 +28,12 @@ from .decision_list import rules_problem
 from .storage import FLOAT_BYTES, RECORD_BYTES, rows_per_record
 
 #: Hypothesis classes a predictor can be registered with (learners/generators.py): real x for
-#: halfspaces (R^d, by LP or, ``logistic``, by regularised logistic regression per block),
-#: thresholds and intervals (d = 1); x in {-1, +1}^d for the monotone
+#: halfspaces (R^d), thresholds and intervals (d = 1); x in {-1, +1}^d for the monotone
 #: conjunctions and disjunctions and the decision lists; a domain index x = [i] for a finite
 #: class given as its prediction table.
-GENERATORS = ("halfspace", "logistic", "thresholds", "intervals", "conjunctions", "disjunctions",
-              "decision_lists", "finite")
+GENERATORS = ("halfspace", "thresholds", "intervals", "conjunctions", "disjunctions",
+              "decision_lists", "finite", "logistic")
+#: ``logistic``: halfspaces in R^d fitted per block by regularised logistic regression (issue 45)
 HARD_WEIGHT = {"halfspace": 10_000.0, "logistic": 1.0}     # defaults of hard_query_weight
 NEWTON_MAX_DIMENSION = 256   # logistic blocks and the student: an epoch start of k blocks at
 # d = 103 took ~10 s here (bench/predictor_real.py, yeast); the cost grows as d^3
