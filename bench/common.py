@@ -47,3 +47,39 @@ def shuttle_rows(bins: int = 16):
     b = np.clip(((X - lo) / np.where(hi > lo, hi - lo, 1) * bins).astype(int), 0, bins - 1)
     rows = b + bins * np.arange(len(names))[None, :]
     return rows.astype(np.int64), np.array([1 if y else -1 for _, y in data]), len(names) * bins
+
+
+# ------------------------------------------------------------------ classification metrics
+def error(pred: np.ndarray, y: np.ndarray) -> float:
+    """Share of wrong answers; an abstention (0 or None) counts as wrong."""
+    return float(np.mean(_labels(pred) != y))
+
+
+def balanced_error(pred: np.ndarray, y: np.ndarray) -> float:
+    """(false-negative rate + false-positive rate) / 2, abstentions wrong: 0.5 for any
+    constant answer, whatever the class balance (design.md section 9)."""
+    pred = _labels(pred)
+    pos, neg = y == 1, y == -1
+    rates = [np.mean(pred[m] != t) for m, t in ((pos, 1), (neg, -1)) if m.any()]
+    return float(np.mean(rates))
+
+
+def auc(scores: np.ndarray, y: np.ndarray) -> float:
+    """Area under the ROC curve of scores for y = +1 (Mann-Whitney, ties count 1/2); nan
+    when one class is absent."""
+    scores, pos = np.asarray(scores, dtype=float), np.asarray(y) == 1
+    n_pos, n_neg = int(pos.sum()), int((~pos).sum())
+    if n_pos == 0 or n_neg == 0:
+        return float("nan")
+    order = np.argsort(scores, kind="mergesort")
+    ranks = np.empty(len(scores))
+    sorted_scores = scores[order]
+    # average ranks over ties
+    _, first, counts = np.unique(sorted_scores, return_index=True, return_counts=True)
+    avg = first + (counts + 1) / 2.0
+    ranks[order] = np.repeat(avg, counts)
+    return float((ranks[pos].sum() - n_pos * (n_pos + 1) / 2) / (n_pos * n_neg))
+
+
+def _labels(pred) -> np.ndarray:
+    return np.array([0 if v is None else int(v) for v in pred])

@@ -11,6 +11,15 @@ and the stream a private learner sees (the rest), in one fixed shuffled order.
 | bananas | River ``Bananas`` | 5,300 | 2 numeric | the second banana (not linearly separable) |
 | breast_cancer | scikit-learn | 569 | 30 numeric | benign |
 | digits | scikit-learn | 1,797 | 64 pixels | digit >= 5 |
+| solar_flare | River ``SolarFlare`` | 1,066 | 10 (3 categorical) | an M- or X-class flare in 24 h (3.8%) |
+| yeast | River ``Yeast`` | 2,417 | 103 numeric | functional class 9 (7.4%) |
+| digits_zero | scikit-learn | 1,797 | 64 pixels | the digit 0 (9.9%) |
+
+The last three are the imbalanced sets of issue 45 (under 15% positives), chosen before
+any learner ran on them by a rule stated here: every set a package ships offline with a
+natural binary target under 15% (SolarFlare's strong flares), and for the multi-label and
+multi-class sets one label each: Yeast's rarest class with at least 5% positives, the
+digits' class 0. Shuttle (7.2%) is imbalanced too; ``IMBALANCED`` lists the four.
 """
 from __future__ import annotations
 
@@ -18,7 +27,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-NAMES = ("phishing", "segment", "shuttle", "bananas", "breast_cancer", "digits")
+NAMES = ("phishing", "segment", "shuttle", "bananas", "breast_cancer", "digits",
+         "solar_flare", "yeast", "digits_zero")
+IMBALANCED = ("shuttle", "solar_flare", "yeast", "digits_zero")      # under 15% positives
 
 
 @dataclass
@@ -27,6 +38,13 @@ class Stream:
     public: list[dict]            # the public sample's records (declarations come from them)
     records: list[dict]           # the private stream
     labels: np.ndarray            # +1 / -1
+    public_labels: np.ndarray | None = None     # the public sample's labels
+
+    @property
+    def public_prior(self) -> float:
+        """P(y = +1) from the public sample's labels, add-one smoothed: what a user who may
+        publish that sample can declare as a public prior (never the stream's labels)."""
+        return float(((self.public_labels == 1).sum() + 1) / (len(self.public_labels) + 2))
 
     @property
     def majority_online(self) -> np.ndarray:
@@ -48,6 +66,13 @@ def _sklearn(loader, positive) -> tuple[list[dict], list[int]]:
             [1 if positive(t) else -1 for t in data.target])
 
 
+def _solar_flare() -> tuple[list[dict], list[int]]:
+    from river import datasets
+    rows = list(datasets.SolarFlare())
+    return ([{k: (str(v) if isinstance(v, str) else float(v)) for k, v in x.items()} for x, _ in rows],
+            [1 if y["m-class-flares"] + y["x-class-flares"] > 0 else -1 for _, y in rows])
+
+
 def load(name: str) -> Stream:
     from river import datasets
     from sklearn import datasets as sk
@@ -58,8 +83,11 @@ def load(name: str) -> Stream:
         "bananas": lambda: _river(datasets.Bananas, bool),
         "breast_cancer": lambda: _sklearn(sk.load_breast_cancer, lambda t: t == 1),
         "digits": lambda: _sklearn(sk.load_digits, lambda t: t >= 5),
+        "solar_flare": _solar_flare,
+        "yeast": lambda: _river(datasets.Yeast, lambda t: bool(t["Class9"])),
+        "digits_zero": lambda: _sklearn(sk.load_digits, lambda t: t == 0),
     }[name]()
     order = np.random.default_rng(0).permutation(len(y))     # the data's order, not privacy noise
     X, y = [X[i] for i in order], np.asarray(y)[order]
     k = max(30, len(y) // 10)
-    return Stream(name, X[:k], X[k:], y[k:])
+    return Stream(name, X[:k], X[k:], y[k:], y[:k])

@@ -23,6 +23,31 @@ that rho meets the epoch's (epsilon, delta) (``dp_ftrl_parameters``). An epoch i
 examples, so the per-example guarantee is one epoch's (epsilon, delta), forever, as for
 continual Winnow (mechanisms/continual.py, "Epochs on disjoint examples").
 
+The intercept and the answer before the first release (issue 45). A unit row's bias
+coordinate is 1/||(x, 1)||, so an intercept of a few log-odds (a stream with 4% positives
+needs about -3.2) takes the bias weight many blocks of gradients to reach, and before the
+first release the old learner answered +1 by a tie-break of sgn(0). Now the score is
+s(x) = b0 + <w, r(x)>, with b0 = logit(pi) for the class prior pi:
+* ``prior``: a declared *public* P(y = +1) (configuration, free): b0 = logit(prior) from
+  the first example on;
+* otherwise a private estimate: each example adds ``prior_weight`` x [y = +1] to one extra
+  coordinate of its block's vector, released with the gradients by the same
+  factorization (so the same zCDP proof covers it; the replace-one sensitivity becomes
+  sqrt((2 clip)^2 + prior_weight^2), ``dp_ftrl_parameters``). After a release, n
+  examples released so far (public: blocks x block), P^ the released count and s its
+  noise's standard deviation (public: sigma ||B_t|| / prior_weight): pi = (P^ + a) /
+  (n + 2a) with a = max(1, s), clamped to [1/(n + 2), 1 - 1/(n + 2)]: post-processing
+  of the release. The pseudo-counts a match the noise, so an early, noisy count moves
+  the intercept little (a Beta(a, a) prior as strong as the measurement's error);
+  against add-one smoothing it lowered the cumulative error on 5 of the 9 bench sets at
+  epsilon 4 (by 0.1 to 0.5 points) and raised it on 2 (by 0.1; bench/dp_ftrl.py).
+Before anything is known (no declared prior, no release yet) the learner abstains:
+predictions are None (a query's status stays ``learning``) and the probability is 1/2.
+That is the principled answer with no information: any fixed class is a guess the
+stream may punish (design.md section 9, "Learners vs a constant").
+Probabilities: ``predict_proba_many`` = sigmoid(s(x)) (the logistic model's estimate of
+P(y = +1 | x); for the hinge loss a monotone score only).
+
 Exact arithmetic where outputs must not depend on batching: gradients are rounded to
 multiples of 2^-30 and summed as int64 (exact, in any order), and inner products are
 row sums of elementwise products (numpy's pairwise sum per row, the same alone or in a
@@ -30,8 +55,13 @@ batch). So a batch gives the state and outputs of one example at a time, bit for
 and replay reproduces every release.
 
 Rules: ``clip`` = 1/4 (unit rows' logistic gradients are mostly far below 1 once the
-model learns, so a smaller bound buys a 4x smaller noise for the few it cuts), and
-``eta`` and ``block`` follow from the noise and the stream (``default_eta``,
+model learns, so a smaller bound buys a 4x smaller noise for the few it cuts),
+``prior_weight`` = clip / 2 (``PRIOR_SHARE``: the sensitivity, and so every coordinate's
+noise, grows by sqrt(1 + 1/16) - 1 = 3%; the released count's noise is then
+sigma ||B_t|| / prior_weight, 8 to 20 counts at epsilon 4 on the bench's streams: the
+intercept is rough for the first few hundred examples and close after, and a weight of
+clip (12% more noise) or 2 clip (41%) did not pay for itself on six sets at epsilon 4),
+and ``eta`` and ``block`` follow from the noise and the stream (``default_eta``,
 ``default_block``). ``bench/dp_ftrl.py --grid`` sets them against the best of a grid
 (clip 1, 1/2, 1/4, 1/10; eta x clip 0.03 to 1; block 10, 50) on six real sets at
 epsilon 1 and 4: the rules' cumulative error was within 0 to 3.2 points of the grid's
@@ -41,8 +71,11 @@ best cell (itself the best of 32 noisy runs), e.g. 12.7% against 12.5% (phishing
 >>> from dpstream.mechanisms.randomness import KeyedRandomness
 >>> params = dp_ftrl_parameters(epsilon=4.0, delta=1e-6, d=3, horizon=1000, block=10)
 >>> model = DPFTRL(params=params, rng=KeyedRandomness(bytes(32)), model_id="doc")
->>> model.learn_one([0.5, -1.0, 0.2], +1).prediction in (-1, 1)
+>>> model.learn_one([0.5, -1.0, 0.2], +1).prediction is None    # nothing released yet
 True
+>>> steps = model.learn_many([[0.5, -1.0, 0.2]] * 9, [+1] * 9)   # the first release
+>>> model.predict_one([0.5, -1.0, 0.2]) in (-1, 1), 0 < model.predict_proba_one([0.5, -1.0, 0.2]) < 1
+(True, True)
 >>> model.ledger.totals().epsilon <= 4.0
 True
 """
@@ -55,8 +88,8 @@ import numpy as np
 
 from dpstream.mechanisms.accounting import Ledger, LedgerState, zcdp_epsilon, zcdp_rho
 from dpstream.mechanisms.errors import ParameterError
-from dpstream.mechanisms.factorization import (BLT, TREE, BLTNoise, BLTParams, TreeNoiseF,
-                                               factorization, optimal_blt)
+from dpstream.mechanisms.factorization import (BLT, TABLE_MAX, TREE, BLTNoise, BLTParams,
+                                               TreeNoiseF, factorization, optimal_blt)
 from dpstream.mechanisms.randomness import KeyedRandomness
 
 from .protocol import BlockReleases, Step
@@ -87,19 +120,50 @@ class DPFTRLParameters:
     delta: float
     blt: tuple | None = None   # (theta, omega) of the BLT
     clip: float = 0.25         # l2 bound on one example's gradient
+    prior: float | None = None  # a declared public P(y = +1), or None
+    prior_weight: float = 0.0  # weight of the released positives count (0: none released)
 
     @property
     def blocks(self) -> int:
         return self.horizon // self.block
 
+    @property
+    def released_dim(self) -> int:
+        """Coordinates of a block's vector: d weights, the bias, and the positives count
+        when the prior is estimated privately."""
+        return self.d + 1 + (self.prior_weight > 0)
+
 
 CLIP = 0.25
+PRIOR_SHARE = 0.5       # the positives count's weight, in units of clip (module docstring)
 
 
-def default_block(horizon: int) -> int:
-    """Examples per release: a hundredth of the epoch, at least 10 and at most 50 (fresher
-    models against fewer, larger releases; module docstring, Rules)."""
-    return min(50, max(10, horizon // 100))
+MIN_BLOCK = 10
+
+
+def default_block(horizon: int, d: int = 1) -> int:
+    """Examples per release: MIN_BLOCK, or more where the epoch would need more blocks than
+    the BLT table is optimised for (mechanisms/factorization.py, 2^17), or where a wide
+    model's state written at each release (the prefix and the noise buffers, about
+    (BUFFERS + 2)(d + 2) floats: agents/kinds/dp_ftrl.py's cold records) would cost more
+    than about 1 KB of changelog per example: B >= (d + 2) / 16.
+
+    Why the smallest block (module docstring, Rules; issue 45). With eta = 1/(sigma ||C e_1||)
+    (``default_eta``) the noise a release puts on a margin is about ||B_t|| / ||C e_1||
+    whatever the block, while the signal after t examples is eta t g: its ratio to the
+    noise scales as t / (sens ||C e_1|| ||B_t||). For BLT (as for the square-root
+    factorization it approximates) ||C e_1||^2 and ||B_t||^2 grow like ln(n) / pi in the
+    number of blocks n = T/B, so a 5x smaller block costs a factor (ln n + ln 5)/ln n in
+    noise (1.2 at n = 1,000), while the model lags B examples behind the stream, a cost
+    linear in B and paid on every example. Hence the smallest block that keeps the
+    per-release work bounded: 10 examples (a release costs O(buffers x d) and one
+    state record). Measured (bench/dp_ftrl.py --blocks, epsilon 4, 3 keys): on the two
+    streams over 4,000 examples block 10 beat the previous rule's horizon/100 (44 and
+    50: shuttle 0.5 against 0.6%, bananas 46.2 against 46.6%), and on yeast; on three
+    streams of 1,600 to 2,100 the previous rule's 16 to 21 was better by 0.4 to 0.9
+    points (docs/models.md). The price is throughput: five times the releases of block
+    50, and the kernel learned Shuttle 2.2x slower."""
+    return max(MIN_BLOCK, -(-horizon // TABLE_MAX), -(-(d + 2) // 16))
 
 
 def default_eta(sigma: float, strategy_norm2: float) -> float:
@@ -112,17 +176,24 @@ def default_eta(sigma: float, strategy_norm2: float) -> float:
 
 def dp_ftrl_parameters(*, epsilon: float, delta: float, d: int, horizon: int, block: int | None = None,
                        eta: float | None = None, loss: str = "logistic", mechanism: str = BLT,
-                       clip: float = CLIP) -> DPFTRLParameters:
+                       clip: float = CLIP, prior: float | None = None,
+                       prior_weight: float | None = None) -> DPFTRLParameters:
     """Parameters that spend (epsilon, delta) per example (one epoch): rho from dp-accounting
     (``zcdp_rho``), sigma = sens ||C e_1|| / sqrt(2 rho). ``horizon`` (examples per epoch)
-    is rounded up to a multiple of the block."""
+    is rounded up to a multiple of the block.
+
+    The class prior: ``prior`` declares a public P(y = +1) in (0, 1) (nothing released
+    about it); otherwise the positives count is released with weight ``prior_weight``
+    (default PRIOR_SHARE x clip; 0 turns the estimate off), and the replace-one
+    sensitivity of a block's vector is sqrt((2 clip + r)^2 + q^2), r the gradients'
+    rounding (sqrt(d + 1) 2^-30) and q the weight as summed (a multiple of 2^-30)."""
     if d < 1:
         raise ParameterError("d", d, ">= 1")
     if not 0 < delta < 1:
         raise ParameterError("delta", delta, "in (0, 1)")
     if horizon < 1:
         raise ParameterError("horizon", horizon, ">= 1")
-    block = default_block(horizon) if block is None else block
+    block = default_block(horizon, d) if block is None else block
     if block < 1:
         raise ParameterError("block", block, ">= 1")
     horizon = -(-horizon // block) * block
@@ -135,7 +206,16 @@ def dp_ftrl_parameters(*, epsilon: float, delta: float, d: int, horizon: int, bl
     norm2 = fac.sensitivity_squared(n)
     if not math.isfinite(norm2):
         raise ParameterError("mechanism", mechanism, "a factorization with finite sensitivity")
-    sens = 2.0 * clip + math.sqrt(d + 1) / SCALE
+    if prior is not None and not (0 < prior < 1):
+        raise ParameterError("prior", prior, "a public P(y = +1) in (0, 1), or None to estimate it privately")
+    if prior_weight is None:
+        prior_weight = 0.0 if prior is not None else PRIOR_SHARE * clip
+    if not (prior_weight >= 0 and math.isfinite(prior_weight)):
+        raise ParameterError("prior_weight", prior_weight, "a finite number >= 0")
+    if prior is not None and prior_weight > 0:
+        raise ParameterError("prior_weight", prior_weight, "0 when a public prior is declared")
+    q = float(np.rint(prior_weight * SCALE)) / SCALE          # the count's step, as summed
+    sens = math.hypot(2.0 * clip + math.sqrt(d + 1) / SCALE, q)
     rho = zcdp_rho(epsilon, delta)
     sigma = sens * math.sqrt(norm2) / math.sqrt(2 * rho)
     eta = default_eta(sigma, norm2) if eta is None else eta
@@ -144,7 +224,8 @@ def dp_ftrl_parameters(*, epsilon: float, delta: float, d: int, horizon: int, bl
     blt = (fac.params.theta, fac.params.omega) if mechanism == BLT else None
     spent = zcdp_epsilon(sens * sens * norm2 / (2 * sigma * sigma), delta)
     return DPFTRLParameters(d, block, horizon, float(eta), loss, mechanism, sigma, sens, norm2,
-                            rho, spent, delta, blt, float(clip))
+                            rho, spent, delta, blt, float(clip),
+                            None if prior is None else float(prior), q)
 
 
 @dataclass
@@ -168,17 +249,19 @@ class DPFTRL(BlockReleases):
     def __init__(self, *, params: DPFTRLParameters, rng: KeyedRandomness, model_id: str,
                  state: DPFTRLState | None = None, on_charge=None):
         self.params, self.rng, self.model_id, self.on_charge = params, rng, model_id, on_charge
-        self.dim = params.d + 1
+        self.dim = params.d + 1                 # a row: d features and the bias
+        self.rdim = params.released_dim         # a block's vector: and the positives count
         s = self.state = state or DPFTRLState()
         for name in ("inc", "prefix"):
             if getattr(s, name) is None:
-                setattr(s, name, np.zeros(self.dim, dtype=np.int64))
+                setattr(s, name, np.zeros(self.rdim, dtype=np.int64))
         if s.offset is None:
-            s.offset = np.zeros(self.dim)
+            s.offset = np.zeros(self.rdim)
         if s.ledger is None:
             self._charge_epoch()
         self.ledger = Ledger(s.ledger, on_entry=[on_charge] if on_charge else [])
         self._noise = self._noise_for(s.epoch)
+        self._prefix_variance = None
         self._refresh()
 
     # ------------------------------------------------------------ privacy
@@ -196,22 +279,54 @@ class DPFTRL(BlockReleases):
     def _noise_for(self, epoch: int):
         p = self.params
         if p.mechanism == TREE:
-            return TreeNoiseF(self.rng, self.model_id, PURPOSE, epoch, p.sigma, self.dim)
-        return BLTNoise(self.rng, self.model_id, PURPOSE, epoch, p.sigma, self.dim,
+            return TreeNoiseF(self.rng, self.model_id, PURPOSE, epoch, p.sigma, self.rdim)
+        return BLTNoise(self.rng, self.model_id, PURPOSE, epoch, p.sigma, self.rdim,
                         BLTParams(*p.blt))
 
     # ------------------------------------------------------------ the released model
     def _refresh(self, noise_total: np.ndarray | None = None) -> None:
-        """w = -eta (offset + released prefix of this epoch)."""
+        """w = -eta (offset + released prefix of this epoch), and the intercept."""
         s, p = self.state, self.params
         if s.b == 0:
-            released = np.zeros(self.dim)
+            released = np.zeros(self.rdim)
         else:
             if noise_total is None:
                 noise_total = self._noise_total()
             released = s.prefix / SCALE + noise_total
         self.released = s.offset + released
-        self.w = -p.eta * self.released
+        self.w = -p.eta * self.released[:self.dim]
+        self.informed, self.intercept = self._prior()
+
+    @property
+    def released_examples(self) -> int:
+        """Examples the released model has seen (public: releases x block)."""
+        return self.state.epoch * self.params.horizon + self.state.b * self.params.block
+
+    def _prior(self) -> tuple[bool, float]:
+        """(whether anything is known, b0 = logit of the class prior): the declared prior,
+        else the released positives count smoothed (module docstring), else (False, 0)."""
+        p = self.params
+        if p.prior is not None:
+            return True, math.log(p.prior / (1 - p.prior))
+        n = self.released_examples
+        if n == 0:
+            return False, 0.0
+        if p.prior_weight == 0:
+            return True, 0.0
+        a = max(1.0, self._count_noise())
+        pi = min(1 - 1 / (n + 2), max(1 / (n + 2), (self.released[-1] / p.prior_weight + a) / (n + 2 * a)))
+        return True, math.log(pi / (1 - pi))
+
+    def _count_noise(self) -> float:
+        """The standard deviation of the released positives count's noise (public: sigma
+        ||B_t|| / prior_weight per epoch, the factorization's prefix variance, summed over
+        the epochs the offset carries)."""
+        p, s = self.params, self.state
+        if self._prefix_variance is None:
+            self._prefix_variance = factorization(p.mechanism, p.blocks).prefix_variance(p.blocks)
+        v = self._prefix_variance
+        total = s.epoch * v[-1] + (v[s.b - 1] if s.b else 0.0)
+        return p.sigma * math.sqrt(total) / p.prior_weight
 
     def _noise_total(self) -> np.ndarray:
         s = self.state
@@ -233,14 +348,34 @@ class DPFTRL(BlockReleases):
         return R / np.sqrt(np.sum(R * R, axis=1))[:, None]         # >= 1: the bias
 
     def _margins(self, R: np.ndarray) -> np.ndarray:
-        return np.sum(R * self.w, axis=1)          # per row, independent of the batch
+        """Scores b0 + <w, r> (per row, independent of the batch)."""
+        return self.intercept + np.sum(R * self.w, axis=1)
 
-    def predict_one(self, x) -> int:
-        """sgn <w, x>: post-processing of the released model, free."""
-        return int(self.predict_many([x])[0])
+    def _labels(self, scores: np.ndarray) -> np.ndarray:
+        """+1 / -1 by the score's sign, 0 (abstain) while nothing is known."""
+        if not self.informed:
+            return np.zeros(scores.shape, dtype=np.int64)
+        return np.where(scores >= 0, 1, -1)
 
-    def predict_many(self, X) -> np.ndarray:
-        return np.where(self._margins(self.rows(X)) >= 0, 1, -1)
+    def predict_one(self, x) -> int | None:
+        """sgn(b0 + <w, x>), None before anything is known (module docstring):
+        post-processing of the released model, free."""
+        return self.predict_many([x])[0]
+
+    def predict_many(self, X) -> list[int | None]:
+        return [int(v) or None for v in self._labels(self._margins(self.rows(X)))]
+
+    def predict_proba_one(self, x) -> float:
+        """P(y = +1 | x) as the released logistic model estimates it (1/2 before anything
+        is known); free."""
+        return float(self.predict_proba_many([x])[0])
+
+    def predict_proba_many(self, X) -> np.ndarray:
+        """sigmoid(b0 + <w, x>) per row (1/2 before anything is known)."""
+        if not self.informed:
+            return np.full(self.rows(X).shape[0], 0.5)
+        z = np.clip(self._margins(self.rows(X)), -700, 700)
+        return 1.0 / (1.0 + np.exp(-z))
 
     def predict_proba_many(self, X) -> np.ndarray:
         """P(y = +1 | x) = sigmoid(<w, x>) per row, the released logistic model's estimate
@@ -262,7 +397,8 @@ class DPFTRL(BlockReleases):
         return R, ys
 
     def _gradients(self, R: np.ndarray, ys: np.ndarray, margins: np.ndarray) -> np.ndarray:
-        """Clipped per-example gradients at the released w, as int64 multiples of 2^-30."""
+        """Per example, its block vector as int64 multiples of 2^-30: the clipped gradient
+        at the released model's score, then (private prior) prior_weight x [y = +1]."""
         z = ys * margins
         if self.params.loss == "logistic":
             coef = -ys / (1.0 + np.exp(np.clip(z, -700, 700)))     # -y sigmoid(-y <w, x>)
@@ -271,13 +407,17 @@ class DPFTRL(BlockReleases):
         G = coef[:, None] * R
         norms = np.sqrt(np.sum(G * G, axis=1))
         G /= np.maximum(1.0, norms / self.params.clip)[:, None]
-        return np.rint(G * SCALE).astype(np.int64)
+        out = np.rint(G * SCALE).astype(np.int64)
+        if self.rdim > self.dim:
+            step = int(np.rint(self.params.prior_weight * SCALE))
+            out = np.concatenate([out, np.where(ys == 1, step, 0)[:, None].astype(np.int64)], axis=1)
+        return out
 
     def _learn_segment(self, rows: np.ndarray, ys: np.ndarray) -> np.ndarray:
         """Predictions, then the gradients at the same released w into the block's sum."""
         margins = self._margins(rows)
-        pred = np.where(margins >= 0, 1, -1)
-        self.state.mistakes += int((pred != ys).sum())
+        pred = self._labels(margins)
+        self.state.mistakes += int((pred != ys).sum())          # an abstention counts
         self.state.inc = self.state.inc + self._gradients(rows, ys, margins).sum(axis=0)
         return pred
 
@@ -285,7 +425,7 @@ class DPFTRL(BlockReleases):
         s = self.state
         s.b += 1
         s.prefix = s.prefix + s.inc
-        s.inc = np.zeros(self.dim, dtype=np.int64)
+        s.inc = np.zeros(self.rdim, dtype=np.int64)
         total, s.noise = self._noise.prefix(s.b, s.noise)
         self._refresh(total)
 
@@ -296,7 +436,7 @@ class DPFTRL(BlockReleases):
         s.offset = self.released.copy()
         s.epoch += 1
         s.t = s.b = 0
-        s.prefix = np.zeros(self.dim, dtype=np.int64)
+        s.prefix = np.zeros(self.rdim, dtype=np.int64)
         s.noise = None
         self._charge_epoch()
         self._noise = self._noise_for(s.epoch)
@@ -316,6 +456,7 @@ class DPFTRL(BlockReleases):
 
     @classmethod
     def state_from(cls, hot: dict, cold: dict | None, dim: int, buffers: int) -> DPFTRLState:
+        """The state of records; ``dim``: the parameters' ``released_dim``."""
         s = DPFTRLState(epoch=hot["epoch"], t=hot["t"], b=hot["b"], inc=_unints(hot["inc"]),
                         mistakes=hot["mistakes"], ledger=LedgerState(**hot["ledger"]))
         cold = cold or {}

@@ -22,7 +22,10 @@ Privacy, two accountings (``PredictorConfig.accounting``):
   (``mechanisms.params.predictor_instance_budget``).
 Either way, after the v_max-th hard query the model answers nothing more
 (``budget_exhausted``) until a new epoch brings a fresh, disjoint sample; epochs on
-disjoint data compose in parallel.
+disjoint data compose in parallel. With ``student=True`` (issue 45), the answers the
+vote released this epoch train a student model when the budget runs out, and the
+student answers from then on (status ``student``): post-processing of the released
+transcript, no charge, with the caveat on queries in learners/student.py.
 
 Regeneration keeps a block's hypothesis when it already satisfies the new hard
 query (oblivious generators): it was the least-error hypothesis over a larger set that
@@ -32,6 +35,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from functools import lru_cache
 
 import numpy as np
 
@@ -46,6 +50,7 @@ from dpstream.mechanisms.params import PredictorBudget, predictor_instance_budge
 from dpstream.mechanisms.randomness import KeyedRandomness
 
 from .protocol import Step
+from .student import STUDENT_MAX, fit_student, student_label
 
 EPOCH_MECHANISM = "between_thresholds_epoch"
 BT_PURPOSE = "predictor/between_thresholds"
@@ -53,6 +58,7 @@ TOP_PURPOSE = "predictor/top_label"
 PARTITION_PURPOSE = "predictor/partition"
 
 ANSWERED, HARD, EXHAUSTED, NO_EPOCH = "answered", "hard_query", "budget_exhausted", "no_epoch"
+STUDENT = "student"           # answered by the student after the epoch's budget ran out
 
 
 @dataclass(frozen=True)
@@ -91,6 +97,7 @@ class PredictorConfig:
 MIN_BLOCK = 10          # examples per block below which a block's hypothesis is noise
 
 
+@lru_cache(maxsize=1024)
 def smallest_k(*, epsilon: float, delta: float, v_max: int, accounting: str = "epoch") -> int:
     """The fewest blocks whose vote thresholds (3k/8, 5k/8) leave room for the noise the
     budget needs (gap k/4 >= 3b). b hardly depends on k once the gap is wide, so it is
@@ -108,22 +115,44 @@ def smallest_k(*, epsilon: float, delta: float, v_max: int, accounting: str = "e
             k = math.ceil(k * 1.05) + 1
 
 
-def size_predictor(*, epsilon: float, delta: float, v_max: int, examples: int,
-                   accounting: str = "epoch") -> tuple[int, int]:
-    """(k, m) for an epoch of ``examples`` labelled examples: k = min(4 k_min, examples / 50)
-    but at least k_min (enough blocks for the noise, with room for clear votes), and m =
-    examples // k at least MIN_BLOCK; bench/predictor_real.py chose the factors (Shuttle:
-    k = 600 blocks of 56 answered 99.8% of queries at eps 4). Raises InfeasibleParameters
-    with the numbers needed when the examples are too few."""
-    k_min = smallest_k(epsilon=epsilon, delta=delta, v_max=v_max, accounting=accounting)
-    need = k_min * MIN_BLOCK
-    if examples < need:
+V_MAX_LADDER = (64, 32, 16, 8, 4, 2, 1)     # the caps ``size_predictor`` chooses from
+CLEAR = 2           # k = CLEAR x k_min when the examples allow: room for clear votes
+
+
+@lru_cache(maxsize=1024)
+def size_predictor(*, epsilon: float, delta: float, examples: int, v_max: int | None = None,
+                   accounting: str = "epoch") -> tuple[int, int, int]:
+    """(k, m, v_max) for an epoch of ``examples`` labelled examples (issue 45).
+
+    k_min(v) is the fewest blocks whose vote gap k/4 holds 3 noise scales for an epoch of
+    up to v hard queries (``smallest_k``). At k = k_min a unanimous vote still falls in
+    the gap with probability about e^{-4.5}/2 = 0.6% per query (the noise must cross
+    3k/8 = 4.5 b), so a stream of easy queries meets a spurious hard query every ~180;
+    at k = 2 k_min, e^{-9}/2 = 0.006%. Hence k = min(CLEAR k_min, examples // MIN_BLOCK):
+    as many blocks as clear votes want, none below MIN_BLOCK examples; m = examples // k.
+
+    ``v_max`` None (automatic): the largest cap in V_MAX_LADDER whose CLEAR k_min blocks
+    of MIN_BLOCK fit the examples, else the largest whose k_min blocks do. The cap only
+    moves k_min by a factor 3 from 1 to 64 hard queries (87 to 253 at eps 4), so with few
+    examples a smaller cap buys the blocks that make most votes clear. A fixed 64 refused
+    every model under 2,530 examples at eps 4 (issue 45).
+
+    Raises InfeasibleParameters with the numbers needed when the examples are too few
+    even for v_max = 1 (or the given cap)."""
+    caps = V_MAX_LADDER if v_max is None else (v_max,)
+    k_min = {v: smallest_k(epsilon=epsilon, delta=delta, v_max=v, accounting=accounting) for v in caps}
+    fits = [v for v in caps if CLEAR * k_min[v] * MIN_BLOCK <= examples] or \
+        [v for v in caps if k_min[v] * MIN_BLOCK <= examples]
+    if not fits:
+        v = caps[-1]
+        need = k_min[v] * MIN_BLOCK
         raise InfeasibleParameters(
-            f"(eps={epsilon}, delta={delta}) with up to v_max={v_max} hard queries needs k >= "
-            f"{k_min:,} blocks of at least {MIN_BLOCK} examples, i.e. {need:,} examples per epoch; "
+            f"(eps={epsilon}, delta={delta}) with up to v_max={v} hard queries needs k >= "
+            f"{k_min[v]:,} blocks of at least {MIN_BLOCK} examples, i.e. {need:,} examples per epoch; "
             f"you have {examples:,}: raise epsilon, lower v_max, or gather more examples")
-    k = max(k_min, min(4 * k_min, examples // 50))
-    return k, examples // k
+    v = fits[0]
+    k = max(k_min[v], min(CLEAR * k_min[v], examples // MIN_BLOCK))
+    return k, examples // k, v
 
 
 @dataclass
@@ -139,6 +168,8 @@ class PredictorState:
     ledger: LedgerState | None = None
     hard_x: list = field(default_factory=list)
     hard_y: list = field(default_factory=list)
+    kept: int = 0                        # released answers kept for the student this epoch
+    student: list | None = None          # the student's (a, w), once fitted
 
     def to_record(self) -> dict:
         """A record that shares no mutable object with this state (the learner appends to
@@ -147,6 +178,7 @@ class PredictorState:
         r["bt"] = None if self.bt is None else dict(vars(self.bt))
         r["ledger"] = None if self.ledger is None else dict(vars(self.ledger))
         r["hard_x"], r["hard_y"] = _copied(self.hard_x), list(self.hard_y)
+        r["student"] = None if self.student is None else list(self.student)
         return r
 
     @classmethod
@@ -156,6 +188,8 @@ class PredictorState:
         r["bt"] = None if r["bt"] is None else BetweenThresholdsState(**r["bt"])
         r["ledger"] = None if r["ledger"] is None else LedgerState(**r["ledger"])
         r["hard_x"], r["hard_y"] = _copied(r["hard_x"]), list(r["hard_y"])
+        r["student"] = None if r.get("student") is None else list(r["student"])
+        r.setdefault("kept", 0)
         return cls(**r)
 
 
@@ -205,7 +239,7 @@ class PrivatePredictor:
     """
     def __init__(self, *, config: PredictorConfig, generator, rng: KeyedRandomness, model_id: str,
                  state: PredictorState | None = None, on_charge=None, sample: int | None = None,
-                 epochs: bool = True):
+                 epochs: bool = True, student: bool = False):
         if config.k < 1:
             raise ParameterError("k", config.k, ">= 1")
         self.config, self.generator, self.rng, self.model_id = config, generator, rng, model_id
@@ -218,6 +252,10 @@ class PrivatePredictor:
         self.ledger = None if self.state.ledger is None else self._ledger(self.state.ledger)
         self.sample, self.epochs = sample, epochs   # ``learn_one``: examples per epoch, new epochs
         self._pending: list = []
+        # the student (learners/student.py): released answers kept, in arrival order
+        self.with_student = student
+        self.kept_x: list = []
+        self.kept_y: list = []
 
     def _ledger(self, state: LedgerState) -> Ledger:
         """The epoch's ledger (one per epoch: epochs see disjoint samples), publishing each
@@ -238,6 +276,8 @@ class PrivatePredictor:
         s.instances = s.tops = 0
         s.exhausted = False
         s.hard_x, s.hard_y = [], []
+        s.kept, s.student = 0, None
+        self.kept_x, self.kept_y = [], []
         if self.config.accounting == "epoch":
             fresh = Ledger.create(epsilon=self.config.epsilon, delta=self.config.delta, rule="basic")
         else:
@@ -257,9 +297,12 @@ class PrivatePredictor:
         perm = keyed_permutation(self.rng, self.model_id, epoch, X.shape[0])[: k * m]
         return [(X[perm[i * m:(i + 1) * m]], y[perm[i * m:(i + 1) * m]]) for i in range(k)]
 
-    def restore(self, blocks, H) -> None:
-        """Reattach stored blocks and hypotheses after loading ``state``."""
+    def restore(self, blocks, H, kept=None) -> None:
+        """Reattach stored blocks, hypotheses and the released answers kept for the student
+        ((x, label) rows) after loading ``state``."""
         self.blocks, self.H = blocks, self.generator.stack(H)
+        kept = list(kept or [])[: self.state.kept]
+        self.kept_x, self.kept_y = [r[:-1] for r in kept], [int(r[-1]) for r in kept]
         if self.state.bt is not None and not self.state.exhausted:
             self._bt = BetweenThresholds(calibration=self.calibration, rng=self.rng,
                                          model_id=self.model_id, state=self.state.bt,
@@ -294,6 +337,8 @@ class PrivatePredictor:
                 ledger.charge("between_thresholds", budget.eps_bt, budget.delta_bt)
         except BudgetExhausted:
             s.exhausted, self._bt = True, None
+            if self.with_student and s.student is None:
+                s.student = fit_student(self.kept_x, self.kept_y).tolist() if self.kept_y else None
             return
         finally:
             s.ledger = ledger.state
@@ -340,14 +385,20 @@ class PrivatePredictor:
         if s.epoch < 0:
             return Answer(None, NO_EPOCH, s.version)
         if s.exhausted or self._bt is None:
+            if s.student is not None:               # post-processing of released answers
+                s.queries += 1
+                return Answer(student_label(s.student, x), STUDENT, s.version)
             return Answer(None, EXHAUSTED, s.version)
         s.queries += 1
         count = int((self.votes(x) == 1).sum())
         out = self._bt.query(count)
-        if out == L:
-            return Answer(-1, ANSWERED, s.version, L)
-        if out == R:
-            return Answer(1, ANSWERED, s.version, R)
+        if out in (L, R):
+            label = -1 if out == L else 1
+            if self.with_student and s.kept < STUDENT_MAX:
+                self.kept_x.append(np.asarray(x, dtype=float).ravel().tolist())
+                self.kept_y.append(label)
+                s.kept += 1
+            return Answer(label, ANSWERED, s.version, out)
         # TOP: random label, record the hard query, shrink, fresh instance.
         bit = self.rng.stream(self.model_id, TOP_PURPOSE, (s.epoch, s.tops)).bits(1)[0]
         label = 1 if bit else -1

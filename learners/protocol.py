@@ -31,8 +31,9 @@ ActiveRow = Sequence[int]
 class Step:
     """What learning one labelled example did.
 
-    ``prediction`` is the released model's label for x before learning it: a function of
-    the private example, so it is never published (in-process evaluation only).
+    ``prediction`` is the released model's label for x before learning it (None: the
+    learner abstained, knowing nothing yet): a function of the private example, so it
+    is never published (in-process evaluation only).
     ``version`` (the released model's version after the example) and ``released`` (the
     example closed a release: the model changed) are functions of the released model
     sequence, so they are public. ``new_epoch``: the example ended its epoch."""
@@ -75,8 +76,8 @@ class BlockReleases:
                 if s.t >= p.horizon:
                     self._next_epoch()
                     new_epoch = True
-            steps.extend(Step(int(v), version) for v in pred[:-1])
-            steps.append(Step(int(pred[-1]), self.version, released, new_epoch))
+            steps.extend(Step(int(v) or None, version) for v in pred[:-1])   # 0: abstained
+            steps.append(Step(int(pred[-1]) or None, self.version, released, new_epoch))
             start = stop
         return steps
 

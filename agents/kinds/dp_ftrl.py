@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import asdict
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from dpstream.learners.dp_ftrl import (CLIP, DPFTRL, DPFTRLParameters, dp_ftrl_parameters,
                                        mechanism_name)
@@ -34,6 +34,17 @@ class DPFTRLParams(KindParams):
     clip: float = Field(default=CLIP, gt=0, le=1)
     loss: Literal["logistic", "hinge"] = "logistic"
     mechanism: Literal["blt", "tree"] = BLT
+    # the class prior P(y = +1): declared public, or (None) estimated privately from the
+    # positives count released with the gradients at weight prior_weight (0: no estimate)
+    prior: float | None = Field(default=None, gt=0, lt=1)
+    prior_weight: float | None = Field(default=None, ge=0, le=1)
+
+    @model_validator(mode="after")
+    def _one_prior(self):
+        if self.prior is not None and self.prior_weight:
+            raise ValueError(f"prior_weight={self.prior_weight} must be 0 or absent when a public "
+                             f"prior={self.prior} is declared: nothing is estimated then")
+        return self
 
     def input_form(self) -> str:
         return "real"
@@ -43,7 +54,8 @@ def parameters(config) -> DPFTRLParameters:
     p, b = config.params, config.budget
     return dp_ftrl_parameters(epsilon=b.epsilon, delta=b.delta, d=config.dimension,
                               horizon=p.horizon, block=p.block, eta=p.eta, loss=p.loss,
-                              mechanism=p.mechanism, clip=p.clip)
+                              mechanism=p.mechanism, clip=p.clip, prior=p.prior,
+                              prior_weight=p.prior_weight)
 
 
 class DPFTRLKind(BlockReleaseKind):
@@ -67,7 +79,12 @@ class DPFTRLKind(BlockReleaseKind):
         src = "registration" if config.params.block else "rule (learners/dp_ftrl.py)"
         return [("mechanism", f"{q.mechanism}", "registration (mechanisms/factorization.py)"),
                 ("block B, horizon T per epoch", f"{q.block}, {q.horizon}", src),
-                ("clip, sensitivity 2 clip", f"{q.clip:g}, {q.sensitivity:.4g}", "replace-one"),
+                ("clip, sensitivity", f"{q.clip:g}, {q.sensitivity:.4g}",
+                 "replace-one: sqrt((2 clip)^2 + prior_weight^2)"),
+                ("class prior", "declared public" if q.prior is not None else
+                 f"private: positives count released at weight {q.prior_weight:g}" if q.prior_weight
+                 else "none (intercept 0)", "registration" if config.params.prior is not None
+                 or config.params.prior_weight is not None else "rule (learners/dp_ftrl.py)"),
                 ("max ||C e_j||^2", f"{q.strategy_norm2:.4g}", f"{q.mechanism} factorization of {q.blocks} blocks"),
                 ("noise sigma per coordinate", f"{q.sigma:.4g}", "sens ||C e_1|| / sqrt(2 rho)"),
                 ("rho (zCDP) per epoch", f"{q.rho:.4g}", "dp-accounting: the largest rho meeting the budget"),
@@ -75,6 +92,14 @@ class DPFTRLKind(BlockReleaseKind):
                 ("eta", f"{q.eta:.4g}", "registration" if config.params.eta else "rule: 1 / (sigma ||C e_1||)")]
 
     # ------------------------------------------------------------ one model
+    def on_query(self, event, source, outputs) -> None:
+        """The released model's label; before anything is known (no declared prior, no
+        release yet) no label, status ``learning`` (learners/dp_ftrl.py)."""
+        self._begin(outputs)
+        label = self.model.predict_one(event[self.row])
+        self._predict("query", source, event, label, "answered" if label is not None else "learning",
+                      self.model.version)
+
     def create(self, outputs) -> None:
         self._begin(outputs)
         params = parameters(self.config)
@@ -92,7 +117,7 @@ class DPFTRLKind(BlockReleaseKind):
         cold = {"prefix": self.state[self.key("prefix", e, b)]["v"] if b else None,
                 "noise": self.state[self.key("noise", e, b)]["v"] if b and params.mechanism == BLT else None,
                 "offset": self.state[self.key("offset", e)]["v"] if e else None}
-        state = DPFTRL.state_from(hot, cold, params.d + 1, BUFFERS)
+        state = DPFTRL.state_from(hot, cold, params.released_dim, BUFFERS)
         self.model = DPFTRL(params=params, rng=self.rng, model_id=self.model_id, state=state,
                             on_charge=self._charged)
         self.epoch, self._saved = e, (e, b)

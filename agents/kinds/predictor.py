@@ -3,7 +3,9 @@ and shrinkage on hard queries (seed 001 Algorithm 2, learners/predictor.py).
 
 Records: ``head`` (counters, BetweenThresholds state, hard queries, the epoch ledger),
 ``buffer/<epoch>/<chunk>`` (the labelled sample an epoch is partitioned from, and the
-next epoch's, filling), ``hyp/<epoch>/<version>/<chunk>`` (the blocks' hypotheses).
+next epoch's, filling), ``hyp/<epoch>/<version>/<chunk>`` (the blocks' hypotheses),
+``kept/<epoch>/<chunk>`` (with ``student``: the epoch's released answers (x, label) the
+student is trained on; its weights sit in the head once fitted).
 """
 from __future__ import annotations
 
@@ -14,10 +16,10 @@ from pydantic import Field, model_validator
 
 from dpstream.learners.decision_list import FeatureFamily
 from dpstream.learners.generators import (DecisionLists, FiniteClass, Halfspaces, Intervals,
-                                          MonotoneConjunctions, Thresholds)
-from dpstream.learners.predictor import (EPOCH_MECHANISM, EXHAUSTED, HARD, NO_EPOCH,
-                                         PredictorConfig, PredictorState, PrivatePredictor,
-                                         size_predictor, MIN_BLOCK)
+                                          LogisticRegressions, MonotoneConjunctions, Thresholds)
+from dpstream.learners.predictor import (EPOCH_MECHANISM, EXHAUSTED, HARD, NO_EPOCH, STUDENT,
+                                         V_MAX_LADDER, PredictorConfig, PredictorState,
+                                         PrivatePredictor, size_predictor, smallest_k, MIN_BLOCK)
 from dpstream.mechanisms.errors import DPStreamError
 from dpstream.schemas.config import KindParams
 
@@ -31,25 +33,33 @@ from .storage import FLOAT_BYTES, RECORD_BYTES, rows_per_record
 #: class given as its prediction table (with declared features, i is the record's point of
 #: the domain the fields span: ``Featuriser.point``, and the table has one column per point).
 GENERATORS = ("halfspace", "thresholds", "intervals", "conjunctions", "disjunctions",
-              "decision_lists", "finite")
+              "decision_lists", "finite", "logistic")
+#: ``logistic``: halfspaces in R^d fitted per block by regularised logistic regression (issue 45)
+HARD_WEIGHT = {"halfspace": 10_000.0, "logistic": 1.0}     # defaults of hard_query_weight
+NEWTON_MAX_DIMENSION = 256   # logistic blocks and the student: an epoch start of k blocks at
+# d = 103 took ~10 s here (bench/predictor_real.py, yeast); the cost grows as d^3
 BINARY_GENERATORS = ("conjunctions", "disjunctions", "decision_lists")
 FINITE_TABLE_ENTRIES = 100_000   # a finite class travels inside its registration record
 
 
 class PredictorParams(KindParams):
-    """The private predictor. Give ``examples`` (per epoch: k and m then follow from the
-    budget) or both ``k`` and ``m``."""
+    """The private predictor. Give ``examples`` (per epoch: k, m and v_max then follow from
+    the budget) or both ``k`` and ``m``. ``v_max`` absent: the largest cap of
+    learners.predictor.V_MAX_LADDER that the examples (or the given k) allow."""
     kind: Literal["predictor"] = "predictor"
     generator: Literal[GENERATORS] = "halfspace"
     adaptive: bool = False                    # halfspaces only: the seed's adaptive generator
     k: int | None = Field(default=None, ge=1, le=1_000_000)   # blocks
     m: int | None = Field(default=None, ge=1, le=100_000)     # examples per block; an epoch needs k * m
     examples: int | None = Field(default=None, ge=1, le=100_000_000)  # or: examples per epoch
-    v_max: int = Field(default=64, ge=1, le=100_000)          # hard queries per epoch
+    v_max: int | None = Field(default=None, ge=1, le=100_000)   # hard queries per epoch
     epochs: bool = True                       # start a new epoch on fresh data when exhausted
     accounting: Literal["epoch", "instance"] = "epoch"   # learners/predictor.py
-    hard_query_weight: float = Field(default=10_000.0, gt=0, le=1e6)   # halfspaces: a hard query's
-    # weight against one example's; 1 keeps coin-flip labels from overriding noisy data
+    hard_query_weight: float | None = Field(default=None, gt=0, le=1e6)   # halfspace, logistic: a
+    # hard query's weight against one example's (10^4 / 1 by default: HARD_WEIGHT)
+    balanced: bool = False                    # logistic: weigh each block's classes equally
+    student: bool = False                     # answer after exhaustion by a model trained on the
+    # released answers (learners/student.py: then one querier's queries shape others' answers)
     max_conjunction: int = Field(default=1, ge=1, le=3)     # decision_lists: rule size
     negations: bool = True                                  # decision_lists: negated literals
     table: list[list[Literal[-1, 1]]] | None = None         # finite: table[h][i], labels of
@@ -69,6 +79,15 @@ class PredictorParams(KindParams):
                 raise ValueError(f"table has more than {FINITE_TABLE_ENTRIES} entries")
         if self.adaptive and self.generator != "halfspace":
             raise ValueError("adaptive applies to the halfspace generator only")
+        if self.hard_query_weight is not None and self.generator not in HARD_WEIGHT:
+            raise ValueError(f"hard_query_weight={self.hard_query_weight} applies to the halfspace and "
+                             f"logistic generators only, not generator={self.generator!r}")
+        if self.balanced and self.generator != "logistic":
+            raise ValueError(f"balanced=True applies to the logistic generator only, not "
+                             f"generator={self.generator!r}")
+        if self.student and self.generator != "logistic" and self.generator != "halfspace":
+            raise ValueError(f"student=True needs real features (generator 'logistic' or 'halfspace'), "
+                             f"not generator={self.generator!r}")
         return self
 
     def input_form(self) -> str:
@@ -93,26 +112,40 @@ def _domain_problem(config) -> str | None:
             "per hypothesis, or declare fields that span as many points as the table has columns")
 
 
-def shape(config) -> tuple[int, int]:
-    """(k, m) as registered, or sized from the budget and ``examples``."""
+def shape(config) -> tuple[int, int, int]:
+    """(k, m, v_max) as registered, or sized from the budget and ``examples``
+    (learners.predictor.size_predictor)."""
     p, b = config.params, config.budget
     if p.k is not None:
-        return p.k, p.m
+        return p.k, p.m, p.v_max if p.v_max is not None else _cap(config)
     return size_predictor(epsilon=b.epsilon, delta=b.delta, v_max=p.v_max, examples=p.examples,
                           accounting=p.accounting)
 
 
+def _cap(config) -> int:
+    """v_max for a registered k: the largest cap of the ladder whose fewest blocks fit k
+    (the smallest cap when none does: the calibration then says what is missing)."""
+    p, b = config.params, config.budget
+    for v in V_MAX_LADDER:
+        if smallest_k(epsilon=b.epsilon, delta=b.delta, v_max=v, accounting=p.accounting) <= p.k:
+            return v
+    return V_MAX_LADDER[-1]
+
+
 def predictor_config(config) -> PredictorConfig:
     p, b = config.params, config.budget
-    return PredictorConfig(k=shape(config)[0], epsilon=b.epsilon, delta=b.delta,
-                           v_max=p.v_max, accounting=p.accounting)
+    k, _, v_max = shape(config)
+    return PredictorConfig(k=k, epsilon=b.epsilon, delta=b.delta, v_max=v_max, accounting=p.accounting)
 
 
 def generator(config):
     """The registered hypothesis class as a generator of learners/generators.py."""
     p, d = config.params, config.dimension
+    weight = p.hard_query_weight if p.hard_query_weight is not None else HARD_WEIGHT.get(p.generator)
     if p.generator == "halfspace":
-        return Halfspaces(d, adaptive=p.adaptive, hard_weight=p.hard_query_weight)
+        return Halfspaces(d, adaptive=p.adaptive, hard_weight=weight)
+    if p.generator == "logistic":
+        return LogisticRegressions(d, hard_weight=weight, balanced=p.balanced)
     if p.generator in ("conjunctions", "disjunctions"):
         return MonotoneConjunctions(d, disjunction=p.generator == "disjunctions")
     if p.generator == "decision_lists":
@@ -151,6 +184,10 @@ class PredictorKind(Handler):
         if rows_per_record(d + 1, FLOAT_BYTES, 256) == 0:
             return (f"predictor rows of dimension {d} do not fit one {RECORD_BYTES:,}-byte record: "
                     f"at most {RECORD_BYTES // FLOAT_BYTES - 1:,} dimensions")
+        if d > NEWTON_MAX_DIMENSION and (p.generator == "logistic" or p.student):
+            return (f"dimension {d} is above the {NEWTON_MAX_DIMENSION} that logistic blocks and the "
+                    "student fit by Newton's method in bounded time (O(d^3) per step, k blocks): "
+                    "declare fewer features or use generator 'halfspace' without a student")
         if p.generator == "decision_lists" and rules_problem(d, p):
             return rules_problem(d, p)
         if p.generator in ("thresholds", "intervals", "finite") and d != 1:
@@ -184,6 +221,7 @@ class PredictorKind(Handler):
         s = head["predictor"]
         return {"epoch": s["epoch"], "rounds": s["queries"], "hard_queries": s["tops"],
                 "hypothesis_version": s["version"], "exhausted": s["exhausted"],
+                "student": s.get("student") is not None,
                 "buffered_examples": head["buffer_n"]}, s["ledger"]
 
     @classmethod
@@ -191,10 +229,13 @@ class PredictorKind(Handler):
         p = config.params
         pc = predictor_config(config)
         cal = pc.calibration()
-        k, m = shape(config)
+        k, m, v_max = shape(config)
         rows = [("k blocks x m", f"{k} x {m}", "registration" if p.k else
                  "sized from the budget (learners.predictor.size_predictor)"),
-                ("v_max hard queries per epoch", str(p.v_max), "registration")]
+                ("v_max hard queries per epoch", str(v_max), "registration" if p.v_max else
+                 "the largest the budget allows (learners.predictor.size_predictor)"),
+                ("student after exhaustion", "yes: trained on the released answers" if p.student
+                 else "no", "registration (learners/student.py)")]
         if p.accounting == "epoch":
             rows += [("epoch guarantee (eps, delta)", f"{cal.epsilon:.4g}, {cal.delta:.3g}",
                       "one supermartingale per epoch (mechanisms.bt_epoch), charged once"),
@@ -224,7 +265,8 @@ class PredictorKind(Handler):
     def _build(self, pstate: PredictorState) -> None:
         self.model = PrivatePredictor(config=predictor_config(self.config),
                                       generator=generator(self.config), rng=self.rng,
-                                      model_id=self.model_id, state=pstate, on_charge=self._charged)
+                                      model_id=self.model_id, state=pstate, on_charge=self._charged,
+                                      student=self.config.params.student)
 
     def load(self, head: dict) -> None:
         self._load_head(head)
@@ -239,7 +281,21 @@ class PredictorKind(Handler):
             per = self.hyp_chunk
             for j in range((shape(self.config)[0] + per - 1) // per):
                 H.extend(self.state[self.key("hyp", s.epoch, s.version, j)])
-            self.model.restore(self.model.partition(X, y, s.epoch), H)
+            self.model.restore(self.model.partition(X, y, s.epoch), H, self._kept(s.epoch, s.kept))
+
+    def _keep(self, epoch: int, n: int, row: list) -> None:
+        """Store the n-th released answer kept for the student, (x, label), in chunks as the
+        buffered examples are (a row rewritten after a crash is truncated, not doubled)."""
+        key = self.key("kept", epoch, n // self.chunk)
+        rows = list(self.state.get(key, []))[:n % self.chunk]
+        rows.append(row)
+        self._put(key, rows)
+
+    def _kept(self, epoch: int, n: int) -> list:
+        rows = []
+        for chunk in range((n + self.chunk - 1) // self.chunk):
+            rows.extend(self.state[self.key("kept", epoch, chunk)])
+        return rows[:n]
 
     def _sample(self, epoch: int, n: int):
         rows = np.asarray(self._load_rows(epoch, n), dtype=float)
@@ -264,6 +320,7 @@ class PredictorKind(Handler):
             keys |= self._chunks("buffer", s.epoch, n=self.epoch_n, per=self.chunk)
             keys |= self._chunks("hyp", s.epoch, s.version, n=shape(self.config)[0],
                                  per=self.hyp_chunk)
+            keys |= self._chunks("kept", s.epoch, n=s.kept, per=self.chunk)
         return keys
 
     def ledger_record(self):
@@ -274,7 +331,7 @@ class PredictorKind(Handler):
         return self.model.state.epoch if hasattr(self, "model") else 0
 
     def _need(self) -> int:
-        k, m = shape(self.config)
+        k, m, _ = shape(self.config)
         return k * m
 
     def _maybe_start_epoch(self) -> None:
@@ -310,7 +367,10 @@ class PredictorKind(Handler):
         self.epoch = self.model.state.epoch
         self._maybe_start_epoch()
         self.epoch = self.model.state.epoch
+        kept = self.model.state.kept
         a = self.model.answer(np.asarray(self._x(event), dtype=float))
-        status = {NO_EPOCH: "learning", EXHAUSTED: "budget_exhausted", HARD: "hard_query"}.get(
-            a.status, "answered")
+        if self.model.state.kept > kept:          # a released answer kept for the student
+            self._keep(self.model.state.epoch, kept, [*self.model.kept_x[-1], self.model.kept_y[-1]])
+        status = {NO_EPOCH: "learning", EXHAUSTED: "budget_exhausted", HARD: "hard_query",
+                  STUDENT: "frozen"}.get(a.status, "answered")
         self._predict("query", source, event, a.label, status, a.version)

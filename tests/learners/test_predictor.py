@@ -202,13 +202,132 @@ def test_halfspace_lp_reaches_the_optimum_scipy_finds_for_the_same_program(adapt
 def test_sizing_from_the_budget_gives_blocks_the_calibration_accepts_or_says_what_is_missing():
     from dpstream.learners.predictor import size_predictor, smallest_k
     from dpstream.mechanisms.errors import InfeasibleParameters
-    k, m = size_predictor(epsilon=4.0, delta=1e-6, v_max=64, examples=34_097)
-    assert k * m <= 34_097 and m >= 10
+    k, m, v = size_predictor(epsilon=4.0, delta=1e-6, v_max=64, examples=34_097)
+    assert k * m <= 34_097 and m >= 10 and v == 64
     PredictorConfig(k=k, epsilon=4.0, delta=1e-6, v_max=64).calibration()        # accepted
     k_min = smallest_k(epsilon=4.0, delta=1e-6, v_max=64)
     with pytest.raises(ThresholdsTooClose):
         PredictorConfig(k=int(k_min * 0.9), epsilon=4.0, delta=1e-6, v_max=64).calibration()
     small = size_predictor(epsilon=10.0, delta=1e-6, v_max=8, examples=1_000)    # 1k rows: feasible
-    assert small[0] * small[1] <= 1_000
+    assert small[0] * small[1] <= 1_000 and small[2] == 8
     with pytest.raises(InfeasibleParameters, match=r"needs k >= [\d,]+ blocks .* you have 300"):
         size_predictor(epsilon=1.0, delta=1e-6, v_max=8, examples=300)
+
+
+# ---------------------------------------------------------------- issue 45
+def test_automatic_sizing_answers_from_a_thousand_examples_where_v_max_64_refused():
+    """Before: v_max 64 fixed, so at eps 4 every model under 2,530 examples was refused.
+    Now the cap comes down the ladder until the blocks fit, with room for clear votes
+    (2 k_min) when the examples allow it, and never blocks under 10 examples."""
+    from dpstream.learners.predictor import MIN_BLOCK, size_predictor, smallest_k
+    from dpstream.mechanisms.errors import InfeasibleParameters
+    with pytest.raises(InfeasibleParameters):
+        size_predictor(epsilon=4.0, delta=1e-6, v_max=64, examples=1_000)
+    for n in (1_000, 1_500, 3_000, 40_000):
+        k, m, v = size_predictor(epsilon=4.0, delta=1e-6, examples=n)
+        assert m >= MIN_BLOCK and k * m <= n
+        assert k >= smallest_k(epsilon=4.0, delta=1e-6, v_max=v)
+        PredictorConfig(k=k, epsilon=4.0, delta=1e-6, v_max=v).calibration()   # accepted
+    assert size_predictor(epsilon=4.0, delta=1e-6, examples=40_000)[2] == 64
+    assert size_predictor(epsilon=4.0, delta=1e-6, examples=1_000)[2] < 64
+
+
+def imbalanced_blocks(n, d=3, rate=0.1, seed=0):
+    s = data_stream("imbalanced", seed)
+    X = s.uniform(n * d).reshape(n, d) * 2 - 1
+    y = np.where(X[:, 0] > 1 - 2 * rate, 1, -1)
+    return X, y
+
+
+def test_logistic_blocks_match_the_regularised_optimum_and_honour_hard_queries():
+    """The generator's fit is the optimum of the L2-regularised logistic loss
+    (scikit-learn's, intercept unpenalised); a hard query of weight 10^4 is labelled as
+    recorded; a block of one class votes that class everywhere near its data."""
+    from sklearn.linear_model import LogisticRegression
+
+    from dpstream.learners.generators import LogisticRegressions
+    X, y = imbalanced_blocks(40, rate=0.3)
+    gen = LogisticRegressions(3)
+    theta = gen.fit(X, y, [], [])
+    ref = LogisticRegression(C=1 / gen.l2, tol=1e-10, max_iter=1000).fit(X, y)
+    assert np.allclose(theta[:-1], ref.coef_[0], atol=1e-5) and theta[-1] == pytest.approx(-ref.intercept_[0], abs=1e-5)
+    hx, hy = [[0.9, 0.0, 0.0]], [-1]
+    H = LogisticRegressions(3, hard_weight=1e4).fit(X, y, hx, hy)[None, :]
+    assert gen.votes(H, np.array(hx[0]))[0] == -1
+    one = gen.stack([gen.fit(X[y == -1], y[y == -1], [], [])])
+    assert gen.votes(one, X[0])[0] == -1
+
+
+def student_model(student=True, seed=0):
+    from dpstream.learners.generators import LogisticRegressions
+    X, y = imbalanced_blocks(3000, rate=0.3, seed=seed)
+    k, m, v = 250, 12, 8
+    model = PrivatePredictor(config=PredictorConfig(k=k, epsilon=4.0, delta=1e-6, v_max=v),
+                             generator=LogisticRegressions(3), rng=RNG, model_id="student",
+                             student=student)
+    model.start_epoch(X, y)
+    return model
+
+
+def queries(n, seed=1):
+    return imbalanced_blocks(n, rate=0.3, seed=seed)
+
+
+def test_the_student_answers_after_the_hard_queries_are_spent_and_without_it_nothing_does():
+    """Before: once v_max hard queries were spent every later query got
+    budget_exhausted. With the student the answers continue (status student), accurate,
+    and no charge is made for them."""
+    from dpstream.learners.predictor import STUDENT
+    Q, qy = queries(3000)
+    model, bare = student_model(), student_model(student=False)
+    answers = [model.answer(x) for x in Q]
+    plain = [bare.answer(x) for x in Q]
+    assert model.state.exhausted and any(a.status == EXHAUSTED for a in plain)
+    late = [(a, t) for a, t in zip(answers, qy) if a.status == STUDENT]
+    assert late and all(a.status != EXHAUSTED for a in answers)
+    assert np.mean([a.label == t for a, t in late]) > 0.9
+    teacher = [(a, t) for a, t in zip(answers, qy) if a.status == ANSWERED]
+    assert np.mean([a.label == t for a, t in teacher]) > 0.9
+    assert model.ledger.state.charges == bare.ledger.state.charges == 1
+
+
+def test_the_student_reads_only_released_labels_and_query_features():
+    """Post-processing: the student is ``fit_student`` of the released (query, label)
+    pairs of answered queries, nothing else; replacing every private block and
+    hypothesis after it is fitted changes none of its answers."""
+    from dpstream.learners.student import fit_student
+    Q, _ = queries(3000)
+    model = student_model()
+    answers = [model.answer(x) for x in Q]
+    released = [(x, a.label) for x, a in zip(Q, answers) if a.status == ANSWERED]
+    assert np.allclose(model.state.student, fit_student([x for x, _ in released][:model.state.kept],
+                                                        [t for _, t in released][:model.state.kept]))
+    before = [model.answer(x).label for x in Q[:200]]
+    model.blocks = [(b[0] * 0 + 5, -b[1]) for b in model.blocks]
+    model.H = model.H * 0 - 1
+    assert [model.answer(x).label for x in Q[:200]] == before
+
+
+def test_a_restored_predictor_keeps_its_student_and_its_kept_answers():
+    Q, _ = queries(3000)
+    model = student_model()
+    for x in Q[:1500]:
+        model.answer(x)
+    rows = [x + [t] for x, t in zip(model.kept_x, model.kept_y)]
+    again = PrivatePredictor(config=model.config, generator=model.generator, rng=RNG,
+                             model_id="student", state=PredictorState.from_record(model.state.to_record()),
+                             student=True)
+    again.restore(model.blocks, model.generator.dump(model.H), rows)
+    assert [again.answer(x) for x in Q[1500:]] == [model.answer(x) for x in Q[1500:]]
+
+
+def test_a_halfspace_block_with_tiny_matrix_entries_is_solved():
+    """Before: HiGHS's passModel warned (kWarning) about matrix entries it drops as tiny
+    (1e-12: the rounding residue of a declared feature scaled to [-1, 1] at its bound,
+    34 of 100 blocks of digits), the generator took the warning for a failure and raised
+    'halfspace LP failed: Not Set'. A warning is not a failure; the solve is optimal."""
+    X = np.array([[1e-12, 0.5, -0.2], [1e-12, -0.7, 0.1], [1e-12, 0.9, 0.4], [1e-12, -0.3, -0.8]])
+    y = np.array([1, -1, 1, -1])
+    gen = Halfspaces(3, hard_weight=1.0)
+    H = gen.stack([gen.fit(X, y, [], [])])
+    assert [gen.votes(H, x)[0] for x in X] == list(y)

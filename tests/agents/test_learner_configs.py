@@ -1,0 +1,122 @@
+"""Issue 45's registration options for dp_ftrl and predictor: validated at the schema
+with messages that name the parameter and its value, and reachable end to end."""
+import asyncio
+
+import pytest
+from pydantic import ValidationError
+
+from dpstream.mechanisms.randomness import KeyedRandomness
+from dpstream.schemas import ModelConfig
+from dpstream.streams.embedded import EmbeddedRuntime
+
+RNG = KeyedRandomness(b"learner-config-tests-key-0000000")
+FTRL = {"model_id": "ftrl", "dimension": 2, "budget": {"epsilon": 4.0, "delta": 1e-6},
+        "params": {"kind": "dp_ftrl", "horizon": 100}}
+
+
+def validate(cfg: dict, **params) -> ModelConfig:
+    return ModelConfig.model_validate({"type": "model", **cfg, "params": {**cfg["params"], **params}})
+
+
+@pytest.mark.parametrize("params, needle", [
+    ({"prior": 1.5}, "prior"), ({"prior": 0}, "prior"), ({"prior_weight": -0.1}, "prior_weight"),
+    ({"prior": 0.1, "prior_weight": 0.2}, "prior_weight=0.2"),
+])
+def test_dp_ftrl_prior_options_are_refused_naming_the_parameter_and_value(params, needle):
+    with pytest.raises(ValidationError) as err:
+        validate(FTRL, **params)
+    text = str(err.value)
+    assert needle in text and str(list(params.values())[-1]) in text
+
+
+def run(items):
+    rt = EmbeddedRuntime(RNG)
+    asyncio.run(rt.feed_all(items))
+    return rt
+
+
+def test_a_dp_ftrl_query_before_the_first_release_gets_no_label_and_a_declared_prior_answers():
+    """Before: a query before the first release was answered +1 (sgn 0)."""
+    query = ("queries", {"model_id": "ftrl", "x": [0.2, -0.3], "query_id": "q"})
+    rt = run([("models", FTRL), query])
+    (p,) = [p for p in rt.outputs["predictions"] if p["kind"] == "query"]
+    assert p["label"] is None and p["status"] == "learning"
+    declared = {**FTRL, "params": {**FTRL["params"], "prior": 0.1}}
+    rt = run([("models", declared), query])
+    (p,) = [p for p in rt.outputs["predictions"] if p["kind"] == "query"]
+    assert p["label"] == -1 and p["status"] == "answered"
+
+
+# ---------------------------------------------------------------- the predictor
+PRED = {"model_id": "pred", "dimension": 3, "budget": {"epsilon": 4.0, "delta": 1e-6},
+        "params": {"kind": "predictor", "generator": "logistic", "examples": 1200}}
+
+
+@pytest.mark.parametrize("params, needle", [
+    ({"generator": "thresholds", "balanced": True}, "balanced=True"),
+    ({"generator": "thresholds", "student": True}, "student=True"),
+    ({"generator": "conjunctions", "hard_query_weight": 5.0}, "hard_query_weight=5.0"),
+    ({"v_max": 0}, "v_max"),
+])
+def test_predictor_options_are_refused_naming_the_parameter_and_value(params, needle):
+    with pytest.raises(ValidationError) as err:
+        validate(PRED, **params)
+    assert needle in str(err.value)
+
+
+def test_a_logistic_predictor_of_1200_examples_is_sized_not_refused():
+    """Before: v_max 64 by default, so 1,200 examples at eps 4 were refused."""
+    from dpstream.agents.kinds.predictor import PredictorKind, shape
+    cfg = validate(PRED, student=True)
+    assert PredictorKind.config_problem(cfg) is None
+    k, m, v_max = shape(cfg)
+    assert k * m <= 1200 and m >= 10 and 1 <= v_max < 64
+    rows = dict((r[0], r[1]) for r in PredictorKind.parameter_rows(cfg))
+    assert rows["v_max hard queries per epoch"] == str(v_max)
+    assert cfg.params.model_copy(update={"v_max": None}).v_max is None
+
+
+def test_a_logistic_or_student_model_too_wide_to_fit_in_bounded_time_is_refused():
+    from dpstream.agents.kinds.predictor import NEWTON_MAX_DIMENSION, PredictorKind
+    wide = {**PRED, "dimension": NEWTON_MAX_DIMENSION + 1}
+    for params in ({}, {"generator": "halfspace", "student": True}):
+        problem = PredictorKind.config_problem(validate(wide, **params))
+        assert f"dimension {NEWTON_MAX_DIMENSION + 1} is above" in problem
+    assert PredictorKind.config_problem(validate(wide, generator="halfspace")) is None
+
+
+def student_events(n_examples=1200, n_queries=1500):
+    s = RNG.stream("learner-config-tests", "pred", 0)
+    X = s.uniform(3 * n_examples).reshape(-1, 3) * 2 - 1
+    Q = s.uniform(3 * n_queries).reshape(-1, 3) * 2 - 1
+    label = lambda r: 1 if r[0] > 0.4 else -1            # noqa: E731 - 30% positives
+    cfg = {**PRED, "params": {**PRED["params"], "student": True}}
+    return ([("models", cfg)]
+            + [("examples", {"model_id": "pred", "x": r.tolist(), "y": label(r)}) for r in X]
+            + [("queries", {"model_id": "pred", "x": r.tolist(), "query_id": f"q{i}"})
+               for i, r in enumerate(Q)]), [label(r) for r in Q]
+
+
+@pytest.mark.parametrize("cut_query", [25, 700])
+def test_the_student_answers_after_exhaustion_end_to_end_and_the_same_after_a_restart(cut_query):
+    """The worker's records: released answers, then (after the v_max-th hard query, near
+    query 50 here) the student's answers with status ``frozen`` and no ledger entry; a
+    restart before exhaustion reloads the kept answers, one after it the fitted
+    student, and either gives the same records."""
+    evs, truth = student_events()
+    whole = run(evs)
+    answers = [p for p in whole.outputs["predictions"] if p["kind"] == "query"]
+    statuses = [p["status"] for p in answers]
+    assert "frozen" in statuses and "budget_exhausted" not in statuses
+    frozen = [p["label"] == t for p, t in zip(answers, truth) if p["status"] == "frozen"]
+    assert sum(frozen) / len(frozen) > 0.85
+    assert len(whole.outputs["ledger"]) == 1                       # the epoch's one charge
+    state = {}
+    cut = 1 + 1200 + cut_query
+    first = EmbeddedRuntime(RNG, state)
+    asyncio.run(first.feed_all(evs[:cut]))
+    second = EmbeddedRuntime(RNG, state)
+    second.offsets.update(first.offsets)
+    second.log_offset = first.log_offset
+    asyncio.run(second.feed_all(evs[cut:]))
+    assert first.outputs["predictions"] + second.outputs["predictions"] == whole.outputs["predictions"]
