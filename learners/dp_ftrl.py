@@ -377,11 +377,6 @@ class DPFTRL(BlockReleases):
         z = np.clip(self._margins(self.rows(X)), -700, 700)
         return 1.0 / (1.0 + np.exp(-z))
 
-    def predict_proba_many(self, X) -> np.ndarray:
-        """P(y = +1 | x) = sigmoid(<w, x>) per row, the released logistic model's estimate
-        (for the hinge loss a monotone score only): post-processing, free."""
-        return 1.0 / (1.0 + np.exp(-np.clip(self._margins(self.rows(X)), -700, 700)))
-
     # ------------------------------------------------------------ learning
     def learn_one(self, x, y: int) -> Step:
         return self.learn_many([x], [y])[0]

@@ -52,6 +52,11 @@ Measured against River's own logistic regression on data River ships:
 True
 >>> model.learn_one({"amount": 80.0, "country": "us"}, "fraud")
 >>> model.learn_one({"amount": 5.0, "country": "fr"}, "ok")
+>>> model.predict_one({"amount": 10.0, "country": "fr"}) is None       # nothing released yet
+True
+>>> for _ in range(4):                                                  # the first release
+...     model.learn_one({"amount": 80.0, "country": "us"}, "fraud")
+...     model.learn_one({"amount": 5.0, "country": "fr"}, "ok")
 >>> model.predict_one({"amount": 10.0, "country": "fr"}) in ("fraud", "ok")
 True
 >>> sorted(model.predict_proba_one({"amount": 10.0, "country": "fr"}))
