@@ -85,25 +85,27 @@ def test_a_logistic_or_student_model_too_wide_to_fit_in_bounded_time_is_refused(
     assert PredictorKind.config_problem(validate(wide, generator="halfspace")) is None
 
 
-def student_events(n_examples=1200, n_queries=1500):
+def student_events(n_examples=1200, n_queries=1500, generator="logistic"):
     s = RNG.stream("learner-config-tests", "pred", 0)
     X = s.uniform(3 * n_examples).reshape(-1, 3) * 2 - 1
     Q = s.uniform(3 * n_queries).reshape(-1, 3) * 2 - 1
     label = lambda r: 1 if r[0] > 0.4 else -1            # noqa: E731 - 30% positives
-    cfg = {**PRED, "params": {**PRED["params"], "student": True}}
+    cfg = {**PRED, "params": {**PRED["params"], "student": True, "generator": generator}}
     return ([("models", cfg)]
             + [("examples", {"model_id": "pred", "x": r.tolist(), "y": label(r)}) for r in X]
             + [("queries", {"model_id": "pred", "x": r.tolist(), "query_id": f"q{i}"})
                for i, r in enumerate(Q)]), [label(r) for r in Q]
 
 
+@pytest.mark.parametrize("generator", ["logistic", "nearest"])
 @pytest.mark.parametrize("cut_query", [25, 700])
-def test_the_student_answers_after_exhaustion_end_to_end_and_the_same_after_a_restart(cut_query):
-    """The worker's records: released answers, then (after the v_max-th hard query, near
-    query 50 here) the student's answers with status ``frozen`` and no ledger entry; a
-    restart before exhaustion reloads the kept answers, one after it the fitted
-    student, and either gives the same records."""
-    evs, truth = student_events()
+def test_the_student_answers_after_exhaustion_end_to_end_and_the_same_after_a_restart(cut_query, generator):
+    """The worker's records: released answers, then (after the v_max-th hard query) the
+    student's answers with status ``frozen`` and no ledger entry; a restart before
+    exhaustion reloads the kept answers (and, for nearest-neighbour blocks, rebinds the
+    blocks and hard queries the hypotheses refer to), one after it the fitted student,
+    and either gives the same records."""
+    evs, truth = student_events(generator=generator)
     whole = run(evs)
     answers = [p for p in whole.outputs["predictions"] if p["kind"] == "query"]
     statuses = [p["status"] for p in answers]
