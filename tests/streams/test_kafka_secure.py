@@ -67,6 +67,8 @@ def test_the_acl_plan_grants_each_role_only_its_topics():
     writers = {p for p, op, r in may if op == "Write" and r in ("p-predictions", "p-ledger", "p-releases")}
     assert writers == {"User:p-worker"}
     assert not any(op == "Write" and r == "p-models" for _, op, r in may)       # only the admin
+    readers = {p for p, op, r in may if op == "Read" and r == "p-models"}       # public config
+    assert readers == {f"User:p-{role}" for role in ("worker", "producer", "querier", "auditor")}
     with pytest.raises(ValueError):
         plan("p-", "other-app")        # a worker's changelogs must carry the team's prefix
 
