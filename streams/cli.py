@@ -506,10 +506,14 @@ class Delivery:
         self.sent = self.acked = self.acked_any = 0
         self._done = bytearray(total)
         self.progress = progress
+        self.error: BaseException | None = None      # the first refusal the broker sent back
 
     def on_ack(self, i: int):
         def done(future) -> None:
-            if future.cancelled() or future.exception() is not None:
+            if future.cancelled():
+                return
+            if future.exception() is not None:
+                self.error = self.error or future.exception()
                 return
             self._done[i] = 1
             self.acked_any += 1
@@ -538,7 +542,13 @@ async def _produce(kafka: Kafka, topic: str, rows, delivery: Delivery) -> None:
             future = await producer.send(topic, key=_key_of(row), value=row.raw)
             future.add_done_callback(delivery.on_ack(i))
             delivery.sent += 1
+            if delivery.error is not None:    # refused (a right, a size): stop sending
+                break
         await producer.flush()
+    # Before: a refused record's future held the error and nothing looked at it, so a
+    # producer without Write on the topic was told "sent". Now the refusal is the line.
+    if delivery.error is not None:
+        raise delivery.error
 
 
 def check_record(topic: str, line: bytes) -> str | None:

@@ -130,8 +130,10 @@ CHANGELOG = "app-model-state-changelog"          # the worker's table changelog 
     ("consumer", ("consume", "--topic", "model-events"), "Read topic {p}model-events"),
     ("querier", ("consume", "--topic", CHANGELOG), "Read topic {p}" + CHANGELOG),
     ("auditor", ("consume", "--topic", "examples"), "Read topic {p}examples"),
-    ("querier", ("produce", "--topic", "examples", "--file", "examples/card-fraud.examples.jsonl"),
-     "Write topic {p}examples"),
+    # --no-check: the querier reads the (public) registrations, and without one in force
+    # produce refuses before sending; the broker's refusal is what is tested here
+    ("querier", ("produce", "--topic", "examples", "--file", "examples/card-fraud.examples.jsonl",
+                 "--no-check"), "Write topic {p}examples"),
     ("producer", ("models", "register", "examples/card-fraud.model.json"), "Write topic {p}models"),
     ("auditor", ("export", "--out", "{tmp}/audit"), "Read topic {p}"),
     ("producer", ("worker", "--data-dir", "{tmp}/w"), "Describe and Create the topics"),
