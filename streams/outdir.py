@@ -105,15 +105,17 @@ def _open_dir(path: Path, private: bool) -> int:
         raise UnsafeOut(f"{path}: {err.strerror}") from None
     created = link is None
     if created:
-        if path.parent != path:
-            path.parent.mkdir(parents=True, exist_ok=True)
         try:
+            if path.parent != path:
+                path.parent.mkdir(parents=True, exist_ok=True)
             os.mkdir(path, 0o700 if private else 0o777)
         except FileExistsError:             # appeared meanwhile: judged as any existing one
             return _open_dir(path, private)
+        except OSError as err:
+            raise UnsafeOut(f"cannot create {path}: {err.strerror}") from None
     elif stat.S_ISLNK(link.st_mode) and link.st_uid != uid:
         raise UnsafeOut(f"{path} is a symbolic link owned by uid {link.st_uid}, not by you: "
-                        "nothing written through it; choose another --out")
+                        "nothing written through it; choose another directory")
     try:
         fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     except NotADirectoryError:
