@@ -86,7 +86,9 @@ import pyspy                  # bench/pyspy.py: where the worker's CPU goes (--p
 import trace_worker as T      # bench/trace_worker.py: the traced worker and the breakdown
 
 HERE = Path(__file__).resolve().parent
-BROKER_GC_LOG = Path("/tmp/dpstream-kafka-9092/gc.log")     # scripts/kafka.sh's default state
+# scripts/kafka.sh's default state directory for port 9092 (or $DPSTREAM_KAFKA_STATE)
+BROKER_GC_LOG = Path(os.environ.get("DPSTREAM_KAFKA_STATE") or Path(
+    os.environ.get("XDG_STATE_HOME") or Path.home() / ".local" / "state") / "dpstream" / "kafka-9092") / "gc.log"
 CONTINUAL = {"model_id": "bench", "dimension": 1000, "budget": {"epsilon": 2.0, "delta": 1e-6},
              "params": {"kind": "continual_winnow", "max_active": 20}}
 

@@ -206,9 +206,9 @@ def _name_problem(name: str) -> str | None:
     try:
         TypeAdapter(FieldName).validate_python(name)
     except ValidationError:
-        fixed = re.sub(r"[^A-Za-z0-9_.:-]+", "_", name)[:64].strip("_") or "field"
-        return (f"a field name has 1 to 64 letters, digits or _ . : - (rename it in the data, "
-                f"e.g. {fixed!r})")
+        fixed = re.sub(r"[\x00-\x1f\x7f]+", "_", name).strip()[:64].strip() or "field"
+        return (f"a field name has 1 to 64 printable characters, without control characters "
+                f"or whitespace at either end (rename it in the data, e.g. {fixed!r})")
     return None
 
 

@@ -30,7 +30,8 @@ data alone, and the difference gives the data away. So ``model_id=None`` (the de
 gives every instance, clones included, its own stream (a random name from
 ``secrets``, not privacy noise: the noise itself stays keyed); pass a ``model_id`` only
 to reproduce one model's releases, and never reuse it for other data. A pickle of a
-model holds its key and its exact, unreleased sums: keep it as private as the examples.
+model holds its exact, unreleased sums (never the key: loading it takes the key from
+the environment again): keep it as private as the examples.
 
 What the guarantee covers: only what the learner releases, i.e. its model after each
 block, and so every prediction made from it (post-processing), against the examples
@@ -134,6 +135,14 @@ class PrivateClassifier(_Base):
         self.learner, self.featuriser = learner, featuriser
         self.labels = BinaryLabels(self.classes)
         self.last_step = None
+
+    def __getstate__(self) -> dict:
+        """Pickled without the key (mechanisms/randomness.py ``KeyedRandomness.__reduce__``):
+        a given ``key`` is left out too, and loading takes the key from the environment."""
+        state = dict(self.__dict__)
+        if state.get("key") is not None:
+            state["key"] = None
+        return state
 
     def __repr__(self) -> str:
         """River's layout (one parameter a line), the key never shown."""

@@ -36,6 +36,7 @@ from .errors import MissingKeyError, ParameterError
 KEY_ENV = "DPSTREAM_SECRET_KEY"
 KEY_FILE_ENV = "DPSTREAM_SECRET_KEY_FILE"
 MIN_KEY_BYTES = 32
+MIN_DISTINCT_BYTES = 8     # a key from the environment or a file with fewer is not random
 _MAX_U64 = np.uint64(0xFFFFFFFFFFFFFFFF)
 _CHUNK = 1 << 14  # keystream bytes fetched per refill for small reads
 _ZEROS = memoryview(bytes(1 << 20))   # plaintext: the keystream is ChaCha20 of zeros
@@ -69,6 +70,17 @@ class KeyedRandomness:
     def __repr__(self) -> str:  # never show the key
         return f"KeyedRandomness(fingerprint={self.fingerprint()})"
 
+    def __reduce__(self):
+        """A pickle holds the key's public fingerprint, never the key (nor a model key
+        derived from it): loading it takes the key from the environment again
+        (``from_env``) and refuses one with another fingerprint. Before, pickling a
+        library model (River users save models with pickle) wrote the secret key into
+        the file, which would recompute the noise of every model under that key."""
+        return (_from_env_with, (self.fingerprint(),))
+
+    def __deepcopy__(self, memo) -> "KeyedRandomness":
+        return self              # immutable but for a cache of derived keys: shared
+
     @classmethod
     def from_env(cls, environ: dict | None = None) -> "KeyedRandomness":
         """Key from ``$DPSTREAM_SECRET_KEY`` (hex) or the file named by
@@ -85,9 +97,19 @@ class KeyedRandomness:
 
     @classmethod
     def from_file(cls, path: str | os.PathLike) -> "KeyedRandomness":
+        """The key in a file that is yours and readable by you alone (as ssh keys are):
+        before, a key file other local users could read, or one another user owned (and
+        so could swap for a key they know), was taken as it was."""
         p = Path(path)
         if not p.is_file():
             raise MissingKeyError(f"secret key file {str(p)!r} does not exist")
+        st = p.stat()
+        if st.st_uid != os.geteuid():
+            raise MissingKeyError(f"secret key file {str(p)!r} belongs to uid {st.st_uid}, not to "
+                                  "you: its owner could read it or swap in a key they know")
+        if st.st_mode & 0o077:
+            raise MissingKeyError(f"secret key file {str(p)!r} is open to other users (mode "
+                                  f"{st.st_mode & 0o777:04o}): chmod 600 it")
         return cls(_decode_key(p.read_text().strip()))
 
     def fingerprint(self) -> str:
@@ -118,12 +140,31 @@ class KeyedRandomness:
         return hmac.new(self.model_key(model_id), label, hashlib.sha256).digest()
 
 
+def _from_env_with(fingerprint: str) -> KeyedRandomness:
+    """The key in the environment, if its fingerprint is ``fingerprint`` (unpickling)."""
+    try:
+        rng = KeyedRandomness.from_env()
+    except MissingKeyError as err:
+        raise MissingKeyError(f"this object was saved without its secret key (fingerprint "
+                              f"{fingerprint}); to load it, {err}") from None
+    if rng.fingerprint() != fingerprint:
+        raise MissingKeyError(f"this object was saved with the key of fingerprint {fingerprint}, "
+                              f"the environment's has {rng.fingerprint()}: set {KEY_ENV} or "
+                              f"{KEY_FILE_ENV} to the key it was made with")
+    return rng
+
+
 def _decode_key(text: str) -> bytes:
     """At least 32 bytes as hex digits; anything else (a passphrase) is refused."""
     try:
         raw = bytes.fromhex(text)
     except ValueError:
         raw = b""
+    if len(raw) >= MIN_KEY_BYTES and len(set(raw)) < MIN_DISTINCT_BYTES:
+        raise MissingKeyError(
+            f"the secret key has {len(set(raw))} distinct byte values: it is not random (32 "
+            f"random bytes have fewer than {MIN_DISTINCT_BYTES} with probability below 1e-20); "
+            "make one with python3 -c 'import secrets; print(secrets.token_hex(32))'")
     if len(raw) < MIN_KEY_BYTES:
         raise MissingKeyError(
             f"the secret key must be at least {MIN_KEY_BYTES} random bytes written as hex "

@@ -23,7 +23,11 @@ def _cleaned(value):
     return clean_text(value) if isinstance(value, str) else value
 
 
-FieldName = Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.:-]+$")]
+# A field name as data frames name columns ("mean radius", "worst area (mm^2)"): 1 to 64
+# printable characters, no control character (a name is quoted in errors and reports, on
+# one line), no leading or trailing whitespace (which a reader could not see).
+FieldName = Annotated[str, Field(min_length=1, max_length=64,
+                                 pattern=r"^[^\s\x00-\x1f\x7f](?:[^\x00-\x1f\x7f]*[^\s\x00-\x1f\x7f])?$")]
 MAX_FIELDS = 500
 
 

@@ -12,8 +12,8 @@ with "dpstream", another tenant's ``dpstream-prod-examples`` included (issue 41,
 | principal | may | may not |
 |---|---|---|
 | worker | read the inputs; read and write ``model-events``, its changelogs and faust's assignor topic (literal names, ``worker_topics``); write the outputs; create its topics; use its consumer group (the app id) | write ``models``, ``examples`` or ``queries``; touch another tenant's topics or groups |
-| producer | write ``examples`` | read anything |
-| querier | write ``queries``; read ``answers`` (query answers only) | read ``predictions`` (one record per example), ``examples``, ``model-events``, changelogs |
+| producer | write ``examples``; read ``models`` (public configuration: ``dpstream produce`` checks the model ids and the declared features before sending) | read anything else |
+| querier | write ``queries``; read ``answers`` (query answers only) and ``models`` | read ``predictions`` (one record per example), ``examples``, ``model-events``, changelogs |
 | consumer | read ``predictions`` | read ``examples``, ``model-events``, changelogs; write anything |
 | auditor | read the public topics: ``models``, ``ledger``, ``predictions``, ``answers``, ``releases``, ``rejected`` | read ``examples``, ``model-events``, changelogs; write anything |
 | admin | everything (the broker's super user): write ``models``, export the private log for a keyed replay, manage ACLs | |
@@ -126,10 +126,12 @@ def plan(prefix: str = "", app_id: str | None = None, users: dict[str, str] | No
     allow("worker", ("Read", "Describe"), GROUP, app_id)
     allow("worker", ("IdempotentWrite",), CLUSTER, "kafka-cluster")
     allow("producer", ("Write", "Describe"), TOPIC, prefix + EXAMPLES)
+    allow("producer", ("Read", "Describe"), TOPIC, prefix + MODELS)       # public configuration
     allow("producer", ("IdempotentWrite",), CLUSTER, "kafka-cluster")
     allow("querier", ("Write", "Describe"), TOPIC, prefix + QUERIES)
     allow("querier", ("IdempotentWrite",), CLUSTER, "kafka-cluster")
     allow("querier", ("Read", "Describe"), TOPIC, prefix + ANSWERS)     # not one record per example
+    allow("querier", ("Read", "Describe"), TOPIC, prefix + MODELS)
     allow("consumer", ("Read", "Describe"), TOPIC, prefix + PREDICTIONS)
     for topic in PUBLIC:
         allow("auditor", ("Read", "Describe"), TOPIC, prefix + topic)

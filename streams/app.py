@@ -130,10 +130,13 @@ class WorkerApp:
             # partitions and notices only at its next metadata refresh: 5 minutes by default.
             consumer_metadata_max_age_ms=METADATA_MAX_AGE_MS,
             **(faust_settings or {}),
+            # faust lets ~80 environment variables override the settings given here
+            # ($BROKER_URL, $BROKER_CREDENTIALS, $WEB_BIND, ...: faust/types/settings/
+            # base.py ``_init_settings``): a stray one would silently move the worker to
+            # another broker or put its pages on every interface. The worker's settings
+            # are its flags and its client config alone (observe.py, streams/kafka.py).
+            env={},
         )
-        # faust lets $WEB_BIND and $WEB_PORT override the two settings above: where the
-        # pages listen is said by the worker's flags alone (observe.py)
-        app.conf.web_bind, app.conf.web_port = web_bind, web_port or 6066
         # the Kafka consumer on this loop unless asked otherwise (faust_seam.py), its
         # commits refused for want of a right logged, not fatal
         seam.use_consumer(app, in_loop=not consumer_thread, on_refused=self._commit_refused)

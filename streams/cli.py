@@ -422,6 +422,14 @@ def cmd_audit_report(args) -> int:
 HELPER_START_TIMEOUT = 60.0     # seconds the worker waits for its noise helper at start
 
 
+def _default_data_dir(app_id: str) -> Path:
+    """Where a worker keeps faust's local files unless told: the user's state directory
+    (``$XDG_STATE_HOME``, else ~/.local/state), not /tmp, where another local user could
+    make the directory first (streams/outdir.py ``private_dir``)."""
+    base = Path(os.environ.get("XDG_STATE_HOME") or Path.home() / ".local" / "state")
+    return base / "dpstream" / f"worker-{app_id}"
+
+
 def cmd_worker(args) -> int:
     import faust
 
@@ -433,8 +441,13 @@ def cmd_worker(args) -> int:
     from .observe import exposed, quiet_startup_logs, web_bind
     from .topics import ensure_topics
     from .tuning import hold_full_collections, shorten_thread_switches
+    from .outdir import UnsafeOut, private_dir
     rng = _key()
     bind = web_bind(args.web_bind)
+    try:                                  # before any connection: a refusal changes nothing
+        data_dir = private_dir(args.data_dir or _default_data_dir(args.app_id or args.prefix + "dpstream"))
+    except UnsafeOut as err:
+        raise Failed(f"--data-dir {err}", 2) from None
     problems = contract()
     if problems:
         raise Failed("the installed faust / mode / aiokafka lack what the worker relies on "
@@ -475,15 +488,9 @@ def cmd_worker(args) -> int:
                     "who reaches that port sees per-model event counts (--web-bind 127.0.0.1 "
                     "keeps them on this machine)", bind, args.web_port)
 
-    data_dir = Path(args.data_dir)
-    if not data_dir.exists():
-        data_dir.mkdir(parents=True, mode=0o700)    # faust's local table files: the worker's only
-    elif data_dir.stat().st_mode & 0o077:
-        print(f"dpstream worker: warning: {data_dir} is open to other users (chmod 700 it: "
-              "the worker keeps table files there)", file=sys.stderr)
     worker_app = WorkerApp(kafka=kafka, rng=rng, partitions=args.partitions,
                            app_id=args.app_id or args.prefix + "dpstream",
-                           data_dir=args.data_dir, web_port=args.web_port, web_bind=bind,
+                           data_dir=data_dir, web_port=args.web_port, web_bind=bind,
                            prefix=args.prefix,
                            latency_metrics=args.latency_metrics, consumer_thread=args.consumer_thread)
     worker = Worker(worker_app.app, loglevel=args.loglevel, quiet=True)
@@ -499,10 +506,14 @@ class Delivery:
         self.sent = self.acked = self.acked_any = 0
         self._done = bytearray(total)
         self.progress = progress
+        self.error: BaseException | None = None      # the first refusal the broker sent back
 
     def on_ack(self, i: int):
         def done(future) -> None:
-            if future.cancelled() or future.exception() is not None:
+            if future.cancelled():
+                return
+            if future.exception() is not None:
+                self.error = self.error or future.exception()
                 return
             self._done[i] = 1
             self.acked_any += 1
@@ -516,7 +527,9 @@ class Delivery:
 
 def _key_of(row) -> bytes | None:
     key = row.value.get("model_id") if isinstance(row.value, dict) else None
-    return key.encode() if isinstance(key, str) else None
+    # surrogatepass: a model id with a lone surrogate (sent with --no-check) is keyed, not
+    # a traceback; the worker dead-letters it for its model id (schemas/limits.py)
+    return key.encode("utf-8", "surrogatepass") if isinstance(key, str) else None
 
 
 async def _produce(kafka: Kafka, topic: str, rows, delivery: Delivery) -> None:
@@ -529,7 +542,13 @@ async def _produce(kafka: Kafka, topic: str, rows, delivery: Delivery) -> None:
             future = await producer.send(topic, key=_key_of(row), value=row.raw)
             future.add_done_callback(delivery.on_ack(i))
             delivery.sent += 1
+            if delivery.error is not None:    # refused (a right, a size): stop sending
+                break
         await producer.flush()
+    # Before: a refused record's future held the error and nothing looked at it, so a
+    # producer without Write on the topic was told "sent". Now the refusal is the line.
+    if delivery.error is not None:
+        raise delivery.error
 
 
 def check_record(topic: str, line: bytes) -> str | None:
@@ -860,6 +879,11 @@ def _register(args) -> int:
     if not args.target:
         raise Failed("name a model config file (JSON, a list, or JSONL; - for standard input)", 2)
     configs = parse_registrations(args.target)
+    for config in configs:                # as sent, under the worker's structural limits
+        reason = check_record(topics.MODELS, json.dumps(config.model_dump(mode="json")).encode())
+        if reason:
+            raise Failed(f"the registration of {config.model_id} would be dead-lettered: "
+                         f"{reason}; nothing sent")
     kafka = _kafka(args)
     in_force, unchecked = _in_force(kafka, args, "sent")
     new = []
@@ -1084,8 +1108,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "the load (default: %(default)s)")
     p.add_argument("--app-id", help="faust app id / consumer group, also the prefix of its changelogs "
                    "(default: the topic prefix + 'dpstream')")
-    p.add_argument("--data-dir", default="/tmp/dpstream-worker",
-                   help="faust's local table files, kept 0700 (default: %(default)s)")
+    p.add_argument("--data-dir", metavar="DIR",
+                   help="faust's local table files: a directory only you may use, created 0700 "
+                        "(default: $XDG_STATE_HOME or ~/.local/state, then dpstream/worker-APP_ID)")
     p.add_argument("--web-port", type=int, help="serve /status/ and /metrics/ on this port")
     p.add_argument("--web-bind", metavar="ADDRESS",
                    help="address those pages listen on (no authentication; default: "

@@ -105,15 +105,17 @@ def _open_dir(path: Path, private: bool) -> int:
         raise UnsafeOut(f"{path}: {err.strerror}") from None
     created = link is None
     if created:
-        if path.parent != path:
-            path.parent.mkdir(parents=True, exist_ok=True)
         try:
+            if path.parent != path:
+                path.parent.mkdir(parents=True, exist_ok=True)
             os.mkdir(path, 0o700 if private else 0o777)
         except FileExistsError:             # appeared meanwhile: judged as any existing one
             return _open_dir(path, private)
+        except OSError as err:
+            raise UnsafeOut(f"cannot create {path}: {err.strerror}") from None
     elif stat.S_ISLNK(link.st_mode) and link.st_uid != uid:
         raise UnsafeOut(f"{path} is a symbolic link owned by uid {link.st_uid}, not by you: "
-                        "nothing written through it; choose another --out")
+                        "nothing written through it; choose another directory")
     try:
         fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     except NotADirectoryError:
@@ -170,3 +172,21 @@ def _open_file(dir_fd: int, path: Path, name: str, mode: int) -> tuple[int, bool
         raise UnsafeOut(f"{problem}: nothing written; remove it or choose a new --out directory")
     os.set_blocking(fd, True)
     return fd, created
+
+
+def private_dir(path: str | Path) -> Path:
+    """A directory only the caller may use (the worker's ``--data-dir``: faust's local table
+    files, as sensitive as the changelogs): created 0700 when missing; an existing one must
+    be the caller's, and neither readable nor writable by anyone else (never chmod-ed
+    here), else UnsafeOut. Before, a /tmp/dpstream-worker another user made was used,
+    with a warning at most."""
+    path = Path(path).expanduser()
+    fd = _open_dir(path, private=True)
+    try:
+        mode = stat.S_IMODE(os.fstat(fd).st_mode)
+    finally:
+        os.close(fd)
+    if mode & 0o077:
+        raise UnsafeOut(f"{path} is open to other users (mode {mode:04o}): the worker keeps its "
+                        f"table files there; chmod 700 {path}, or choose a new --data-dir")
+    return path

@@ -229,8 +229,10 @@ def test_continual_winnow_predict_proba_is_its_label_with_probability_one():
 
 
 @pytest.mark.parametrize("kind", CLASSIFIERS)
-def test_a_pickled_or_copied_model_continues_as_the_original(kind):
-    """Before: continual Winnow did not pickle (its noise prefetch held a thread's future)."""
+def test_a_pickled_or_copied_model_continues_as_the_original(kind, monkeypatch):
+    """Before: continual Winnow did not pickle (its noise prefetch held a thread's future).
+    A pickle holds no key: loading it takes the key from the environment."""
+    monkeypatch.setenv("DPSTREAM_SECRET_KEY", KEY.hex())
     records, positive = learnable(400)
     model = CLASSIFIERS[kind]()
     for x, p in zip(records[:200], positive[:200]):
@@ -275,10 +277,12 @@ def test_progressive_val_score_reports_the_true_accuracy_whatever_the_first_labe
 @pytest.mark.parametrize("cls", [DPFTRLClassifier,
                                  pytest.param(ContinualWinnowClassifier, marks=pytest.mark.slow)],
                          ids=lambda c: c.__name__)
-def test_rivers_own_estimator_checks_pass(cls):
+def test_rivers_own_estimator_checks_pass(cls, monkeypatch):
     """river.checks.check_estimator (River's conventions: params, clone, repr, pickling,
     pure predictions, probabilities, bool keys, bounded memory) on River's Phishing, with
-    River's bool classes declared as its binary classifiers have them."""
+    River's bool classes declared as its binary classifiers have them (the key in the
+    environment too: a pickle holds none)."""
+    monkeypatch.setenv("DPSTREAM_SECRET_KEY", next(cls._unit_test_params())["key"].hex())
     from river import base, checks                  # River is in the test extra (pyproject.toml)
     model = cls(**next(cls._unit_test_params()))
     assert isinstance(model, base.Classifier) and not model._multiclass
@@ -325,3 +329,34 @@ def test_the_readme_python_api_block_runs_as_written(monkeypatch, capsys):
     out = capsys.readouterr().out.splitlines()
     assert out[0].startswith("Accuracy: ") and float(out[0].split()[1].rstrip("%")) > 75
     assert out[1].startswith("{False: ") and "True: " in out[1]
+
+
+def test_a_pickled_model_holds_no_key_and_loads_only_with_the_same_key(monkeypatch):
+    """Before: ``pickle.dumps(model)`` held the secret key (``learner.rng._secret``, and the
+    ``key`` parameter), so sharing a saved model shared the noise of every model under
+    that key. Now a pickle holds the key's public fingerprint; loading takes the key from
+    the environment and refuses another one."""
+    import pickle
+
+    from dpstream.learners.online import DPFTRLClassifier
+    from dpstream.mechanisms.errors import MissingKeyError
+    key = bytes(range(32))
+    fields = [{"name": "a", "type": "numeric", "lower": 0, "upper": 1}]
+    model = DPFTRLClassifier(fields, epsilon=4.0, horizon=100, key=key)
+    for i in range(30):
+        model.learn_one({"a": i / 30}, i % 2 == 0)
+    blob = pickle.dumps(model)
+    assert key not in blob and key.hex().encode() not in blob
+    for derived in model.learner.rng._model_keys.values():
+        assert derived not in blob
+    monkeypatch.setenv("DPSTREAM_SECRET_KEY", bytes(range(100, 132)).hex())
+    monkeypatch.delenv("DPSTREAM_SECRET_KEY_FILE", raising=False)
+    with pytest.raises(MissingKeyError, match="fingerprint"):
+        pickle.loads(blob)
+    monkeypatch.setenv("DPSTREAM_SECRET_KEY", key.hex())
+    loaded = pickle.loads(blob)
+    x = {"a": 0.9}
+    assert loaded.predict_proba_one(x) == model.predict_proba_one(x)
+    loaded.learn_one(x, True)
+    model.learn_one(x, True)
+    assert loaded.predict_proba_one(x) == model.predict_proba_one(x)   # the same noise on

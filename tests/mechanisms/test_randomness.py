@@ -76,6 +76,7 @@ def test_key_from_environment_and_file_agree(tmp_path):
     hexkey = "00112233445566778899aabbccddeeff" * 2
     path = tmp_path / "key"
     path.write_text(hexkey + "\n")
+    path.chmod(0o600)
     a = KeyedRandomness.from_env({"DPSTREAM_SECRET_KEY": hexkey}).stream("m", "p", 0).uint64(4)
     b = KeyedRandomness.from_env({"DPSTREAM_SECRET_KEY_FILE": str(path)}).stream("m", "p", 0).uint64(4)
     assert np.array_equal(a, b)
@@ -97,3 +98,27 @@ def test_passphrases_and_short_hex_keys_are_refused_from_the_environment(value):
     with pytest.raises(MissingKeyError) as err:
         KeyedRandomness.from_env({"DPSTREAM_SECRET_KEY": value})
     assert value not in str(err.value)
+
+
+def test_a_key_file_others_can_read_or_another_user_owns_is_refused(tmp_path):
+    """Before: a key file of mode 0644, or one another user owned (and could swap for a key
+    they know), was taken as it was."""
+    import os
+    path = tmp_path / "key"
+    path.write_text("00112233445566778899aabbccddeeff" * 2)
+    path.chmod(0o644)
+    with pytest.raises(MissingKeyError, match="open to other users .mode 0644.: chmod 600 it"):
+        KeyedRandomness.from_file(path)
+    path.chmod(0o600)
+    KeyedRandomness.from_file(path)
+    if os.geteuid() == 0:                 # chown needs root
+        os.chown(path, 65534, -1)
+        with pytest.raises(MissingKeyError, match="belongs to uid 65534, not to you"):
+            KeyedRandomness.from_file(path)
+
+
+@pytest.mark.parametrize("value", ["00" * 32, "ab" * 32, "0123" * 16])
+def test_a_key_that_is_not_random_is_refused(value):
+    """Before: 64 zeros was a key (its noise is anyone's to recompute)."""
+    with pytest.raises(MissingKeyError, match="not random"):
+        KeyedRandomness.from_env({"DPSTREAM_SECRET_KEY": value})

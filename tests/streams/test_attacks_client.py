@@ -422,6 +422,26 @@ def test_a_new_out_is_private_and_an_existing_one_keeps_its_mode(tmp_path, capsy
 
 
 # ------------------------------------------------------------------ item 12: forged ledger records
+@needs_root
+def test_a_worker_data_dir_another_user_made_or_can_read_is_refused(shared_tmp, capsys, key):
+    """Before: the worker's default --data-dir was /tmp/dpstream-worker; one another local
+    user made first was used (its owner then read faust's local table files), and one
+    open to others got a warning at most. Now both are refused, before any connection,
+    and the default lives under the user's state directory."""
+    squat = shared_tmp / "tmp" / "squat"
+    as_nobody("mkdir", "-m", "700", str(squat))
+    assert main(["worker", "--broker", "127.0.0.1:1", "--data-dir", str(squat)]) == 2
+    assert "belongs to uid 65534, not to you" in capsys.readouterr().err
+    mine = shared_tmp / "tmp" / "open"
+    mine.mkdir(mode=0o755)
+    mine.chmod(0o755)
+    assert main(["worker", "--broker", "127.0.0.1:1", "--data-dir", str(mine)]) == 2
+    assert "is open to other users (mode 0755)" in capsys.readouterr().err
+    assert oct(mine.stat().st_mode & 0o777) == "0o755"          # never chmod-ed
+    from dpstream.streams.cli import _default_data_dir
+    assert not str(_default_data_dir("dpstream")).startswith("/tmp")
+
+
 def test_a_forged_record_in_an_export_is_a_discrepancy_not_a_traceback(tmp_path, capsys, export):
     """Before: one ``{}`` on the ledger ended ``replay`` in a KeyError traceback."""
     forged_at = len((export / "ledger.jsonl").read_text().splitlines())
@@ -532,7 +552,7 @@ def test_a_running_worker_hides_secrets_from_children_pages_from_the_network_exa
     assert len(answers) == len(qs) and {a["kind"] for a in answers} == {"query"}
     assert per_model(answers) == per_model([p for p in predictions if p["kind"] == "query"])
     assert len(predictions) == len(ex) + len(qs)
-    querier = {(a.operation, a.resource) for a in plan(prefix) if a.principal == "User:querier"}
+    querier = {(a.operation, a.resource) for a in plan(prefix) if a.principal == f"User:{prefix}querier"}
     assert ("Read", prefix + "answers") in querier and ("Read", prefix + "predictions") not in querier
     assert main(["export", "--broker", kafka_bootstrap, "--prefix", prefix, "--timeout", "2",
                  "--out", str(tmp_path / "audit")]) == 0

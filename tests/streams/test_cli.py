@@ -112,6 +112,12 @@ def test_keyless_replay_catches_a_ledger_cut_short(tmp_path, monkeypatch, capsys
      "unknown kind 'dp_winnow': the kinds are continual_winnow, decision_list, dp_ftrl, predictor, winnow"),
     ({"model_id": "m", "dimension": 200_000, "budget": {"epsilon": 1.0, "delta": 1e-6},
       "params": {"kind": "winnow", "eps_hat": 1, "eta": 0.1, "m": 10, "K": 2, "L": 2}}, 1, "record limit"),
+    # before: valid, but over the worker's 512 KiB record limit once sent (dead-lettered)
+    ({"model_id": "m", "budget": {"epsilon": 1.0, "delta": 1e-6},
+      "params": {"kind": "continual_winnow", "max_active": 3},
+      "features": [{"name": f"f{i}", "type": "categorical",
+                    "vocabulary": [f"{i}-{j}-" + "v" * 40 for j in range(100)]} for i in range(120)]},
+     1, "would be dead-lettered: oversized payload"),
 ])
 def test_register_validates_locally_and_sends_nothing_invalid(tmp_path, capsys, config, exit_code, needle):
     path = tmp_path / "m.json"
@@ -302,20 +308,22 @@ def test_the_owner_report_counts_exactly_what_the_featuriser_does():
 
 
 def test_features_sample_says_which_fields_it_leaves_out_and_why(tmp_path, capsys):
-    """Before: a traceback on a name with a space; mixed and constant fields dropped with
-    only a count; 0/1 integers taken for a field that a boolean declaration would send
-    to its missing slot."""
+    """Before: a traceback on a name with a space (now a name like pandas' "mean radius"
+    is declared as it is; a name with a line break is left out, with why); mixed and
+    constant fields dropped with only a count; 0/1 integers taken for a field that a
+    boolean declaration would send to its missing slot."""
     from dpstream.learners.features import Featuriser
     from dpstream.schemas.features import NumericField
-    rows = [{"mean radius": 10.0 + i, "flag": i % 2, "constant": 3, "mixed": i if i % 2 else "a",
-             "ok": float(i)} for i in range(40)]
+    rows = [{"mean radius": 10.0 + i, "two\nlines": float(i), "flag": i % 2, "constant": 3,
+             "mixed": i if i % 2 else "a", "ok": float(i)} for i in range(40)]
     path = write_jsonl(tmp_path / "s.jsonl", rows)
     assert main(["features", "--sample", str(path)]) == 0
     out, err = capsys.readouterr()
     fields = {f["name"]: f for f in json.loads(out)}
-    assert set(fields) == {"flag", "ok"}
-    assert "'mean radius': left out: a field name has 1 to 64 letters, digits or _ . : - " \
-           "(rename it in the data, e.g. 'mean_radius')" in err
+    assert set(fields) == {"mean radius", "flag", "ok"}
+    assert "'two\\nlines': left out: a field name has 1 to 64 printable characters, without " \
+           "control characters or whitespace at either end (rename it in the data, e.g. " \
+           "'two_lines')" in err
     assert "'constant': left out: constant (every value is '3')" in err
     assert "'mixed': left out: mixed types (20 int, 20 str)" in err
     flag = NumericField(**fields["flag"])
@@ -401,3 +409,13 @@ def test_every_command_and_flag_has_help_text():
     missing = [f"{name} {a.option_strings or a.dest}" for name, p in commands.choices.items()
                for a in p._actions if not isinstance(a, argparse._HelpAction) and not a.help]
     assert missing == []
+
+
+def test_a_model_id_with_a_lone_surrogate_is_keyed_not_a_traceback():
+    """Before: ``produce --no-check`` keyed a record by ``model_id.encode()``, which raises
+    UnicodeEncodeError on the lone surrogate a JavaScript client writes; the worker, not
+    the CLI, dead-letters such a record for its model id (schemas/limits.py)."""
+    from dpstream.streams.cli import _key_of
+    from dpstream.streams.userfiles import Row
+    line = b'{"model_id": "m\\ud83d", "features": {}, "y": 1}'
+    assert _key_of(Row("line 1", line, json.loads(line))) == "m\ud83d".encode("utf-8", "surrogatepass")

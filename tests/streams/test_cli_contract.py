@@ -211,33 +211,44 @@ def test_export_and_replay_of_the_topics(deployment):
 
 def test_an_interrupted_produce_says_how_to_resume_and_the_resumed_one_sends_each_record_once(kafka_bootstrap, tmp_path):
     """Before: Ctrl-C exited 130 with no count, so a re-run sent again what had been sent.
-    No worker runs on these prefixes, so a topic holds exactly what produce sent. When
-    the interrupt comes is a matter of timing (before the sending, during it, or after),
-    so each try has its own prefix and moves the interrupt towards the sending."""
+    No worker runs on this prefix, so the topic holds exactly what produce sent. The
+    interrupt comes once the terminal's progress bar shows records acknowledged (produce
+    runs on a pseudo-terminal, as a user's would): an event, not a guess at timing."""
+    import pty
+    import select
+
     from dpstream.streams.kafka import Kafka
     from dpstream.streams.topicread import read_to_end
     n = 60_000
     path = tmp_path / "e.jsonl"
     path.write_text("".join(json.dumps({"model_id": "m", "features": {"n": i}, "y": i % 2}) + "\n"
                             for i in range(n)))
-    delay = 2.0
-    for _ in range(8):
-        prefix = f"r{uuid.uuid4().hex[:8]}-"
-        args = [DPSTREAM, "produce", "--topic", "examples", "--file", str(path), "--no-check",
-                "--bootstrap-server", kafka_bootstrap, "--prefix", prefix]
-        proc = subprocess.Popen(args, stderr=subprocess.PIPE, text=True)
-        time.sleep(delay)
-        proc.send_signal(signal.SIGINT)
-        err = proc.stderr.read()
-        proc.wait(120)
-        m = re.search(r"interrupted: ([\d,]+) of 60,000 records sent and acknowledged; resume with the "
-                      r"same command and --skip (\d+)", err)
-        if proc.returncode == 130 and m:
+    prefix = f"r{uuid.uuid4().hex[:8]}-"
+    args = [DPSTREAM, "produce", "--topic", "examples", "--file", str(path), "--no-check",
+            "--bootstrap-server", kafka_bootstrap, "--prefix", prefix]
+    leader, follower = pty.openpty()
+    proc = subprocess.Popen(args, stderr=follower, stdout=subprocess.DEVNULL)
+    os.close(follower)
+    seen, interrupted, deadline = "", False, time.time() + 180
+    while time.time() < deadline:
+        if not select.select([leader], [], [], 1.0)[0]:
+            continue
+        try:
+            chunk = os.read(leader, 65536)
+        except OSError:                     # the command exited: the terminal closed
             break
-        assert proc.returncode in (0, 130), err
-        delay = delay * 1.5 if proc.returncode == 130 else delay / 1.5     # too early / too late
-    else:
-        pytest.fail("never interrupted while sending")
+        if not chunk:
+            break
+        seen += re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", chunk.decode(errors="replace"))   # no colours
+        if not interrupted and any(int(k) > 0 for k in re.findall(r"sending\D*?(\d+)/60000", seen)):
+            proc.send_signal(signal.SIGINT)
+            interrupted = True
+    proc.wait(120)
+    os.close(leader)
+    assert interrupted, seen[-2000:]
+    m = re.search(r"interrupted: ([\d,]+) of 60,000 records sent and acknowledged; resume with the "
+                  r"same command and --skip (\d+)", seen)
+    assert proc.returncode == 130 and m, seen[-2000:]
     acked = int(m.group(2))
     assert int(m.group(1).replace(",", "")) == acked and 0 < acked < n
     done = subprocess.run(args + ["--skip", str(acked)], capture_output=True, text=True, timeout=300)

@@ -150,7 +150,7 @@ def test_the_compose_brokers_configuration_runs_and_enforces_the_acls(secrets, t
                              secrets, data, ports)
         producer = _moved_file(secrets / "clients" / "producer.properties", tmp_path / "producer.properties",
                                secrets, data, ports)
-        env = {**os.environ, "PYTHONPATH": str(ROOT), "DPSTREAM_SECRET_KEY": "ab" * 32}
+        env = {**os.environ, "PYTHONPATH": str(ROOT), "DPSTREAM_SECRET_KEY": bytes(range(64, 96)).hex()}
         env.pop("DPSTREAM_KAFKA_CONFIG", None)
 
         def dpstream(*args):

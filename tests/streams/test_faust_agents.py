@@ -155,3 +155,15 @@ async def test_batch_time_is_exposed_only_when_asked_for_and_covers_the_batch(wo
     assert sample("dpstream_processing_seconds_count", {"stage": "sequencer"}) == 3
     timed = sample("dpstream_processing_seconds_sum", {"stage": "sequencer"})
     assert 0.8 * elapsed <= timed <= elapsed
+
+
+def test_faust_environment_variables_do_not_override_the_workers_settings(monkeypatch):
+    """Before: faust read ~80 environment variables over the settings the worker gave it
+    ($BROKER_URL moved a worker to another broker, $WEB_BIND put its pages on every
+    interface, silently). Now the worker's flags and client config alone decide."""
+    for name, value in {"BROKER_URL": "kafka://10.9.9.9:1", "WEB_BIND": "0.0.0.0",
+                        "WEB_PORT": "7777", "BROKER_COMMIT_EVERY": "1"}.items():
+        monkeypatch.setenv(name, value)
+    conf = new_worker(lambda *a: None, []).app.conf
+    assert [str(u) for u in conf.broker] == ["kafka://127.0.0.1:1"]
+    assert (conf.web_bind, conf.web_port, conf.broker_commit_every) == ("127.0.0.1", 6066, 10_000)

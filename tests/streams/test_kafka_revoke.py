@@ -24,11 +24,12 @@ import time
 import pytest
 
 from dpstream.streams.acls import GROUP, Acl, plan
+from dpstream.streams.topics import OUTPUTS
 from dpstream.streams.watchdog import STOP_WITHIN
 
 from .kafka_helpers import Worker, produce, read_all
 from .reference import assert_same_as_embedded
-from .test_kafka_secure import _grant, broker, prefix, secure  # noqa: F401 - fixtures
+from .test_kafka_secure import _grant, secure, tenant  # noqa: F401 - fixtures
 from .workload import examples, models, queries
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
@@ -37,13 +38,14 @@ EXIT_SLACK = 7.0      # seconds past the stop guard's bound for the interpreter 
 
 
 def _rights(p: str, which: str) -> list[Acl]:
-    """The worker's ACLs of one kind, as ``dpstream acls`` grants them."""
-    worker = [a for a in plan(p, p + "app") if a.principal == "User:worker"]
+    """The worker's ACLs of one kind, as ``dpstream acls`` grants them (the tenant's own
+    worker user, ``p`` + "worker")."""
+    worker = [a for a in plan(p, p + "app") if a.principal == f"User:{p}worker"]
     if which == "read-examples":
         return [a for a in worker if a.operation == "Read" and a.resource == p + "examples"]
     if which == "write-outputs":
         return [a for a in worker if a.operation == "Write" and a.resource in
-                {p + t for t in ("predictions", "ledger", "releases", "rejected")}]
+                {p + t for t in OUTPUTS}]
     return [a for a in worker if a.resource_type == GROUP]
 
 
@@ -107,14 +109,14 @@ def _wait_for(sup: Supervisor, text: str, seen: int = 0, timeout: float = 90) ->
 
 
 def test_rights_revoked_and_restored_and_a_sigterm_mid_retry_end_in_progress_losing_nothing(
-        broker, secure, prefix, tmp_path):
-    producer = broker.as_("producer")
+        secure, tenant, tmp_path):
+    prefix, producer = tenant.prefix, tenant.as_("producer")
     ex, qs = examples(), queries()
     parts = [ex[i * len(ex) // 4:(i + 1) * len(ex) // 4] for i in range(4)]
 
     def make(i: int) -> Worker:
         return Worker(secure.bootstrap, prefix, tmp_path, f"w{i}",
-                      args=("--client-config", broker.config("worker"), "--app-id", prefix + "app"))
+                      args=("--client-config", tenant.config("worker"), "--app-id", tenant.app_id))
 
     sup = Supervisor(make)
     try:
@@ -150,7 +152,7 @@ def test_rights_revoked_and_restored_and_a_sigterm_mid_retry_end_in_progress_los
         time.sleep(OUTAGE)
         asyncio.run(_grant(secure, group))
         asyncio.run(read_all(secure, prefix + "predictions", until=len(ex), timeout=240))
-        asyncio.run(produce(broker.as_("querier"), prefix + "queries", qs))
+        asyncio.run(produce(tenant.as_("querier"), prefix + "queries", qs))
         preds = asyncio.run(read_all(secure, prefix + "predictions", until=len(ex) + len(qs), timeout=180))
         ledger = asyncio.run(read_all(secure, prefix + "ledger", idle=3))
         releases = asyncio.run(read_all(secure, prefix + "releases", idle=2))

@@ -67,6 +67,8 @@ def test_the_acl_plan_grants_each_role_only_its_topics():
     writers = {p for p, op, r in may if op == "Write" and r in ("p-predictions", "p-ledger", "p-releases")}
     assert writers == {"User:p-worker"}
     assert not any(op == "Write" and r == "p-models" for _, op, r in may)       # only the admin
+    readers = {p for p, op, r in may if op == "Read" and r == "p-models"}       # public config
+    assert readers == {f"User:p-{role}" for role in ("worker", "producer", "querier", "auditor")}
     with pytest.raises(ValueError):
         plan("p-", "other-app")        # a worker's changelogs must carry the team's prefix
 
@@ -128,8 +130,10 @@ CHANGELOG = "app-model-state-changelog"          # the worker's table changelog 
     ("consumer", ("consume", "--topic", "model-events"), "Read topic {p}model-events"),
     ("querier", ("consume", "--topic", CHANGELOG), "Read topic {p}" + CHANGELOG),
     ("auditor", ("consume", "--topic", "examples"), "Read topic {p}examples"),
-    ("querier", ("produce", "--topic", "examples", "--file", "examples/card-fraud.examples.jsonl"),
-     "Write topic {p}examples"),
+    # --no-check: the querier reads the (public) registrations, and without one in force
+    # produce refuses before sending; the broker's refusal is what is tested here
+    ("querier", ("produce", "--topic", "examples", "--file", "examples/card-fraud.examples.jsonl",
+                 "--no-check"), "Write topic {p}examples"),
     ("producer", ("models", "register", "examples/card-fraud.model.json"), "Write topic {p}models"),
     ("auditor", ("export", "--out", "{tmp}/audit"), "Read topic {p}"),
     ("producer", ("worker", "--data-dir", "{tmp}/w"), "Describe and Create the topics"),
