@@ -19,13 +19,16 @@ the AUC of the scores it gave before learning each example:
   every label first: an optimistic reference, not an online learner);
 * ``dp_ftrl`` with BLT noise, every setting by the product's rules (learners/dp_ftrl.py):
   its class prior estimated privately (the default), and declared public from the
-  public 10%'s labels (``prior``); with tree noise (private prior);
+  public 10%'s labels (``prior``); with the balanced decision (``decision="balanced"``:
+  +1 iff P(y = +1 | x) >= the prior); on the declaration's values and bins
+  (``rows="both"``); with tree noise (private prior);
 * continual Winnow on the binary declaration (8 equal-width bins per number; block 100).
 
 Then the dp_ftrl kernel's examples/s (``learn_many`` over the whole stream), and the
-issue-45 checks at epsilon 4: dp_ftrl (private prior) against the majority on every set
-and its balanced error below 0.5 on the imbalanced ones. Means over --seeds keys; this
-shared 2-core machine is noisy, errors are not.
+issue-45 checks at epsilon 4: dp_ftrl against the majority on every set (the default,
+and with rows "both") and its balanced error below 0.5 on the imbalanced ones (the
+default, and with the balanced decision). Means over --seeds keys; this shared 2-core
+machine is noisy, errors are not.
 
 ``--blocks``: dp_ftrl's block rule (10 examples) against the previous one (horizon/100
 in [10, 50]) and blocks 20 and 50, per set at each --eps (issue 45).
@@ -48,7 +51,7 @@ import datasets as D  # noqa: E402  (bench/datasets.py)
 from common import auc, balanced_error  # noqa: E402
 
 from dpstream.learners.continual_winnow import ContinualWinnow, continual_winnow_parameters  # noqa: E402
-from dpstream.learners.dp_ftrl import DPFTRL, dp_ftrl_parameters  # noqa: E402
+from dpstream.learners.dp_ftrl import DPFTRL, dp_ftrl_parameters, featurised_row  # noqa: E402
 from dpstream.learners.features import Featuriser, suggest_fields  # noqa: E402
 from dpstream.mechanisms.randomness import KeyedRandomness  # noqa: E402
 
@@ -172,13 +175,15 @@ def main() -> None:
         fields = suggest_fields(s.public)
         f = Featuriser(fields)
         X = np.array([f.dense(r) for r in s.records])
+        both = np.array([featurised_row(f, r, "both") for r in s.records])
         actives = [f.active(r) for r in s.records]
         base = {"majority": metrics(np.where(s.majority_online, -s.labels, s.labels), s.labels),
                 "River LR (non-private)": river_lr(s)}
         for eps in args.eps:
             r = dict(base)
             per = {"diffprivlib LR, trained once": [], "dp_ftrl, BLT": [],
-                   "dp_ftrl, BLT, public prior": [], "dp_ftrl, tree": [], "continual Winnow": []}
+                   "dp_ftrl, BLT, public prior": [], "dp_ftrl, BLT, balanced decision": [],
+                   "dp_ftrl, BLT, rows both": [], "dp_ftrl, tree": [], "continual Winnow": []}
             for seed in range(args.seeds):
                 per["diffprivlib LR, trained once"].append(diffprivlib_once(X, s.labels, eps, seed))
                 m, rate = dp_ftrl(X, s.labels, eps, "blt", seed)
@@ -186,6 +191,9 @@ def main() -> None:
                 rates.setdefault(name, []).append(rate)
                 per["dp_ftrl, BLT, public prior"].append(
                     dp_ftrl(X, s.labels, eps, "blt", seed, prior=s.public_prior)[0])
+                per["dp_ftrl, BLT, balanced decision"].append(
+                    dp_ftrl(X, s.labels, eps, "blt", seed, decision="balanced")[0])
+                per["dp_ftrl, BLT, rows both"].append(dp_ftrl(both, s.labels, eps, "blt", seed)[0])
                 per["dp_ftrl, tree"].append(dp_ftrl(X, s.labels, eps, "tree", seed)[0])
                 per["continual Winnow"].append(continual(actives, s.labels, f.binary_dimension,
                                                          f.active_count, eps, seed))
@@ -210,15 +218,19 @@ def main() -> None:
     print("\ndp_ftrl kernel (BLT, learn_many over the stream): " +
           ", ".join(f"{n} {np.median(v):,.0f}/s" for n, v in rates.items()))
     if 4.0 in args.eps:
-        print("\nat epsilon 4 (issue 45): dp_ftrl, BLT (private prior) against the majority class")
+        print("\nat epsilon 4 (issue 45): dp_ftrl, BLT (private prior), against the majority class "
+              "(cumulative error) and 0.5 (balanced error, imbalanced sets)")
         for name, s in streams.items():
             r = rows[(name, 4.0)]
-            ftrl, pub, maj = r["dp_ftrl, BLT"], r["dp_ftrl, BLT, public prior"], r["majority"]
-            lr = r["River LR (non-private)"]
-            line = (f"  {name}: {ftrl[0]:.2%} vs majority {maj[0]:.2%}: beats it {ftrl[0] < maj[0]} "
-                    f"(public prior {pub[0]:.2%}; River LR {lr[0]:.2%}, beats it {lr[0] < maj[0]})")
+            ftrl, maj, lr = r["dp_ftrl, BLT"], r["majority"], r["River LR (non-private)"]
+            both, pub, bal = r["dp_ftrl, BLT, rows both"], r["dp_ftrl, BLT, public prior"], \
+                r["dp_ftrl, BLT, balanced decision"]
+            line = (f"  {name}: {ftrl[0]:.2%} vs majority {maj[0]:.2%}: beats it {ftrl[0] < maj[0]}; "
+                    f"rows both {both[0]:.2%}: {both[0] < maj[0]}; public prior {pub[0]:.2%}: "
+                    f"{pub[0] < maj[0]} (River LR {lr[0]:.2%}: {lr[0] < maj[0]})")
             if name in D.IMBALANCED:
-                line += f"; balanced error {ftrl[1]:.3f} < 0.5: {ftrl[1] < 0.5} (River LR {lr[1]:.3f})"
+                line += (f"; balanced error {ftrl[1]:.3f} < 0.5: {ftrl[1] < 0.5}, balanced decision "
+                         f"{bal[1]:.3f}: {bal[1] < 0.5} (River LR {lr[1]:.3f})")
             print(line)
 
 if __name__ == "__main__":

@@ -40,7 +40,8 @@ import datasets as D  # noqa: E402  (bench/datasets.py)
 from common import balanced_error  # noqa: E402
 
 from dpstream.learners.features import Featuriser, suggest_fields  # noqa: E402
-from dpstream.learners.generators import Halfspaces, LogisticRegressions  # noqa: E402
+from dpstream.learners.generators import (Halfspaces, LogisticRegressions,  # noqa: E402
+                                          NearestNeighbours)
 from dpstream.learners.predictor import (ANSWERED, HARD, STUDENT, PredictorConfig,  # noqa: E402
                                          PrivatePredictor, size_predictor)
 from dpstream.mechanisms.randomness import KeyedRandomness  # noqa: E402
@@ -59,8 +60,9 @@ def predictor(X, y, Q, qy, eps, seed, generator) -> dict:
     """One epoch with its student; without the student the same run answers the same up
     to exhaustion and nothing after it (the ``bare`` entries)."""
     k, m, v_max = size_predictor(epsilon=eps, delta=1e-6, examples=len(y))
-    gen = (LogisticRegressions(X.shape[1]) if generator == "logistic" else
-           Halfspaces(X.shape[1], hard_weight=1.0))
+    gen = {"logistic": lambda d: LogisticRegressions(d),
+           "nearest": lambda d: NearestNeighbours(d),
+           "halfspace": lambda d: Halfspaces(d, hard_weight=1.0)}[generator](X.shape[1])
     model = PrivatePredictor(config=PredictorConfig(k=k, epsilon=eps, delta=1e-6, v_max=v_max),
                              generator=gen, rng=KeyedRandomness(bytes([seed + 1]) * 32),
                              model_id=f"bench-{generator}", student=True)
@@ -98,7 +100,8 @@ def main() -> None:
     ap.add_argument("--eps", type=float, nargs="+", default=[4.0])
     ap.add_argument("--seeds", type=int, default=3)
     ap.add_argument("--sets", nargs="*", default=list(D.NAMES))
-    ap.add_argument("--generators", nargs="+", default=["logistic"])
+    ap.add_argument("--generators", nargs="+", default=["nearest"],
+                    choices=["nearest", "logistic", "halfspace"])
     args = ap.parse_args()
     for eps in args.eps:
         print(f"\nepsilon = {eps:g}, delta = 1e-6 (mean of {args.seeds} keys; * imbalanced): "

@@ -75,7 +75,7 @@ import secrets
 from dpstream.mechanisms.randomness import KeyedRandomness
 
 from .continual_winnow import ContinualWinnow, continual_winnow_parameters
-from .dp_ftrl import DPFTRL, dp_ftrl_parameters
+from .dp_ftrl import DPFTRL, dp_ftrl_parameters, featurised_row, row_dimension
 from .features import Featuriser
 from .labels import BinaryLabels
 
@@ -191,22 +191,26 @@ class DPFTRLClassifier(PrivateClassifier):
     ``dp_ftrl_parameters`` takes them. ``key``: the noise key (bytes), else
     $DPSTREAM_SECRET_KEY; ``model_id``: the noise stream (None: a fresh one per instance);
     ``classes``: the declared ``(negative, positive)`` labels, else read from the labels;
-    ``on_charge``: receives each ledger entry. ``predict_proba_one`` is the released
-    model's sigmoid(<w, x>). A learner setting about "y = +1" (a declared prior, say) is
-    about the positive class: True, 1, or ``classes[1]``; with named classes, declare
-    ``classes`` so that it is known which one that is (learners/labels.py)."""
+    ``on_charge``: receives each ledger entry; ``rows``: numeric fields as ``"values"``,
+    ``"bins"`` or ``"both"`` (learners/dp_ftrl.py, Rows). ``predict_proba_one`` is the
+    released model's sigmoid(<w, x>). A learner setting about "y = +1" (a declared prior,
+    say) is about the positive class: True, 1, or ``classes[1]``; with named classes,
+    declare ``classes`` so that it is known which one that is (learners/labels.py)."""
 
     def __init__(self, features, *, epsilon: float, delta: float = 1e-6, horizon: int,
                  key: bytes | None = None, model_id: str | None = None, classes: tuple | None = None,
-                 on_charge=None, **params):
+                 on_charge=None, rows: str = "values", **params):
         self.features, self.epsilon, self.delta, self.horizon = features, epsilon, delta, horizon
         self.key, self.model_id, self.classes, self.on_charge = key, model_id, classes, on_charge
-        self.params = params
+        self.rows, self.params = rows, params
         featuriser = Featuriser(_fields(features))
-        p = dp_ftrl_parameters(epsilon=epsilon, delta=delta, d=featuriser.real_dimension,
+        p = dp_ftrl_parameters(epsilon=epsilon, delta=delta, d=row_dimension(featuriser, rows),
                                horizon=horizon, **params)
         self._start(DPFTRL(params=p, rng=_rng(key), model_id=_noise_id(model_id), on_charge=on_charge),
                     featuriser)
+
+    def _row(self, x: dict):
+        return featurised_row(self.featuriser, x, self.rows)
 
     def _p_positive(self, row) -> float:
         return float(self.learner.predict_proba_many([row])[0])

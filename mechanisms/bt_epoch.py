@@ -145,28 +145,38 @@ class EpochCalibration:
 
 @lru_cache(maxsize=256)
 def calibrate_epoch(*, epsilon: float, delta: float, lower: float, upper: float,
-                    v_max: int) -> EpochCalibration:
+                    v_max: int, min_gap: float = MIN_GAP_IN_SCALES) -> EpochCalibration:
     """The smallest noise scale b (to 1/64 of a count) whose epoch guarantee fits
-    (epsilon, delta); :class:`ThresholdsTooClose` when the gap is below 3b (as the
-    single-instance calibration)."""
+    (epsilon, delta); :class:`ThresholdsTooClose` when the gap is below ``min_gap`` b
+    (3 by default, as the single-instance calibration).
+
+    ``min_gap`` is an accuracy floor, not a privacy condition: the claim (*) and its
+    proof hold for every gap (psi, c_top and so eps are computed for the gap as it is,
+    and a narrow gap simply costs a larger b psi). What the floor buys is room for
+    unanimous votes: a count of 0 or k sits 1.5 gap from the nearer threshold, so a
+    unanimous vote comes out TOP with probability about e^{-1.5 min_gap}/2 and on the
+    wrong side with about e^{-2.5 min_gap}/2 (0.6% and 0.03% at 3; 2.5% and 0.3% at 2).
+    The predictor's sizing chooses it (learners/predictor.py, ``GAP_SCALES``)."""
     if not (epsilon > 0 and math.isfinite(epsilon)):
         raise ParameterError("epsilon", epsilon, "a finite number > 0")
     if not upper > lower:
         raise ParameterError("upper", upper, f"> lower = {lower}")
+    if not (min_gap > 0 and math.isfinite(min_gap)):
+        raise ParameterError("min_gap", min_gap, "a finite number of noise scales > 0")
 
     def eps_of(b: float) -> float:
         return epoch_epsilon(b, lower, upper, v_max, delta)[0]
 
-    b_max = (upper - lower) / MIN_GAP_IN_SCALES
+    b_max = (upper - lower) / min_gap
     # b psi ~ 2 and b c_top ~ 1.5 once the gap is wide
     scale = smallest_fitting_scale(eps_of, epsilon, b_max=b_max,
                                    start=(2.0 * math.log(1 / delta) + 1.5 * v_max) / epsilon)
     if scale is None:
-        need = math.ceil(12 * (1.5 * math.log(1 / delta) + 2.6 * v_max) / epsilon)
+        need = math.ceil(4 * min_gap * (1.5 * math.log(1 / delta) + 2.6 * v_max) / epsilon)
         raise ThresholdsTooClose(
             f"thresholds ({lower}, {upper}) leave a gap of {upper - lower:.4g} counts, but an epoch "
             f"of up to v_max={v_max} hard queries at (eps={epsilon}, delta={delta}) needs a noise "
-            f"scale above {b_max:.4g} = gap/{MIN_GAP_IN_SCALES:g}: with votes of k hypotheses at "
+            f"scale above {b_max:.4g} = gap/{min_gap:g}: with votes of k hypotheses at "
             f"(3k/8, 5k/8) that means k >= about {need}")
     eps, psi, c_top = epoch_epsilon(float(scale), lower, upper, v_max, delta)
     return EpochCalibration(scale, lower, upper, v_max, eps, delta, psi, c_top)

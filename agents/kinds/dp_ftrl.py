@@ -15,7 +15,7 @@ from typing import Literal
 from pydantic import Field, model_validator
 
 from dpstream.learners.dp_ftrl import (CLIP, DPFTRL, DPFTRLParameters, dp_ftrl_parameters,
-                                       mechanism_name)
+                                       featurised_row, mechanism_name, row_dimension)
 from dpstream.mechanisms.factorization import BLT, BUFFERS, TREE
 from dpstream.schemas.config import KindParams
 
@@ -38,6 +38,10 @@ class DPFTRLParams(KindParams):
     # positives count released with the gradients at weight prior_weight (0: no estimate)
     prior: float | None = Field(default=None, gt=0, lt=1)
     prior_weight: float | None = Field(default=None, ge=0, le=1)
+    # answer +1 iff P(y = +1 | x) >= 1/2 (fewest mistakes) or >= the prior (lowest balanced error)
+    decision: Literal["error", "balanced"] = "error"
+    # declared numeric fields as scaled values, one-hot bins, or both (learners/dp_ftrl.py, Rows)
+    rows: Literal["values", "bins", "both"] = "values"
 
     @model_validator(mode="after")
     def _one_prior(self):
@@ -49,13 +53,18 @@ class DPFTRLParams(KindParams):
     def input_form(self) -> str:
         return "real"
 
+    def declared_dimension(self, fields: list) -> int:
+        """The declared fields' dense dimension in the chosen ``rows``."""
+        from dpstream.learners.features import Featuriser
+        return row_dimension(Featuriser(fields), self.rows)
+
 
 def parameters(config) -> DPFTRLParameters:
     p, b = config.params, config.budget
     return dp_ftrl_parameters(epsilon=b.epsilon, delta=b.delta, d=config.dimension,
                               horizon=p.horizon, block=p.block, eta=p.eta, loss=p.loss,
                               mechanism=p.mechanism, clip=p.clip, prior=p.prior,
-                              prior_weight=p.prior_weight)
+                              prior_weight=p.prior_weight, decision=p.decision)
 
 
 class DPFTRLKind(BlockReleaseKind):
@@ -67,7 +76,15 @@ class DPFTRLKind(BlockReleaseKind):
 
     # ------------------------------------------------------------ the kind
     @classmethod
+    def featurise(cls, config, features: dict) -> dict:
+        """The dense row in the registered ``rows`` (learners/dp_ftrl.py ``featurised_row``)."""
+        return {"x": featurised_row(cls.featuriser(config), features, config.params.rows)}
+
+    @classmethod
     def config_problem(cls, config) -> str | None:
+        if config.params.rows != "values" and config.features is None:
+            return (f"rows={config.params.rows!r} bins declared numeric fields: declare the features "
+                    "(or leave rows at 'values' for raw x)")
         if config.dimension > MAX_DIMENSION:
             return (f"dimension {config.dimension:,} is above the {MAX_DIMENSION:,} a dp_ftrl model "
                     "keeps per record: declare fewer features or hash categories into fewer buckets")
@@ -89,7 +106,9 @@ class DPFTRLKind(BlockReleaseKind):
                 ("noise sigma per coordinate", f"{q.sigma:.4g}", "sens ||C e_1|| / sqrt(2 rho)"),
                 ("rho (zCDP) per epoch", f"{q.rho:.4g}", "dp-accounting: the largest rho meeting the budget"),
                 ("guaranteed eps per example", f"{q.epsilon:.4g}", "epochs on disjoint examples compose in parallel"),
-                ("eta", f"{q.eta:.4g}", "registration" if config.params.eta else "rule: 1 / (sigma ||C e_1||)")]
+                ("eta", f"{q.eta:.4g}", "registration" if config.params.eta else "rule: 1 / (sigma ||C e_1||)"),
+                ("decision, rows", f"{q.decision}, {config.params.rows}",
+                 "registration (post-processing and featurisation: no privacy parameter)")]
 
     # ------------------------------------------------------------ one model
     def on_query(self, event, source, outputs) -> None:

@@ -16,7 +16,8 @@ from pydantic import Field, model_validator
 
 from dpstream.learners.decision_list import FeatureFamily
 from dpstream.learners.generators import (DecisionLists, FiniteClass, Halfspaces, Intervals,
-                                          LogisticRegressions, MonotoneConjunctions, Thresholds)
+                                          LogisticRegressions, MonotoneConjunctions,
+                                          NearestNeighbours, Thresholds)
 from dpstream.learners.predictor import (EPOCH_MECHANISM, EXHAUSTED, HARD, NO_EPOCH, STUDENT,
                                          V_MAX_LADDER, PredictorConfig, PredictorState,
                                          PrivatePredictor, size_predictor, smallest_k, MIN_BLOCK)
@@ -33,9 +34,11 @@ from .storage import FLOAT_BYTES, RECORD_BYTES, rows_per_record
 #: class given as its prediction table (with declared features, i is the record's point of
 #: the domain the fields span: ``Featuriser.point``, and the table has one column per point).
 GENERATORS = ("halfspace", "thresholds", "intervals", "conjunctions", "disjunctions",
-              "decision_lists", "finite", "logistic")
-#: ``logistic``: halfspaces in R^d fitted per block by regularised logistic regression (issue 45)
-HARD_WEIGHT = {"halfspace": 10_000.0, "logistic": 1.0}     # defaults of hard_query_weight
+              "decision_lists", "finite", "logistic", "nearest")
+#: ``logistic``: halfspaces in R^d fitted per block by regularised logistic regression (issue 45);
+#: ``nearest``: each block answers with the label of its nearest example (issue 45, second round)
+HARD_WEIGHT = {"halfspace": 10_000.0, "logistic": 1.0, "nearest": 0.0}   # hard_query_weight defaults
+REAL_FEATURES = ("halfspace", "logistic", "nearest")      # generators a student can follow
 NEWTON_MAX_DIMENSION = 256   # logistic blocks and the student: an epoch start of k blocks at
 # d = 103 took ~10 s here (bench/predictor_real.py, yeast); the cost grows as d^3
 BINARY_GENERATORS = ("conjunctions", "disjunctions", "decision_lists")
@@ -55,8 +58,9 @@ class PredictorParams(KindParams):
     v_max: int | None = Field(default=None, ge=1, le=100_000)   # hard queries per epoch
     epochs: bool = True                       # start a new epoch on fresh data when exhausted
     accounting: Literal["epoch", "instance"] = "epoch"   # learners/predictor.py
-    hard_query_weight: float | None = Field(default=None, gt=0, le=1e6)   # halfspace, logistic: a
-    # hard query's weight against one example's (10^4 / 1 by default: HARD_WEIGHT)
+    hard_query_weight: float | None = Field(default=None, ge=0, le=1e6)   # halfspace, logistic,
+    # nearest: a hard query's weight against one example's (HARD_WEIGHT; 0: hard queries do not
+    # reshape the blocks; nearest: any weight above 0 makes a hard query a point of the blocks)
     balanced: bool = False                    # logistic: weigh each block's classes equally
     student: bool = False                     # answer after exhaustion by a model trained on the
     # released answers (learners/student.py: then one querier's queries shape others' answers)
@@ -80,14 +84,14 @@ class PredictorParams(KindParams):
         if self.adaptive and self.generator != "halfspace":
             raise ValueError("adaptive applies to the halfspace generator only")
         if self.hard_query_weight is not None and self.generator not in HARD_WEIGHT:
-            raise ValueError(f"hard_query_weight={self.hard_query_weight} applies to the halfspace and "
-                             f"logistic generators only, not generator={self.generator!r}")
+            raise ValueError(f"hard_query_weight={self.hard_query_weight} applies to the "
+                             f"{', '.join(HARD_WEIGHT)} generators only, not generator={self.generator!r}")
         if self.balanced and self.generator != "logistic":
             raise ValueError(f"balanced=True applies to the logistic generator only, not "
                              f"generator={self.generator!r}")
-        if self.student and self.generator != "logistic" and self.generator != "halfspace":
-            raise ValueError(f"student=True needs real features (generator 'logistic' or 'halfspace'), "
-                             f"not generator={self.generator!r}")
+        if self.student and self.generator not in REAL_FEATURES:
+            raise ValueError(f"student=True needs real features (generator "
+                             f"{', '.join(map(repr, REAL_FEATURES))}), not generator={self.generator!r}")
         return self
 
     def input_form(self) -> str:
@@ -146,6 +150,8 @@ def generator(config):
         return Halfspaces(d, adaptive=p.adaptive, hard_weight=weight)
     if p.generator == "logistic":
         return LogisticRegressions(d, hard_weight=weight, balanced=p.balanced)
+    if p.generator == "nearest":
+        return NearestNeighbours(d, hard_weight=weight)
     if p.generator in ("conjunctions", "disjunctions"):
         return MonotoneConjunctions(d, disjunction=p.generator == "disjunctions")
     if p.generator == "decision_lists":
@@ -234,8 +240,8 @@ class PredictorKind(Handler):
                  "sized from the budget (learners.predictor.size_predictor)"),
                 ("v_max hard queries per epoch", str(v_max), "registration" if p.v_max else
                  "the largest the budget allows (learners.predictor.size_predictor)"),
-                ("student after exhaustion", "yes: trained on the released answers" if p.student
-                 else "no", "registration (learners/student.py)")]
+                ("student", "yes: trained on the released answers, labels hard queries and answers "
+                 "after exhaustion" if p.student else "no", "registration (learners/student.py)")]
         if p.accounting == "epoch":
             rows += [("epoch guarantee (eps, delta)", f"{cal.epsilon:.4g}, {cal.delta:.3g}",
                       "one supermartingale per epoch (mechanisms.bt_epoch), charged once"),
@@ -246,7 +252,10 @@ class PredictorKind(Handler):
             rows += [("eps_BT, delta_BT", f"{budget.eps_bt:.4g}, {budget.delta_bt:.3g}",
                       "seed 001 Thm 3 over v_max (mechanisms.params.predictor_instance_budget)")]
         return rows + [("thresholds A, B", f"{cal.lower:g}, {cal.upper:g}", "3k/8, 5k/8 (seed 001 Claim 2)"),
-                       ("noise scale b", f"{float(cal.scale):.4g}", f"{p.accounting} calibration")]
+                       ("noise scale b", f"{float(cal.scale):.4g}", f"{p.accounting} calibration"),
+                       ("gap k/4 in noise scales", f"{(k / 4) / float(cal.scale):.3g}",
+                        f">= {pc.gap:g} (learners.predictor.size_predictor)" if p.accounting == "epoch"
+                        else ">= 3 (single-instance calibration)")]
 
     # ------------------------------------------------------------ one model
     @property

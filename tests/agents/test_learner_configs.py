@@ -47,6 +47,42 @@ def test_a_dp_ftrl_query_before_the_first_release_gets_no_label_and_a_declared_p
     assert p["label"] == -1 and p["status"] == "answered"
 
 
+FIELDS = [{"type": "numeric", "name": "a", "lower": -1, "upper": 1, "bins": 4},
+          {"type": "categorical", "name": "c", "vocabulary": ["u", "v"]}]
+
+
+def test_dp_ftrl_rows_and_decision_are_registration_options_reaching_the_worker():
+    """rows="both" puts the numeric field's one-hot bins after the values (the dimension
+    follows from the declaration: 4 real entries and 8 slots), a raw record is featurised so in
+    the worker, and the balanced decision abstains until the first release (every x is
+    then exactly at the declared prior, a tie) and answers after it; rows other than
+    "values" need declared features, and bad values are refused naming the parameter."""
+    from dpstream.agents.kinds.dp_ftrl import DPFTRLKind
+    from dpstream.learners.dp_ftrl import featurised_row
+    from dpstream.learners.features import Featuriser
+    cfg = {"model_id": "rows", "budget": {"epsilon": 4.0, "delta": 1e-6}, "features": FIELDS,
+           "params": {"kind": "dp_ftrl", "horizon": 100, "rows": "both", "decision": "balanced",
+                      "prior": 0.3}}
+    config = ModelConfig.model_validate({"type": "model", **cfg})
+    assert config.dimension == 4 + 8 and DPFTRLKind.config_problem(config) is None
+    record = {"a": 0.6, "c": "v"}
+    assert DPFTRLKind.featurise(config, record) == {
+        "x": featurised_row(Featuriser(config.features), record, "both")}
+    query = ("queries", {"model_id": "rows", "features": record, "query_id": "q"})
+    examples = [("examples", {"model_id": "rows", "features": {"a": a / 10, "c": "u"}, "y": 1 if a > 3 else -1})
+                for a in range(-5, 5)]                          # one block: the first release
+    rt = run([("models", cfg), query] + examples + [query])
+    before, after = [p for p in rt.outputs["predictions"] if p["kind"] == "query"]
+    assert before["label"] is None and before["status"] == "learning"   # w = 0: a tie, no answer
+    assert after["label"] in (-1, 1) and after["status"] == "answered"
+    raw = validate(FTRL, rows="bins")
+    assert "declare the features" in DPFTRLKind.config_problem(raw)
+    for params, needle in (({"rows": "onehot"}, "rows"), ({"decision": "recall"}, "decision")):
+        with pytest.raises(ValidationError) as err:
+            validate(FTRL, **params)
+        assert needle in str(err.value) and list(params.values())[0] in str(err.value)
+
+
 # ---------------------------------------------------------------- the predictor
 PRED = {"model_id": "pred", "dimension": 3, "budget": {"epsilon": 4.0, "delta": 1e-6},
         "params": {"kind": "predictor", "generator": "logistic", "examples": 1200}}
@@ -85,25 +121,27 @@ def test_a_logistic_or_student_model_too_wide_to_fit_in_bounded_time_is_refused(
     assert PredictorKind.config_problem(validate(wide, generator="halfspace")) is None
 
 
-def student_events(n_examples=1200, n_queries=1500):
+def student_events(n_examples=1200, n_queries=1500, generator="logistic"):
     s = RNG.stream("learner-config-tests", "pred", 0)
     X = s.uniform(3 * n_examples).reshape(-1, 3) * 2 - 1
     Q = s.uniform(3 * n_queries).reshape(-1, 3) * 2 - 1
     label = lambda r: 1 if r[0] > 0.4 else -1            # noqa: E731 - 30% positives
-    cfg = {**PRED, "params": {**PRED["params"], "student": True}}
+    cfg = {**PRED, "params": {**PRED["params"], "student": True, "generator": generator}}
     return ([("models", cfg)]
             + [("examples", {"model_id": "pred", "x": r.tolist(), "y": label(r)}) for r in X]
             + [("queries", {"model_id": "pred", "x": r.tolist(), "query_id": f"q{i}"})
                for i, r in enumerate(Q)]), [label(r) for r in Q]
 
 
+@pytest.mark.parametrize("generator", ["logistic", "nearest"])
 @pytest.mark.parametrize("cut_query", [25, 700])
-def test_the_student_answers_after_exhaustion_end_to_end_and_the_same_after_a_restart(cut_query):
-    """The worker's records: released answers, then (after the v_max-th hard query, near
-    query 50 here) the student's answers with status ``frozen`` and no ledger entry; a
-    restart before exhaustion reloads the kept answers, one after it the fitted
-    student, and either gives the same records."""
-    evs, truth = student_events()
+def test_the_student_answers_after_exhaustion_end_to_end_and_the_same_after_a_restart(cut_query, generator):
+    """The worker's records: released answers, then (after the v_max-th hard query) the
+    student's answers with status ``frozen`` and no ledger entry; a restart before
+    exhaustion reloads the kept answers (and, for nearest-neighbour blocks, rebinds the
+    blocks and hard queries the hypotheses refer to), one after it the fitted student,
+    and either gives the same records."""
+    evs, truth = student_events(generator=generator)
     whole = run(evs)
     answers = [p for p in whole.outputs["predictions"] if p["kind"] == "query"]
     statuses = [p["status"] for p in answers]

@@ -279,3 +279,55 @@ def test_the_block_rule_is_ten_examples_unless_the_epoch_or_the_model_is_very_la
     assert [default_block(h) for h in (1, 500, 5_000, 44_000, 10 * TABLE_MAX)] == [10] * 5
     assert default_block(100 * TABLE_MAX) == 100
     assert default_block(10_000, d=103) == 10 and default_block(10_000, d=9_998) == 625
+
+
+# ---------------------------------------------------------------- issue 45, second round
+def balanced_error(pred, y):
+    pred = np.array([0 if v is None else v for v in pred])
+    return (np.mean(pred[y == 1] != 1) + np.mean(pred[y == -1] != -1)) / 2
+
+
+def test_the_balanced_decision_answers_the_rare_class_where_it_beats_its_prior():
+    """decision="balanced" answers +1 iff P(y = +1 | x) >= the prior, i.e. iff <w, r> >= 0,
+    from the same released model (no extra charge, the same learning); on a stream of 8%
+    positives with a signal in one feature the error rule's balanced error stays near
+    1/2 (it seldom names the rare class) and the balanced rule's is well below it.
+    Before: only the error rule existed."""
+    X, y = imbalanced(4000, rate=0.08, seed=5)
+    X[:, 0] = np.where(y == 1, 0.8 + np.abs(X[:, 0]) / 5, X[:, 0])  # positives sit right
+    runs = {}
+    for decision in ("error", "balanced"):
+        p = dp_ftrl_parameters(epsilon=4.0, delta=1e-6, d=5, horizon=4000, decision=decision)
+        m = DPFTRL(params=p, rng=RNG, model_id="bal")
+        runs[decision] = (m, [s.prediction for s in m.learn_many(X, y)])
+    (err_model, err_pred), (bal_model, bal_pred) = runs["error"], runs["balanced"]
+    assert np.array_equal(err_model.w, bal_model.w) and err_model.intercept == bal_model.intercept
+    assert err_model.ledger.state.charges == bal_model.ledger.state.charges == 1
+    assert bal_model.predict_many(X[:50]) == [1 if v >= 0 else -1 for v in bal_model.rows(X[:50]) @ bal_model.w]
+    assert balanced_error(bal_pred, y) < balanced_error(err_pred, y) - 0.1
+    with pytest.raises(ParameterError, match="decision"):
+        dp_ftrl_parameters(epsilon=4.0, delta=1e-6, d=5, horizon=100, decision="recall")
+
+
+def test_rows_with_bins_learn_a_class_no_halfspace_of_the_values_separates():
+    """Two numeric fields, label +1 inside a band of the first (|x0| < 0.5): no halfspace of
+    the values does better than the majority class (50%), the bins make it an additive
+    model that does. Before: numeric fields were only ever one scaled value."""
+    from dpstream.learners.dp_ftrl import featurised_row, row_dimension
+    from dpstream.learners.features import Featuriser
+    from dpstream.schemas.features import NumericField
+    f = Featuriser([NumericField(name="a", lower=-1, upper=1, bins=8),
+                    NumericField(name="b", lower=-1, upper=1, bins=8)])
+    assert [row_dimension(f, r) for r in ("values", "bins", "both")] == [2, 18, 20]
+    assert featurised_row(f, {"a": -0.9, "b": 0.95}, "both") == \
+        [-0.9, 0.95] + [1.0] + [0.0] * 8 + [0.0] * 7 + [1.0, 0.0]
+    s = RNG.stream("dp-ftrl-tests", "band", 0)
+    pts = s.uniform(6000 * 2).reshape(6000, 2) * 2 - 1
+    y = np.where(np.abs(pts[:, 0]) < 0.5, 1, -1)
+    errors = {}
+    for rows in ("values", "both"):
+        X = np.array([featurised_row(f, {"a": a, "b": b}, rows) for a, b in pts])
+        p = dp_ftrl_parameters(epsilon=4.0, delta=1e-6, d=X.shape[1], horizon=6000)
+        m = DPFTRL(params=p, rng=RNG, model_id="band")
+        errors[rows] = np.mean([s.prediction != t for s, t in zip(m.learn_many(X, y), y)])
+    assert errors["values"] > 0.4 and errors["both"] < 0.2

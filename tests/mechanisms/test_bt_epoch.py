@@ -14,8 +14,8 @@ from dpstream.mechanisms.params import predictor_instance_budget
 K = 400                                   # blocks: thresholds at 3k/8 and 5k/8
 
 
-def worst_epoch_delta(scale, v_max, eps, rounds=150, step=2):
-    lower, upper = 3 * K / 8, 5 * K / 8
+def worst_epoch_delta(scale, v_max, eps, rounds=150, step=2, k=K):
+    lower, upper = 3 * k / 8, 5 * k / 8
     counts = range(int(lower - 6 * scale), int(upper + 6 * scale), step)
     return max(between_thresholds_epoch_constant_delta(scale=scale, lower=lower, upper=upper,
                                                        count=c, shift=s, rounds=rounds,
@@ -28,6 +28,23 @@ def test_exact_divergence_of_whole_epochs_stays_within_the_claimed_delta(eps, v_
     cal = calibrate_epoch(epsilon=eps, delta=1e-6, lower=3 * K / 8, upper=5 * K / 8, v_max=v_max)
     assert cal.epsilon <= eps
     assert worst_epoch_delta(float(cal.scale), v_max, eps) <= 1e-6
+
+
+def test_a_narrow_gap_costs_accuracy_not_privacy():
+    """The predictor now sizes its votes with a gap of 2 noise scales (learners/predictor.py,
+    GAP_SCALES) where the calibration used to insist on 3: the claim does not depend on the
+    gap, and at k = 104 blocks (eps 4, v_max 16: the gap is 2.07 b) the exact divergence
+    of whole epochs stays within delta (and 0.6 of the noise breaks it: the check has
+    power at this gap). The default floor of 3 refuses the same k."""
+    from dpstream.mechanisms.errors import ThresholdsTooClose
+    k, eps, v_max = 104, 4.0, 16
+    cal = calibrate_epoch(epsilon=eps, delta=1e-6, lower=3 * k / 8, upper=5 * k / 8, v_max=v_max,
+                          min_gap=2.0)
+    assert cal.epsilon <= eps and 2.0 <= (k / 4) / float(cal.scale) < 3.0
+    assert worst_epoch_delta(float(cal.scale), v_max, eps, k=k, step=1) <= 1e-6
+    assert worst_epoch_delta(0.6 * float(cal.scale), v_max, eps, k=k, step=1) > 1e-6
+    with pytest.raises(ThresholdsTooClose):
+        calibrate_epoch(epsilon=eps, delta=1e-6, lower=3 * k / 8, upper=5 * k / 8, v_max=v_max)
 
 
 def test_the_claim_is_within_a_factor_two_of_what_constant_adversaries_reach():
