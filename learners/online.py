@@ -48,7 +48,7 @@ Measured against River's own logistic regression on data River ships:
 >>> from dpstream.schemas.features import CategoricalField, NumericField
 >>> fields = [NumericField(name="amount", lower=0, upper=100),
 ...           CategoricalField(name="country", vocabulary=["fr", "us"])]
->>> model = DPFTRLClassifier(fields, epsilon=4.0, horizon=1000, key=bytes(32))
+>>> model = DPFTRLClassifier(fields, epsilon=4.0, horizon=1000, key=bytes(range(32)))
 >>> model.predict_one({"amount": 10.0, "country": "fr"}) is None       # no label seen yet
 True
 >>> model.learn_one({"amount": 80.0, "country": "us"}, "fraud")
@@ -219,7 +219,7 @@ class DPFTRLClassifier(PrivateClassifier):
     def _unit_test_params(cls):
         """River's checks (river/checks) run on its Phishing stream: its nine fields,
         River's bool classes, a fixed test key."""
-        yield {"features": PHISHING_FIELDS, "epsilon": 4.0, "horizon": 1000, "key": bytes(32),
+        yield {"features": PHISHING_FIELDS, "epsilon": 4.0, "horizon": 1000, "key": bytes(range(32)),
                "classes": (False, True)}
 
 
@@ -252,7 +252,7 @@ class ContinualWinnowClassifier(PrivateClassifier):
     @classmethod
     def _unit_test_params(cls):
         """As ``DPFTRLClassifier._unit_test_params``."""
-        yield {"features": PHISHING_FIELDS, "epsilon": 4.0, "horizon": 1000, "key": bytes(32),
+        yield {"features": PHISHING_FIELDS, "epsilon": 4.0, "horizon": 1000, "key": bytes(range(32)),
                "classes": (False, True)}
 
 
