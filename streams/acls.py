@@ -75,6 +75,12 @@ class Acl:
     def key(self) -> tuple:
         return (self.resource_type, self.resource, self.pattern, self.principal, self.operation)
 
+    def request_fields(self) -> tuple:
+        """The fields of this ACL in Kafka's CreateAcls / DeleteAcls requests: resource type,
+        name, pattern, principal, host (any), operation and permission codes."""
+        return (self.resource_type, self.resource, self.pattern, self.principal, "*",
+                OPERATIONS[self.operation], ALLOW)
+
 
 def worker_topics(app_id: str) -> tuple[str, ...]:
     """The internal topics a worker with this app id reads, writes and creates."""

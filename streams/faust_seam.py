@@ -765,15 +765,13 @@ class TableStore:
 
 # ---------------------------------------------------------------- ACLs
 async def create_acls(admin, acls) -> list[str]:
-    """Create ``acls`` (streams/acls.py ``Acl``) through a started aiokafka admin client;
-    the error messages of those the broker refused (empty: all created)."""
+    """Create ``acls`` (``Acl``s of streams/acls.py: ``request_fields()`` and ``describe()``)
+    through a started aiokafka admin client; the error messages of those the broker refused
+    (empty: all created)."""
     from aiokafka.protocol.admin import CreateAclsRequest
-
-    from .acls import ALLOW, OPERATIONS
     errors = []
     for acl in acls:
-        request = CreateAclsRequest(acl.resource_type, acl.resource, acl.pattern, acl.principal,
-                                    "*", OPERATIONS[acl.operation], ALLOW)
+        request = CreateAclsRequest(*acl.request_fields())
         response = await admin._send_request(request)
         for code, message in response.creation_responses:
             if code:
@@ -784,12 +782,9 @@ async def create_acls(admin, acls) -> list[str]:
 async def delete_acls(admin, acls) -> list[str]:
     """Delete ``acls`` (each matched exactly); the error messages of refused deletions."""
     from aiokafka.protocol.admin import DeleteAclsRequest
-
-    from .acls import ALLOW, OPERATIONS
     errors = []
     for acl in acls:
-        request = DeleteAclsRequest(acl.resource_type, acl.resource, acl.pattern, acl.principal,
-                                    "*", OPERATIONS[acl.operation], ALLOW)
+        request = DeleteAclsRequest(*acl.request_fields())
         response = await admin._send_request(request)
         for code, message, _ in response.filter_responses:
             if code:
