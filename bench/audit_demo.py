@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from dpstream.streams.demo import MODELS, fraud_stream  # noqa: E402
+from dpstream.streams.cli.demo import MODELS, fraud_stream  # noqa: E402
 
 
 def main() -> None:

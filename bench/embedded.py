@@ -29,8 +29,8 @@ from dpstream.agents.records import RawRecord  # noqa: E402
 from dpstream.learners.continual_winnow import ContinualWinnow  # noqa: E402
 from dpstream.mechanisms.randomness import KeyedRandomness  # noqa: E402
 from dpstream.schemas import ModelConfig  # noqa: E402
-from dpstream.streams.embedded import EmbeddedRuntime  # noqa: E402
-from dpstream.streams.replay import replay  # noqa: E402
+from dpstream.streams.tools.embedded import EmbeddedRuntime  # noqa: E402
+from dpstream.streams.tools.replay import replay  # noqa: E402
 
 RNG = KeyedRandomness(bytes(range(32)))
 EXAMPLES = ROOT / "examples"

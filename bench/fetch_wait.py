@@ -21,9 +21,9 @@ import uuid
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
-from dpstream.streams import topics
-from dpstream.streams.kafka import Kafka
-from dpstream.streams.tuning import BUSY_FETCH_MAX_WAIT_MS, FETCH_MAX_WAIT_MS, shorten_fetch_wait
+from dpstream.streams.worker import topics
+from dpstream.streams.worker.kafka import Kafka
+from dpstream.streams.worker.tuning import BUSY_FETCH_MAX_WAIT_MS, FETCH_MAX_WAIT_MS, shorten_fetch_wait
 
 
 async def create_topic(bootstrap: str, topic: str, partitions: int) -> None:
@@ -66,7 +66,7 @@ async def _seconds_until_a_new_record_arrives(bootstrap: str, topic: str, shorte
 async def _fetches_while_records_stream_in(bootstrap: str, topic: str, paced: bool) -> tuple[int, int]:
     """(fetch requests sent, records received) while a producer sends a record every
     millisecond or so for 1.5 s and the consumer takes whatever has arrived."""
-    from dpstream.streams.tuning import pace_fetches
+    from dpstream.streams.worker.tuning import pace_fetches
     await create_topic(bootstrap, topic, 1)
     producer = AIOKafkaProducer(bootstrap_servers=bootstrap, linger_ms=0)
     consumer = AIOKafkaConsumer(topic, bootstrap_servers=bootstrap,

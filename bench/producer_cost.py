@@ -34,9 +34,9 @@ import uuid
 
 from aiokafka import AIOKafkaProducer
 
-from dpstream.streams import topics
-from dpstream.streams.batches import send_records
-from dpstream.streams.kafka import Kafka
+from dpstream.streams.worker import topics
+from dpstream.streams.worker.batches import send_records
+from dpstream.streams.worker.kafka import Kafka
 
 BROKER = "127.0.0.1:9092"
 VALUE = b'{"model":"m1","offset":123456,"label":1,"score":0.12345,"epoch":3,"spent":0.0123}'

@@ -334,7 +334,7 @@ def scale_out(n: int, models: int = 4) -> tuple[float, float]:
     """DP-Winnow rate over ``models`` models that sit on distinct partitions (of 4), with one
     worker and with two workers in one consumer group (fresh topics each), n examples
     spread round-robin over the models."""
-    from dpstream.streams.observe import model_partition
+    from dpstream.streams.worker.observe import model_partition
     ids, i = [], 0
     while len(ids) < models:                    # one model per partition
         name = f"bench-{i}"
@@ -368,9 +368,9 @@ def secure_rates(state: Path, data: list[bytes], runs: int) -> dict[str, list[fl
     """The raw loop and the DP-Winnow worker over PLAINTEXT and over SASL_SSL (the raw loop
     as the admin; the worker as the worker principal, its ACLs granted for each fresh
     prefix), interleaved run by run so that neither broker's warm-up favours one side."""
-    from dpstream.streams.acls import plan
-    from dpstream.streams.faust_seam import create_acls
-    from dpstream.streams.kafka import Kafka, running
+    from dpstream.streams.tools.acls import plan
+    from dpstream.streams.worker.faust_seam import create_acls
+    from dpstream.streams.worker.kafka import Kafka, running
     admin = Kafka.from_settings(None, str(state / "clients" / "admin.properties"), environ={})
     worker_args = ("--client-config", str(state / "clients" / "worker.properties"))
 

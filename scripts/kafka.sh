@@ -157,7 +157,7 @@ metadata_ok() {
   [ "$SECURE" = 1 ] && client="$STATE/clients/admin.properties"
   "$PY" - "$PORT" "$client" <<'PYEOF' 2>/dev/null
 import asyncio, sys
-from dpstream.streams.kafka import Kafka
+from dpstream.streams.worker.kafka import Kafka
 async def main():
     kafka = Kafka.from_settings(f"127.0.0.1:{sys.argv[1]}", sys.argv[2] or None, environ={})
     admin = kafka.admin(request_timeout_ms=5000)

@@ -19,7 +19,7 @@ from dpstream.agents.records import RawRecord
 from dpstream.agents.sequencer import MODEL_EVENTS, sequence_batch
 from dpstream.mechanisms.continual import tree_levels
 from dpstream.mechanisms.randomness import KeyedRandomness
-from dpstream.streams.embedded import EmbeddedRuntime
+from dpstream.streams.tools.embedded import EmbeddedRuntime
 
 from ..streams.kafka_helpers import per_model
 

@@ -13,8 +13,8 @@ from types import SimpleNamespace
 import pytest
 from aiokafka.errors import KafkaTimeoutError, TopicAuthorizationFailedError
 
-from dpstream.streams import bulk
-from dpstream.streams.bulk import BatchFailed, BulkPath
+from dpstream.streams.worker import bulk
+from dpstream.streams.worker.bulk import BatchFailed, BulkPath
 
 
 class App:

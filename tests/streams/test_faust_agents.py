@@ -10,8 +10,8 @@ import pytest
 
 from dpstream.agents.records import RawRecord
 from dpstream.mechanisms.randomness import KeyedRandomness
-from dpstream.streams.app import WorkerApp
-from dpstream.streams.kafka import Kafka
+from dpstream.streams.worker.app import WorkerApp
+from dpstream.streams.worker.kafka import Kafka
 
 MODEL = {"type": "model", "model_id": "w1", "dimension": 10,
          "budget": {"epsilon": 100.0, "delta": 1e-6},

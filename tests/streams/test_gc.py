@@ -4,7 +4,7 @@ young cycles, and no full pass runs by itself (the worker's timer runs it when i
 import gc
 import weakref
 
-from dpstream.streams.tuning import hold_full_collections
+from dpstream.streams.worker.tuning import hold_full_collections
 
 
 class Node:

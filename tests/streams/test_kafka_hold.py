@@ -12,8 +12,8 @@ from urllib.request import urlopen
 import pytest
 from aiokafka import AIOKafkaProducer
 
-from dpstream.streams.app import TAIL_CHECK
-from dpstream.streams.bulk import RELEASE_AFTER
+from dpstream.streams.worker.app import TAIL_CHECK
+from dpstream.streams.worker.bulk import RELEASE_AFTER
 
 from .kafka_helpers import Worker, produce, read_all
 from .test_kafka_pipeline import free_port, uncommitted

@@ -10,9 +10,9 @@ from urllib.request import urlopen
 import pytest
 
 from dpstream.mechanisms.randomness import KeyedRandomness
-from dpstream.streams.cli import _export_kafka
-from dpstream.streams.kafka import Kafka
-from dpstream.streams.replay import replay, verify_public
+from dpstream.streams.cli.commands import _export_kafka
+from dpstream.streams.worker.kafka import Kafka
+from dpstream.streams.tools.replay import replay, verify_public
 
 from .kafka_helpers import KEY_HEX, Worker, per_model, produce, read_all
 from .reference import assert_same_as_embedded, expected

@@ -23,9 +23,9 @@ import time
 
 import pytest
 
-from dpstream.streams.acls import GROUP, Acl, plan
-from dpstream.streams.topics import OUTPUTS
-from dpstream.streams.watchdog import STOP_WITHIN
+from dpstream.streams.tools.acls import GROUP, Acl, plan
+from dpstream.streams.worker.topics import OUTPUTS
+from dpstream.streams.worker.watchdog import STOP_WITHIN
 
 from .kafka_helpers import Worker, produce, read_all
 from .reference import assert_same_as_embedded

@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from dpstream.streams.acls import CLUSTER, TOPIC, Acl, plan
-from dpstream.streams.faust_seam import create_acls, delete_acls, describe_acls
-from dpstream.streams.kafka import Kafka, running
-from dpstream.streams.topics import ensure_topics
+from dpstream.streams.tools.acls import CLUSTER, TOPIC, Acl, plan
+from dpstream.streams.worker.faust_seam import create_acls, delete_acls, describe_acls
+from dpstream.streams.worker.kafka import Kafka, running
+from dpstream.streams.worker.topics import ensure_topics
 
 from .kafka_helpers import KEY_HEX, ROOT, Worker, produce, read_all
 from .reference import assert_same_as_embedded
@@ -74,7 +74,7 @@ def test_the_acl_plan_grants_each_role_only_its_topics():
 
 
 def test_apply_creates_exactly_the_plan_and_remove_keeps_only_the_shared_cluster_rights(secured, secure):
-    from dpstream.streams.acls import OPERATIONS
+    from dpstream.streams.tools.acls import OPERATIONS
     p = f"a{uuid.uuid4().hex[:8]}-"
     names = {v: k for k, v in OPERATIONS.items()}
 

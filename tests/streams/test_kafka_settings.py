@@ -5,7 +5,7 @@ import ssl
 import pytest
 from aiokafka import errors as E
 
-from dpstream.streams.kafka import ClientConfigError, Kafka, read_properties
+from dpstream.streams.worker.kafka import ClientConfigError, Kafka, read_properties
 
 
 def props(tmp_path, text: str, mode: int = 0o600) -> str:

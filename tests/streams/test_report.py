@@ -8,9 +8,9 @@ import subprocess
 import pytest
 
 from dpstream.mechanisms.randomness import KeyedRandomness
-from dpstream.streams.embedded import EmbeddedRuntime
-from dpstream.streams.replay import replay
-from dpstream.streams.report import build_report
+from dpstream.streams.tools.embedded import EmbeddedRuntime
+from dpstream.streams.tools.replay import replay
+from dpstream.streams.tools.report import build_report
 
 KEY = b"report-tests-key-0000000000000000"
 

@@ -16,7 +16,7 @@ from aiokafka.structs import TopicPartition
 
 from dpstream.agents.records import RawRecord
 from dpstream.agents.sequencer import sequence_batch
-from dpstream.streams import faust_seam as seam
+from dpstream.streams.worker import faust_seam as seam
 
 LZ4 = 3
 VALUES = [b'{"model_id": "m", "active": [%d], "y": 1}' % i for i in range(3)]

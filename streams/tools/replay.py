@@ -25,7 +25,7 @@ from dpstream.agents.records import RawRecord
 from dpstream.mechanisms.randomness import KeyedRandomness
 from dpstream.schemas import LedgerEntryEvent, Prediction, Rejected, Release
 
-from .topics import ANSWERS, LEDGER, MODEL_EVENTS, PREDICTIONS, REJECTED, RELEASES, copies
+from dpstream.streams.worker.topics import ANSWERS, LEDGER, MODEL_EVENTS, PREDICTIONS, REJECTED, RELEASES, copies
 
 COMPARED = (PREDICTIONS, ANSWERS, LEDGER, RELEASES)
 SCHEMAS = {PREDICTIONS: Prediction, ANSWERS: Prediction, LEDGER: LedgerEntryEvent, RELEASES: Release,

@@ -45,8 +45,8 @@ from pathlib import Path
 from dpstream.mechanisms.errors import MissingKeyError
 from dpstream.mechanisms.randomness import KeyedRandomness
 
-from . import topics
-from .kafka import DEFAULT_BOOTSTRAP, Kafka, client_errors, running
+from dpstream.streams.worker import topics
+from dpstream.streams.worker.kafka import DEFAULT_BOOTSTRAP, Kafka, client_errors, running
 
 
 class Failed(Exception):
@@ -67,7 +67,7 @@ def _key() -> KeyedRandomness:
 
 def _kafka(args) -> Kafka:
     """The connection settings of a command (module docstring; streams/kafka.py)."""
-    from .kafka import ClientConfigError
+    from dpstream.streams.worker.kafka import ClientConfigError
     try:
         return Kafka.from_settings(args.broker, getattr(args, "client_config", None))
     except ClientConfigError as err:
@@ -125,7 +125,7 @@ def _read_lines(path: str | None) -> list[bytes]:
     """The non-empty lines of a JSONL file (Failed, exit 2, if it cannot be read)."""
     if not path:
         return []
-    from .userfiles import FileError, read_jsonl
+    from dpstream.streams.tools.userfiles import FileError, read_jsonl
     try:
         return [row.raw for row in read_jsonl(path)]
     except FileError as err:
@@ -136,7 +136,7 @@ def _read_models(path: str | None) -> list[bytes]:
     """Model configs from a JSON file (one object or a list, any layout) or JSONL."""
     if not path:
         return []
-    from .userfiles import FileError, read_bytes
+    from dpstream.streams.tools.userfiles import FileError, read_bytes
     try:
         text = read_bytes(path)
     except FileError as err:
@@ -168,7 +168,7 @@ def _input_rows(args, path: str, topic: str, configs: dict, report, *, labels: b
     """The records of an examples or queries file (streams/userfiles.py: JSONL, CSV or
     Parquet; labels read as -1/+1); how the labels were read, and the table columns left
     out, go to ``report`` (said at the end)."""
-    from .userfiles import FileError, LabelError, TableSpec, file_format, map_labels, read_rows
+    from dpstream.streams.tools.userfiles import FileError, LabelError, TableSpec, file_format, map_labels, read_rows
     model_id = args.model_id or (next(iter(configs)) if len(configs) == 1 and args.cmd == "run" else None)
     spec = TableSpec(topic, model_id, args.label_column, args.id_column)
     name = "standard input" if path == "-" else path
@@ -194,8 +194,8 @@ def _strict(args, report) -> None:
 
 
 def cmd_run(args) -> int:
-    from .embedded import EmbeddedRuntime, SqliteState
-    from .owner_report import OwnerReport
+    from dpstream.streams.tools.embedded import EmbeddedRuntime, SqliteState
+    from dpstream.streams.tools.owner_report import OwnerReport
     models = _read_models(args.models)
     configs = _models_in(models)
     report = OwnerReport(configs)
@@ -276,7 +276,7 @@ class Progress:
 def refused_out():
     """A refused ``--out`` directory or file (streams/outdir.py) as Failed, exit 2: one
     line that says why, nothing written."""
-    from .outdir import UnsafeOut
+    from dpstream.streams.tools.outdir import UnsafeOut
     try:
         yield
     except UnsafeOut as err:
@@ -287,7 +287,7 @@ def out_dir(path: str, *, private: bool = True):
     """The ``--out`` directory of export, run and audit-report, opened for writing
     (streams/outdir.py: created 0700 if missing, never chmod-ed, nothing followed out of
     it), checked before the command does its work."""
-    from .outdir import OutDir
+    from dpstream.streams.tools.outdir import OutDir
     with refused_out():
         return OutDir(path, private=private).__enter__()
 
@@ -296,7 +296,7 @@ def write_export(out, log: list[dict], outputs: dict) -> None:
     """The layout `dpstream export` and `dpstream run` write and `dpstream replay --dir`
     reads, into ``out`` (an open ``out_dir`` or a path). ``model-events.jsonl`` holds raw
     features and labels: the directory is created 0700 and every file is 0600."""
-    from .outdir import OutDir
+    from dpstream.streams.tools.outdir import OutDir
     names = [f"{topics.MODEL_EVENTS}.jsonl", *(f"{t}.jsonl" for t in topics.OUTPUTS)]
     with (OutDir(out, private=True) if isinstance(out, (str, Path)) else out) as where, \
             where.files(names) as files:
@@ -333,7 +333,7 @@ def read_export(src: Path) -> tuple[list[dict], dict]:
 async def _export_kafka(kafka: Kafka, prefix: str, timeout: float) -> tuple[list[dict], dict]:
     """The log and the output topics as they are: a record that is not JSON is kept as a
     marker, so that replay (now, or on the export later) counts it (replay.screen)."""
-    from .replay import parse_json
+    from dpstream.streams.tools.replay import parse_json
     log = [{"partition": r.partition, "offset": r.offset, "value": parse_json(r.value)}
            for r in await read_topic(kafka, prefix + topics.MODEL_EVENTS, timeout=timeout)]
     outputs = {t: [parse_json(r.value) for r in await read_topic(kafka, prefix + t, timeout=timeout)]
@@ -354,7 +354,7 @@ def cmd_export(args) -> int:
 
 
 def cmd_replay(args) -> int:
-    from .replay import WrongKeyError, replay, verify_public
+    from dpstream.streams.tools.replay import WrongKeyError, replay, verify_public
     try:
         if args.dir:
             log, outputs = read_export(Path(args.dir))
@@ -387,8 +387,8 @@ def cmd_replay(args) -> int:
 
 
 def cmd_audit_report(args) -> int:
-    from .replay import replay, screen
-    from .report import build_report
+    from dpstream.streams.tools.replay import replay, screen
+    from dpstream.streams.tools.report import build_report
     if args.internal and args.no_key:
         raise Failed("--internal recomputes mistakes with the key; drop --no-key", 2)
     try:
@@ -436,12 +436,12 @@ def cmd_worker(args) -> int:
     from dpstream.mechanisms.accounting import preload
     from dpstream.mechanisms.continual import draw_ahead_in_a_process, start_helper
 
-    from .app import WorkerApp, keep_secrets_from_children
-    from .faust_seam import contract
-    from .observe import exposed, quiet_startup_logs, web_bind
-    from .topics import ensure_topics
-    from .tuning import hold_full_collections, shorten_thread_switches
-    from .outdir import UnsafeOut, private_dir
+    from dpstream.streams.worker.app import WorkerApp, keep_secrets_from_children
+    from dpstream.streams.worker.faust_seam import contract
+    from dpstream.streams.worker.observe import exposed, quiet_startup_logs, web_bind
+    from dpstream.streams.worker.topics import ensure_topics
+    from dpstream.streams.worker.tuning import hold_full_collections, shorten_thread_switches
+    from dpstream.streams.tools.outdir import UnsafeOut, private_dir
     rng = _key()
     bind = web_bind(args.web_bind)
     try:                                  # before any connection: a refusal changes nothing
@@ -573,7 +573,7 @@ def _in_force(kafka: Kafka, args, doing: str) -> tuple[dict | None, str | None]:
     least-privilege producer and querier may not: nothing is checked against it then)."""
     from aiokafka.errors import TopicAuthorizationFailedError
 
-    from .topicread import TOPIC_WAIT, TopicMissing, registrations
+    from dpstream.streams.tools.topicread import TOPIC_WAIT, TopicMissing, registrations
     try:
         return _broker_call(kafka, registrations(kafka, args.prefix, wait=TOPIC_WAIT),
                             f"Read topic {args.prefix}{topics.MODELS}",
@@ -618,7 +618,7 @@ def _checked_rows(args, configs: dict, report) -> tuple[list, int]:
     ``--no-check``."""
     name = "standard input" if args.file == "-" else args.file
     if args.topic == topics.MODELS:
-        from .userfiles import FileError, read_jsonl
+        from dpstream.streams.tools.userfiles import FileError, read_jsonl
         try:
             rows = read_jsonl(args.file)
         except FileError as err:
@@ -646,8 +646,8 @@ def _checked_rows(args, configs: dict, report) -> tuple[list, int]:
 
 
 def _produce_file(args) -> int:
-    from .owner_report import OwnerReport
-    from .userfiles import file_format
+    from dpstream.streams.tools.owner_report import OwnerReport
+    from dpstream.streams.tools.userfiles import file_format
     if args.topic not in topics.INPUTS:
         from difflib import get_close_matches
         guess = get_close_matches(args.topic, topics.INPUTS, n=1)
@@ -723,7 +723,7 @@ async def read_topic(kafka: Kafka, topic: str, *, timeout: float = 5.0, limit: i
 
 
 def cmd_consume(args) -> int:
-    from .topicread import TopicMissing, check_topic_name, follow
+    from dpstream.streams.tools.topicread import TopicMissing, check_topic_name, follow
     kafka = _kafka(args)
     topic = args.prefix + args.topic
     counted = [0]
@@ -753,7 +753,7 @@ def cmd_models(args) -> int:
         raise Failed("name the model id", 2)
     # Configs come from the `models` topic (registrations only, never the model-events log,
     # which holds raw features): the registrations in force, as the worker decides them.
-    from .topicread import read_to_end, registrations
+    from dpstream.streams.tools.topicread import read_to_end, registrations
     kafka = _kafka(args)
 
     async def read():
@@ -761,7 +761,7 @@ def cmd_models(args) -> int:
         return models, await read_to_end(kafka, args.prefix + topics.LEDGER, timeout=args.timeout)
     models, ledger = _broker_call(kafka, read(), f"Read topics {args.prefix}{topics.MODELS} and "
                                   f"{args.prefix}{topics.LEDGER}")
-    from .replay import parse_json, screen_topic
+    from dpstream.streams.tools.replay import parse_json, screen_topic
     entries, invalid = screen_topic(topics.LEDGER, [parse_json(r.value) for r in ledger])
     if invalid:
         print(f"dpstream models: on {args.prefix}{topics.LEDGER}, {invalid.line()} (`dpstream "
@@ -795,7 +795,7 @@ def parse_registrations(path: str) -> list:
     from dpstream.agents.kinds import kind
     from dpstream.schemas import ModelConfig
     from dpstream.schemas.config import config_error_text
-    from .userfiles import FileError, read_bytes
+    from dpstream.streams.tools.userfiles import FileError, read_bytes
     try:
         text = read_bytes(path).decode(errors="replace")
     except FileError as err:
@@ -883,7 +883,7 @@ def _register(args) -> int:
             new.append(config)
         elif known.model_dump(mode="json") != config.model_dump(mode="json"):
             raise Failed(f"{_differs(config, known)}; nothing sent")
-    from .userfiles import Row
+    from dpstream.streams.tools.userfiles import Row
     lines = [Row(c.model_id, json.dumps(c.model_dump(mode="json")).encode(), {"model_id": c.model_id})
              for c in new]
     if lines:
@@ -907,7 +907,7 @@ def cmd_features(args) -> int:
     left out and why, and each declared in a way that may surprise."""
     from dpstream.learners.features import suggest_declaration
 
-    from .userfiles import FileError, cell, column_kinds, file_format, read_jsonl, read_table
+    from dpstream.streams.tools.userfiles import FileError, cell, column_kinds, file_format, read_jsonl, read_table
     fmt = file_format(args.sample, args.format)
     name = "standard input" if args.sample == "-" else args.sample
     records = []
@@ -945,8 +945,8 @@ def cmd_acls(args) -> int:
     it granted to another tenant's principal, no principal of it holding another tenant's
     rights), creates only what is missing, and takes back what it created if the broker
     refuses one; ``--remove`` deletes what exists of the plan and counts only that."""
-    from .acls import CLUSTER, OPERATIONS, ROLES, overlaps, plan, principals
-    from .faust_seam import create_acls, delete_acls, describe_acls
+    from dpstream.streams.tools.acls import CLUSTER, OPERATIONS, ROLES, overlaps, plan, principals
+    from dpstream.streams.worker.faust_seam import create_acls, delete_acls, describe_acls
     if args.apply and args.remove:
         raise Failed("--apply and --remove: give one of them", 2)
     users = {}
@@ -1035,7 +1035,7 @@ def _version() -> str:
 
 def build_parser() -> argparse.ArgumentParser:
     """Every command and flag (each with its help: tests/streams/test_cli_contract.py)."""
-    from .userfiles import FORMATS, LABEL_COLUMN
+    from dpstream.streams.tools.userfiles import FORMATS, LABEL_COLUMN
     ap = argparse.ArgumentParser(
         prog="dpstream", description="Differentially private online learning and private "
         "prediction over Kafka streams. The secret key comes from $DPSTREAM_SECRET_KEY or the "

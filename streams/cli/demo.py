@@ -33,7 +33,7 @@ import numpy as np
 from dpstream.mechanisms.errors import MissingKeyError
 from dpstream.mechanisms.randomness import KeyedRandomness
 
-from .embedded import EmbeddedRuntime
+from dpstream.streams.tools.embedded import EmbeddedRuntime
 
 DEMO_KEY = b"dpstream-public-demo-key (not secret)"
 DATA_KEY = KeyedRandomness(b"dpstream-demo-data (public)00000")
@@ -221,7 +221,7 @@ def run_demo(n_fraud: int = 20_000, n_queries: int = 5_000, progress: bool = Tru
             labelled[payload["model_id"]].append((payload.get("features", payload.get("x")), label))
     feed = [(topic, payload) for topic, payload, _ in items]
     if progress:
-        from .cli import Progress
+        from .commands import Progress
         bar = Progress("dpstream demo", len(feed))
         asyncio.run(rt.feed_all(feed, bar.advance))
         bar.done()
@@ -253,6 +253,6 @@ def write_examples(directory: str, n: int = 20_000) -> None:
                                      "query_id": f"q{i}"}) + "\n")
 
 
-if __name__ == "__main__":                      # python -m dpstream.streams.demo DIR
+if __name__ == "__main__":                      # python -m dpstream.streams.cli.demo DIR
     import sys
     write_examples(sys.argv[1] if len(sys.argv) > 1 else "examples")

@@ -18,7 +18,7 @@ from dpstream.agents.records import RawRecord
 from dpstream.agents.sequencer import MODEL_EVENTS, sequence_batch
 from dpstream.mechanisms.randomness import KeyedRandomness
 
-from .topics import ANSWERS, copies
+from dpstream.streams.worker.topics import ANSWERS, copies
 
 
 class SqliteState(MutableMapping):

@@ -16,8 +16,8 @@ import asyncio
 import time
 from difflib import get_close_matches
 
-from . import topics
-from .kafka import Kafka, running
+from dpstream.streams.worker import topics
+from dpstream.streams.worker.kafka import Kafka, running
 
 TOPIC_WAIT = 60.0      # seconds register/produce wait for a worker to create the topics
 UNKNOWN_TOPIC, NO_LEADER = 3, 5     # Kafka error codes
@@ -33,7 +33,7 @@ def known_names(prefix: str) -> list[str]:
 
 
 async def _describe(kafka: Kafka, name: str) -> dict:
-    from .faust_seam import describe_topic
+    from dpstream.streams.worker.faust_seam import describe_topic
     async with running(kafka.admin(request_timeout_ms=10_000)) as admin:
         return await describe_topic(admin, name)
 

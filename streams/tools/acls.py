@@ -35,7 +35,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from .topics import (ANSWERS, EXAMPLES, INPUTS, LEDGER, MODEL_EVENTS, MODELS, OUTPUTS, PREDICTIONS,
+from dpstream.streams.worker.topics import (ANSWERS, EXAMPLES, INPUTS, LEDGER, MODEL_EVENTS, MODELS, OUTPUTS, PREDICTIONS,
                      QUERIES)
 
 # Kafka's ACL enums (org.apache.kafka.common.acl / resource)
