@@ -44,9 +44,10 @@ from pathlib import Path
 
 from dpstream.mechanisms.errors import MissingKeyError
 from dpstream.mechanisms.randomness import KeyedRandomness
-
 from dpstream.streams.worker import topics
 from dpstream.streams.worker.kafka import DEFAULT_BOOTSTRAP, Kafka, client_errors, running
+
+from .progress import Progress
 
 
 class Failed(Exception):
@@ -168,7 +169,8 @@ def _input_rows(args, path: str, topic: str, configs: dict, report, *, labels: b
     """The records of an examples or queries file (streams/userfiles.py: JSONL, CSV or
     Parquet; labels read as -1/+1); how the labels were read, and the table columns left
     out, go to ``report`` (said at the end)."""
-    from dpstream.streams.tools.userfiles import FileError, LabelError, TableSpec, file_format, map_labels, read_rows
+    from dpstream.streams.tools.userfiles import (FileError, LabelError, TableSpec, file_format, map_labels,
+                                                  read_rows)
     model_id = args.model_id or (next(iter(configs)) if len(configs) == 1 and args.cmd == "run" else None)
     spec = TableSpec(topic, model_id, args.label_column, args.id_column)
     name = "standard input" if path == "-" else path
@@ -230,46 +232,6 @@ def cmd_run(args) -> int:
               f"rejected ({out.path / (topics.REJECTED + '.jsonl')}): "
               + "; ".join(f"{n:,} {reason}" for reason, n in reasons), file=sys.stderr)
     return 1 if refused or dead else 0
-
-
-class Progress:
-    """A progress bar on stderr when it is a terminal; a line every few seconds when it
-    is piped. Small jobs (``MIN_TOTAL`` items or fewer) show nothing."""
-
-    EVERY = 5.0
-    MIN_TOTAL = 1_000
-
-    def __init__(self, label: str, total: int, *, quiet: bool = False):
-        import time
-        self.label, self.total, self.done_n, self.quiet = label, total, 0, quiet
-        self.t0 = self.last = time.monotonic()
-        self.bar = None
-        if not quiet and sys.stderr.isatty() and total > self.MIN_TOTAL:
-            from rich.console import Console
-            from rich.progress import (BarColumn, MofNCompleteColumn, Progress as Bar,
-                                       TextColumn, TimeRemainingColumn)
-            self.bar = Bar(TextColumn(label), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
-                           transient=True, console=Console(stderr=True))
-            self.bar.start()
-            self.task = self.bar.add_task(label, total=total)
-
-    def advance(self, n: int = 1) -> None:
-        import time
-        self.done_n += n
-        if self.bar is not None:
-            self.bar.update(self.task, completed=self.done_n)
-            return
-        now = time.monotonic()
-        if not self.quiet and self.total > self.MIN_TOTAL and now - self.last >= self.EVERY:
-            self.last = now
-            rate = self.done_n / max(now - self.t0, 1e-9)
-            print(f"{self.label}: {self.done_n:,}/{self.total:,} ({rate:,.0f}/s)", file=sys.stderr,
-                  flush=True)
-
-    def done(self) -> None:
-        if self.bar is not None:
-            self.bar.stop()
-            self.bar = None
 
 
 @contextmanager
@@ -907,7 +869,8 @@ def cmd_features(args) -> int:
     left out and why, and each declared in a way that may surprise."""
     from dpstream.learners.features import suggest_declaration
 
-    from dpstream.streams.tools.userfiles import FileError, cell, column_kinds, file_format, read_jsonl, read_table
+    from dpstream.streams.tools.userfiles import (FileError, cell, column_kinds, file_format, read_jsonl,
+                                                  read_table)
     fmt = file_format(args.sample, args.format)
     name = "standard input" if args.sample == "-" else args.sample
     records = []

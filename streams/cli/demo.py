@@ -32,7 +32,6 @@ import numpy as np
 
 from dpstream.mechanisms.errors import MissingKeyError
 from dpstream.mechanisms.randomness import KeyedRandomness
-
 from dpstream.streams.tools.embedded import EmbeddedRuntime
 
 DEMO_KEY = b"dpstream-public-demo-key (not secret)"
@@ -221,7 +220,7 @@ def run_demo(n_fraud: int = 20_000, n_queries: int = 5_000, progress: bool = Tru
             labelled[payload["model_id"]].append((payload.get("features", payload.get("x")), label))
     feed = [(topic, payload) for topic, payload, _ in items]
     if progress:
-        from .commands import Progress
+        from .progress import Progress
         bar = Progress("dpstream demo", len(feed))
         asyncio.run(rt.feed_all(feed, bar.advance))
         bar.done()

@@ -35,8 +35,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from dpstream.streams.worker.topics import (ANSWERS, EXAMPLES, INPUTS, LEDGER, MODEL_EVENTS, MODELS, OUTPUTS, PREDICTIONS,
-                     QUERIES)
+from dpstream.streams.worker.topics import (ANSWERS, EXAMPLES, INPUTS, LEDGER, MODEL_EVENTS, MODELS, OUTPUTS,
+                                           PREDICTIONS, QUERIES)
 
 # Kafka's ACL enums (org.apache.kafka.common.acl / resource)
 TOPIC, GROUP, CLUSTER = 2, 3, 4

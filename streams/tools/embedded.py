@@ -17,7 +17,6 @@ from dpstream.agents.processor import Processor
 from dpstream.agents.records import RawRecord
 from dpstream.agents.sequencer import MODEL_EVENTS, sequence_batch
 from dpstream.mechanisms.randomness import KeyedRandomness
-
 from dpstream.streams.worker.topics import ANSWERS, copies
 
 

@@ -24,8 +24,8 @@ from dpstream.agents.processor import Processor
 from dpstream.agents.records import RawRecord
 from dpstream.mechanisms.randomness import KeyedRandomness
 from dpstream.schemas import LedgerEntryEvent, Prediction, Rejected, Release
-
-from dpstream.streams.worker.topics import ANSWERS, LEDGER, MODEL_EVENTS, PREDICTIONS, REJECTED, RELEASES, copies
+from dpstream.streams.worker.topics import (ANSWERS, LEDGER, MODEL_EVENTS, PREDICTIONS, REJECTED, RELEASES,
+                                           copies)
 
 COMPARED = (PREDICTIONS, ANSWERS, LEDGER, RELEASES)
 SCHEMAS = {PREDICTIONS: Prediction, ANSWERS: Prediction, LEDGER: LedgerEntryEvent, RELEASES: Release,
