@@ -468,10 +468,14 @@ class Delivery:
         self.sent = self.acked = self.acked_any = 0
         self._done = bytearray(total)
         self.progress = progress
+        self.error: BaseException | None = None      # the first refusal the broker sent back
 
     def on_ack(self, i: int):
         def done(future) -> None:
-            if future.cancelled() or future.exception() is not None:
+            if future.cancelled():
+                return
+            if future.exception() is not None:
+                self.error = self.error or future.exception()
                 return
             self._done[i] = 1
             self.acked_any += 1
@@ -494,13 +498,19 @@ async def _produce(kafka: Kafka, topic: str, rows, delivery: Delivery) -> None:
     """Send ``rows`` keyed by model id (the key fixes the partition, so a model's events
     keep their order); ``delivery`` counts what was sent and acknowledged. Stopping the
     producer, also when interrupted, waits for the records in flight (aiokafka's
-    ``stop`` flushes), so an interrupted run's acknowledged prefix is exact."""
+    ``stop`` flushes), so an interrupted run's acknowledged prefix is exact. A
+    record the broker refused (no Write right on a topic the principal may Describe)
+    raises its error once the rest are answered: before, ``models register`` said "sent"
+    and ``produce`` "0 records ... acknowledged", exit 0, when the broker had refused every
+    record (tests/streams/test_kafka_secure.py)."""
     async with running(kafka.producer(acks="all", enable_idempotence=True)) as producer:
         for i, row in enumerate(rows):
             future = await producer.send(topic, key=_key_of(row), value=row.raw)
             future.add_done_callback(delivery.on_ack(i))
             delivery.sent += 1
         await producer.flush()
+    if delivery.error is not None:        # flush() waits for the answers, it raises none of them
+        raise delivery.error
 
 
 def check_record(topic: str, line: bytes) -> str | None:
