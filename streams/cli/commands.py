@@ -1020,8 +1020,11 @@ def build_parser() -> argparse.ArgumentParser:
                        description="Three models fed generated raw records on the embedded runtime, "
                        "with the baselines a user would compare them with.")
     p.add_argument("--fraud-events", type=int, default=20_000,
-                   help="card-fraud and credit-risk events generated (default: %(default)s)")
-    p.add_argument("--queries", type=int, default=5_000, help="risk-score queries (default: %(default)s)")
+                   help="labelled examples of card-fraud and of credit-risk each; every tenth "
+                        "card-fraud example comes again as a query, so the default makes 22,000 "
+                        "card-fraud events (default: %(default)s)")
+    p.add_argument("--queries", type=int, default=5_000,
+                   help="queries to credit-risk and to risk-score each (default: %(default)s)")
     p.add_argument("--json", metavar="FILE", help="also write the summary as JSON to this file")
     p.add_argument("--quiet", action="store_true", help="no progress output")
     p.set_defaults(fn=cmd_demo)

@@ -235,9 +235,16 @@ def run_demo(n_fraud: int = 20_000, n_queries: int = 5_000, progress: bool = Tru
     return rows
 
 
+CREDIT_EXAMPLES = 5_000                          # examples/credit.examples.csv
+
+
 def write_examples(directory: str, n: int = 20_000) -> None:
-    """Write the card-fraud files of ``examples/``: the model (declared features), its raw
-    labelled records and queries (every tenth transaction, without its label)."""
+    """Write the files of ``examples/``: card-fraud's model (declared features), its raw
+    labelled records and queries (every tenth transaction, without its label); and the
+    credit applications of the README's "your own data" as a user brings them, CSV files
+    without a model: a public sample (no labels), labelled examples (``defaulted`` 0/1)
+    and queries (a ``query_id`` column)."""
+    import csv
     import json
     from pathlib import Path
 
@@ -250,6 +257,21 @@ def write_examples(directory: str, n: int = 20_000) -> None:
             if i % 10 == 0:
                 qu.write(json.dumps({"model_id": "card-fraud", "features": record,
                                      "query_id": f"q{i}"}) + "\n")
+    columns = [f["name"] for f in CREDIT_FEATURES]
+    for name, rows, extra in (("sample", credit_stream(200, 3), None),
+                              ("examples", credit_stream(CREDIT_EXAMPLES, 4), "defaulted"),
+                              ("queries", credit_stream(500, 5), "query_id")):
+        with open(out / f"credit.{name}.csv", "w", newline="") as f:
+            table = csv.writer(f, lineterminator="\n")
+            if extra == "query_id":
+                table.writerow([extra, *columns])
+                table.writerows([f"c{i}", *(r[c] for c in columns)] for i, (r, _) in enumerate(rows))
+            elif extra == "defaulted":
+                table.writerow([*columns, extra])
+                table.writerows([*(r[c] for c in columns), int(y == 1)] for r, y in rows)
+            else:
+                table.writerow(columns)
+                table.writerows([r[c] for c in columns] for r, _ in rows)
 
 
 if __name__ == "__main__":                      # python -m dpstream.streams.cli.demo DIR
