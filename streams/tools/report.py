@@ -5,8 +5,9 @@ Two forms:
 * public (default): a function of the published topics alone (predictions, ledger,
   releases, model configs): query answers over time, update rounds (DP-Winnow) and hard
   queries (predictor) as released, the cumulative privacy budget against its cap, and
-  the parameter table with the theorem each value comes from. It reads no label and no
-  feature, so it can be shared wherever the output topics can.
+  the parameter table with the theorem each value comes from; the model's declared
+  features (public configuration, as registered). It reads no label and no feature
+  value, so it can be shared wherever the output topics can.
 * internal (``--internal``, needs the key): adds each model's exact cumulative online
   mistakes, recomputed by a keyed replay where the data is. Mistake counts are private
   statistics of the labelled examples; the report says so on its first line.
@@ -45,6 +46,27 @@ def parameter_rows(config: ModelConfig) -> list[tuple[str, str, str]]:
     b = config.budget
     return [("budget (eps, delta)", f"({b.epsilon:g}, {b.delta:g})", "model registration"),
             *kind(config.kind).parameter_rows(config)]
+
+
+def feature_rows(config: ModelConfig, shown: int = 50) -> list[tuple[str, str, str]]:
+    """(field, type, what it takes) of each declared feature, in declaration order: public
+    configuration, published with the model (docs/concepts.md). A vocabulary longer than
+    ``shown`` values is listed up to there, with how many more it has."""
+    rows = []
+    for f in config.features or []:
+        if f.type == "numeric":
+            cut = (f"edges {', '.join(f'{e:g}' for e in f.edges)}" if f.edges is not None
+                   else f"{f.bins} equal bins")
+            rows.append((f.name, "numeric", f"[{f.lower:g}, {f.upper:g}] (clamped), {cut}"))
+        elif f.type == "categorical" and f.vocabulary is not None:
+            more = f" ... ({len(f.vocabulary) - shown} more)" if len(f.vocabulary) > shown else ""
+            rows.append((f.name, "categorical",
+                         f"{len(f.vocabulary)} values: {', '.join(f.vocabulary[:shown])}{more}; else other"))
+        elif f.type == "categorical":
+            rows.append((f.name, "categorical", f"hashed into {f.hash_buckets} buckets"))
+        else:
+            rows.append((f.name, "boolean", "true / false; else missing"))
+    return rows
 
 
 def _png(fig) -> bytes:
@@ -139,6 +161,10 @@ def build_report(log: list[dict], outputs: dict, out, replay_summary: str | None
                         else f'<tr><th>{k}</th><td data-{k}="{v}">{v}</td></tr>' for k, v in numbers.items())
         params = "".join(f"<tr><td>{html.escape(a)}</td><td>{html.escape(b)}</td><td>{html.escape(c)}</td></tr>"
                          for a, b, c in parameter_rows(cfg))
+        declared = "".join(f'<tr data-feature="{html.escape(a)}"><td>{html.escape(a)}</td><td>{b}</td>'
+                           f'<td>{html.escape(c)}</td></tr>' for a, b, c in feature_rows(cfg))
+        declared = ("<h3>Declared features</h3><table class='features'><tr><th>field</th><th>type</th>"
+                    f"<th>takes</th></tr>{declared}</table>") if declared else ""
         final = preds[-1]["status"] if preds else "no events"
         notice = ""
         if final in ("frozen", "budget_exhausted"):
@@ -162,6 +188,7 @@ def build_report(log: list[dict], outputs: dict, out, replay_summary: str | None
 {img(budget, "cumulative privacy budget")}
 <h3>Parameters</h3>
 <table class="params"><tr><th>parameter</th><th>value</th><th>source</th></tr>{params}</table>
+{declared}
 </section>""")
     prints = sorted({e.get("key_fingerprint", "") for e in outputs.get("ledger", [])} - {""})
     if mistakes is not None:
