@@ -3,7 +3,7 @@
     python bench/audit_demo.py --out /tmp/audit-demo [--events 100000]
 
 Produces model.json, examples.jsonl and queries.jsonl for the documented card-fraud
-stream of streams/demo.py (one query per ten examples).
+stream of streams/cli/demo.py (one query per ten examples).
 """
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The consumer's fetch settings (streams/tuning.py), measured side by side on a real broker.
+"""The consumer's fetch settings (streams/worker/tuning.py), measured side by side on a real broker.
 
 1. ``shorten_fetch_wait``: records of a busy partition are still in the consumer's buffer
    when its fetcher builds the next request, so that request names only an idle
@@ -8,7 +8,7 @@
 2. ``pace_fetches``: fetch requests sent while a record arrives every millisecond for
    1.5 s, with one-byte fetches and with paced ones (the fetcher's requests are counted
    by wrapping its request method: a bench may look inside aiokafka; the product does it
-   only through streams/faust_seam.py).
+   only through streams/worker/faust_seam.py).
 
     scripts/kafka.sh start && .venv/bin/python bench/fetch_wait.py [--runs 3]
 """

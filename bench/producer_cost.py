@@ -14,7 +14,7 @@ acknowledgement, ``--rounds`` times in a row, on a real broker, with:
 - confluent-kafka's ``produce_batch`` (one call per round trip, a callback per record).
 
 Both clients with acks=all and no linger (a linger adds its wait to every batch's round
-trip, streams/app.py). Per round trip it prints the wall time, the process's CPU (every
+trip, streams/worker/app.py). Per round trip it prints the wall time, the process's CPU (every
 thread: librdkafka's own threads count) and the event loop thread's CPU, interleaved
 ``--pairs`` times (the machine is noisy: compare within a pair).
 

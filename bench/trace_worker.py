@@ -27,7 +27,7 @@ worker events that overlap the slowest 1% of events, beside how often they overl
 event (a cause shows up far more often among the slow ones).
 
 Experiment switches (environment, read here only): ``BENCH_PACE=min_bytes,max_wait_ms``
-(the fetch pacing under load, streams/tuning.py), ``BENCH_HELPER=same`` (the noise
+(the fetch pacing under load, streams/worker/tuning.py), ``BENCH_HELPER=same`` (the noise
 helper at the worker's priority instead of the idle class; ``nice``: niceness +19
 instead), ``BENCH_TRACE_SLOW=seconds``
 (asyncio's debug mode, naming each callback slower than that; it slows the worker),

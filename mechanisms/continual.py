@@ -142,7 +142,7 @@ PARENT_CHECK = 1.0          # seconds between the helper's checks that its worke
 
 def draw_ahead_in_a_process(on: bool = True) -> None:
     """Draw noise blocks ahead in a helper process instead of a thread (the worker turns
-    this on at start, streams/cli.py).
+    this on at start, streams/cli/commands.py).
 
     Why a process there: a block was ~0.2-0.3 s of exact sampling in the interpreter
     (~0.08 s since the row sampler, mechanisms/row_samplers.py), and

@@ -15,14 +15,14 @@ $DPSTREAM_SECRET_KEY_FILE, never from a flag (flags land in shell history and ps
 The broker is --bootstrap-server (or --broker), else the client config's
 bootstrap.servers, else $DPSTREAM_KAFKA_BOOTSTRAP, else 127.0.0.1:9092; its security comes
 from the client config (--command-config or --client-config, or $DPSTREAM_KAFKA_CONFIG:
-streams/kafka.py). Flags follow Kafka's console tools (``--bootstrap-server``,
+streams/worker/kafka.py). Flags follow Kafka's console tools (``--bootstrap-server``,
 ``--command-config``, ``--max-messages``, ``--from-beginning``); the earlier names stay
 as aliases. A file argument may be ``-`` for standard input.
 
-Files (streams/userfiles.py): ``produce`` and ``run`` read JSONL, CSV or Parquet, take
+Files (streams/tools/userfiles.py): ``produce`` and ``run`` read JSONL, CSV or Parquet, take
 labels as -1/+1, 0/1 or true/false, and print the data owner's report
-(streams/owner_report.py) on stderr. Before sending, ``produce`` and ``models register``
-read the registrations in force (streams/topicread.py): records for a model that is not
+(streams/tools/owner_report.py) on stderr. Before sending, ``produce`` and ``models register``
+read the registrations in force (streams/tools/topicread.py): records for a model that is not
 registered, and a registration whose id is in force with another config, are refused.
 
 Every command fails with one line on stderr and a non-zero exit, never a traceback,
@@ -67,7 +67,7 @@ def _key() -> KeyedRandomness:
 
 
 def _kafka(args) -> Kafka:
-    """The connection settings of a command (module docstring; streams/kafka.py)."""
+    """The connection settings of a command (module docstring; streams/worker/kafka.py)."""
     from dpstream.streams.worker.kafka import ClientConfigError
     try:
         return Kafka.from_settings(args.broker, getattr(args, "client_config", None))
@@ -166,7 +166,7 @@ def _models_in(lines: list[bytes]) -> dict:
 
 
 def _input_rows(args, path: str, topic: str, configs: dict, report, *, labels: bool = True) -> list:
-    """The records of an examples or queries file (streams/userfiles.py: JSONL, CSV or
+    """The records of an examples or queries file (streams/tools/userfiles.py: JSONL, CSV or
     Parquet; labels read as -1/+1); how the labels were read, and the table columns left
     out, go to ``report`` (said at the end)."""
     from dpstream.streams.tools.userfiles import (FileError, LabelError, TableSpec, file_format, map_labels,
@@ -236,7 +236,7 @@ def cmd_run(args) -> int:
 
 @contextmanager
 def refused_out():
-    """A refused ``--out`` directory or file (streams/outdir.py) as Failed, exit 2: one
+    """A refused ``--out`` directory or file (streams/tools/outdir.py) as Failed, exit 2: one
     line that says why, nothing written."""
     from dpstream.streams.tools.outdir import UnsafeOut
     try:
@@ -247,7 +247,7 @@ def refused_out():
 
 def out_dir(path: str, *, private: bool = True):
     """The ``--out`` directory of export, run and audit-report, opened for writing
-    (streams/outdir.py: created 0700 if missing, never chmod-ed, nothing followed out of
+    (streams/tools/outdir.py: created 0700 if missing, never chmod-ed, nothing followed out of
     it), checked before the command does its work."""
     from dpstream.streams.tools.outdir import OutDir
     with refused_out():
@@ -387,7 +387,7 @@ HELPER_START_TIMEOUT = 60.0     # seconds the worker waits for its noise helper 
 def _default_data_dir(app_id: str) -> Path:
     """Where a worker keeps faust's local files unless told: the user's state directory
     (``$XDG_STATE_HOME``, else ~/.local/state), not /tmp, where another local user could
-    make the directory first (streams/outdir.py ``private_dir``)."""
+    make the directory first (streams/tools/outdir.py ``private_dir``)."""
     base = Path(os.environ.get("XDG_STATE_HOME") or Path.home() / ".local" / "state")
     return base / "dpstream" / f"worker-{app_id}"
 
@@ -413,7 +413,7 @@ def cmd_worker(args) -> int:
     problems = contract()
     if problems:
         raise Failed("the installed faust / mode / aiokafka lack what the worker relies on "
-                     f"(streams/faust_seam.py): {'; '.join(problems)}")
+                     f"(streams/worker/faust_seam.py): {'; '.join(problems)}")
     preload()                             # not on the loop at the first registration
     kafka = _kafka(args)
     keep_secrets_from_children()          # read: the processes it starts need none of them
@@ -540,7 +540,7 @@ def check_record(topic: str, line: bytes) -> str | None:
 
 
 def _in_force(kafka: Kafka, args, doing: str) -> tuple[dict | None, str | None]:
-    """The registrations in force (streams/topicread.py), after waiting for a worker to
+    """The registrations in force (streams/tools/topicread.py), after waiting for a worker to
     create the topics; (None, why) when this principal may not read the models topic (the
     least-privilege producer and querier may not: nothing is checked against it then)."""
     from aiokafka.errors import TopicAuthorizationFailedError
@@ -913,7 +913,7 @@ def cmd_features(args) -> int:
 
 
 def cmd_acls(args) -> int:
-    """Print, apply or remove the ACLs of every principal (streams/acls.py). ``--apply``
+    """Print, apply or remove the ACLs of every principal (streams/tools/acls.py). ``--apply``
     checks the whole plan first (its names, and against the cluster's ACLs: no resource of
     it granted to another tenant's principal, no principal of it holding another tenant's
     rights), creates only what is missing, and takes back what it created if the broker
@@ -1084,7 +1084,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--loglevel", default="info", help="debug, info, warning or error (default: %(default)s)")
     p.add_argument("--consumer-thread", action="store_true",
                    help="run faust's Kafka consumer in its own thread (faust's default) instead "
-                        "of on the worker's event loop (streams/faust_seam.py); a fallback")
+                        "of on the worker's event loop (streams/worker/faust_seam.py); a fallback")
     p.add_argument("--latency-metrics", action="store_true",
                    help="export a coarse batch-latency histogram (a timing side channel; off by default)")
     p.set_defaults(fn=cmd_worker)

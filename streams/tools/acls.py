@@ -28,7 +28,7 @@ plus a name, so the app id cannot be a wildcard or another tenant's prefix);
 ``overlaps`` checks a plan against the ACLs a cluster already has (a resource of the
 plan granted to a principal outside it, or a principal of the plan holding rights
 outside it: either would join two tenants). ACLs go through Kafka's CreateAcls,
-DescribeAcls and DeleteAcls requests (streams/faust_seam.py).
+DescribeAcls and DeleteAcls requests (streams/worker/faust_seam.py).
 """
 from __future__ import annotations
 
@@ -47,7 +47,7 @@ ALLOW = 3
 RESOURCE_NAMES = {TOPIC: "topic", GROUP: "group", CLUSTER: "cluster"}
 ROLES = ("worker", "producer", "querier", "consumer", "auditor")
 PUBLIC = (MODELS, LEDGER, PREDICTIONS, ANSWERS, "releases", "rejected")
-# The worker's faust tables (streams/app.py) and faust's own internal topic; faust names
+# The worker's faust tables (streams/worker/app.py) and faust's own internal topic; faust names
 # a table's changelog f"{app_id}-{table}-changelog" (faust/tables/base.py) and the leader
 # assignor's topic f"{app_id}-__assignor-__leader" (faust/assignor/leader_assignor.py).
 # tests/streams/test_attacks_broker.py checks these against a real WorkerApp.

@@ -115,7 +115,7 @@ def model_figures(model_id, preds, ledger, budget_eps, mistakes=None):
 def build_report(log: list[dict], outputs: dict, out, replay_summary: str | None = None,
                  mistakes: dict | None = None, private: bool = False) -> Path:
     """Write ``out/report.html`` and its figures; ``out``: a directory path or an open
-    ``OutDir`` (streams/outdir.py: created if missing, never chmod-ed, no link followed).
+    ``OutDir`` (streams/tools/outdir.py: created if missing, never chmod-ed, no link followed).
     Public unless ``mistakes`` ({model: [(seq, cumulative)]}, from a keyed replay) is
     given; the log is read only for the model configs. ``private``: the directory is
     created 0700 and every file is written readable by its owner only (0600), as exports

@@ -10,13 +10,13 @@ partition count, so a model's inputs, log and state live in the same partition n
 and move together between workers (faust co-partitioning). The table changelog records
 go to the partition of the event being processed.
 
-The bulk path (streams/bulk.py) reads whole fetches; ``apply_fetch`` runs each through
+The bulk path (streams/worker/bulk.py) reads whole fetches; ``apply_fetch`` runs each through
 the sequencer, and hands the log records it appended straight to the processor once the
 broker acknowledged them (their offsets come from the acknowledgement), so an event
 costs one trip through Kafka, not two; the same records, read back from
 ``model-events`` later, sit below the processor's position and are dropped unparsed.
 The log stays the source of truth: a crash between appending and applying leaves a
-backlog the processor reads first (streams/logread.py).
+backlog the processor reads first (streams/worker/logread.py).
 
 Tables: ``sequencer-state`` (model configs, last input offset per input partition) and
 ``model-state``, one record per key ``model/<id>/...`` (agents/kinds/storage.py).
@@ -28,7 +28,7 @@ acknowledged by the broker (agents/records.py), and faust flushes the producer b
 it commits input offsets (faust/transport/consumer.py, Consumer._commit_offsets), so
 neither the changelog nor the committed offsets can run ahead of the outputs. Both
 agents also check that offsets arrive without gaps and re-read any range the runtime
-dropped straight from the broker (streams/logread.py; counted in
+dropped straight from the broker (streams/worker/logread.py; counted in
 ``dpstream_gap_records_total``).
 
 Settings (faust facts from design.md section 3): ``web_tables_enabled=False`` (the
@@ -90,7 +90,7 @@ class WorkerApp:
         self.app = app = faust.App(
             app_id,
             broker=kafka.faust_broker(),
-            broker_credentials=kafka.faust_credentials(),     # TLS / SASL (streams/kafka.py)
+            broker_credentials=kafka.faust_credentials(),     # TLS / SASL (streams/worker/kafka.py)
             store="memory://",
             datadir=str(data_dir),
             topic_partitions=partitions,
@@ -134,7 +134,7 @@ class WorkerApp:
             # ($BROKER_URL, $BROKER_CREDENTIALS, $WEB_BIND, ...: faust/types/settings/
             # base.py ``_init_settings``): a stray one would silently move the worker to
             # another broker or put its pages on every interface. The worker's settings
-            # are its flags and its client config alone (observe.py, streams/kafka.py).
+            # are its flags and its client config alone (observe.py, streams/worker/kafka.py).
             env={},
         )
         # the Kafka consumer on this loop unless asked otherwise (faust_seam.py), its
@@ -387,7 +387,7 @@ class WorkerApp:
                      self.bulk.say(err, "Join", "the consumer group"))
 
     async def watch_recovery(self) -> None:
-        """Seek again, then exit, when table recovery stalls (streams/watchdog.py)."""
+        """Seek again, then exit, when table recovery stalls (streams/worker/watchdog.py)."""
         await self.watchdog.check()
 
     async def release_idle(self) -> None:

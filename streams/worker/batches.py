@@ -1,7 +1,7 @@
 """Records sent as whole aiokafka batches: one ``create_batch`` per topic partition,
 filled until full, then ``send_batch`` (aiokafka's public batch API). A batch is one
 entry in a produce request however many records it holds, and appending it costs no
-per-record task or future, which is why the worker's outputs (streams/outputs.py) and
+per-record task or future, which is why the worker's outputs (streams/worker/outputs.py) and
 its table changelog records (``faust_seam.ChangelogWriter``) take this path."""
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """Bulk consumption: the worker's partitions are read a fetch at a time through the
 consumer faust already holds, past faust's per-record path (the drain loop that hands
-fetches over is in streams/faust_seam.py, with every other faust internal it needs).
+fetches over is in streams/worker/faust_seam.py, with every other faust internal it needs).
 
 Each fetch's records of the dpstream topics (inputs and ``model-events``) go, one list
 per fetch, to a bounded queue that a single task (``BulkPath.applier``) applies in order
@@ -21,7 +21,7 @@ idempotent by log position and keyed noise, so a retry re-emits identical output
 retried for as long as a broker outage or a refused right lasts (someone outside ends
 those), for GIVE_UP_AFTER seconds when the error is anything else (then the worker exits
 for its supervisor to restart it: waiting would not change it), and not at all once the
-worker stops (``keeps_trying``, ``stop``; streams/watchdog.py ``StopGuard``).
+worker stops (``keeps_trying``, ``stop``; streams/worker/watchdog.py ``StopGuard``).
 """
 from __future__ import annotations
 
@@ -149,7 +149,7 @@ class BulkPath:
         broker acknowledged the appends, before the processor applies them).
 
         The processor takes the records the sequencer appends straight from the
-        broker's acknowledgements (streams/app.py ``apply_fetch``); read back from
+        broker's acknowledgements (streams/worker/app.py ``apply_fetch``); read back from
         ``model-events`` they are dropped unparsed, yet each one cost a fetch in faust's
         consumer and a trip through the drain loop and the applier: half of all
         fetches. A held partition is paused in faust (``pause_partitions``: it leaves
@@ -166,7 +166,7 @@ class BulkPath:
         Measured (DP-Winnow, 5,000 examples/s, 10 s runs, /tmp probe): p99 114-176 ms
         (3 runs) when the consumer instead sought past the applied records after every
         batch, 73-140 ms held (4 runs); and those seeks (one per batch) were what set off
-        aiokafka's lost wake-up (streams/tuning.py ``shorten_fetch_wait``): 11 stalls of
+        aiokafka's lost wake-up (streams/worker/tuning.py ``shorten_fetch_wait``): 11 stalls of
         200 ms in 10 s at 1,000 examples/s in 10 ms ticks, none held."""
         now, new = time.monotonic(), []
         for partition in partitions:

@@ -1,6 +1,6 @@
 """Every use of faust's, mode's and aiokafka's internals, in one module.
 
-The worker reads whole fetches through the consumer faust already holds (streams/bulk.py)
+The worker reads whole fetches through the consumer faust already holds (streams/worker/bulk.py)
 and runs that consumer on its own event loop. Both need names these libraries do not
 promise to keep: private attributes and methods (leading underscores), and a few public
 ones of faust's internal classes. They are all here, each behind a small function, and
@@ -50,10 +50,10 @@ What each part replaces, and why:
   (``Producer._new_producer``), so it carries the app's producer settings.
 * **The aiokafka consumer and its fetcher** (``aiokafka_consumer``, ``set_fetch_wait``):
   the fetch waits (``Fetcher._fetch_max_wait_ms``, ``_fetch_min_bytes``,
-  ``_fetcher_timeout``; streams/tuning.py says why each value).
+  ``_fetcher_timeout``; streams/worker/tuning.py says why each value).
 * **Table recovery's progress** (``recovery_remaining``, ``seek_recovery``): faust's
   ``Recovery.active_remaining`` and ``active_offsets``, for the recovery watchdog
-  (streams/watchdog.py), which seeks stuck changelog partitions with ``seek_wait`` and
+  (streams/worker/watchdog.py), which seeks stuck changelog partitions with ``seek_wait`` and
   stops a worker whose recovery stalls with ``App.crash``.
 * **Tables** (``TableStore``): writes with an explicit changelog partition, because
   batches have no current event; a batch's changelog records go to faust's producer in
@@ -346,7 +346,7 @@ def first_run(acked: list[int]):
     offsets in ``acked``, the partition's acked offsets since the last commit, sorted.
     faust walks them one by one in Python (``groupby`` over ``enumerate`` with a lambda),
     with the loop held, for each input and log partition at every commit (every 10,000
-    acked records, streams/app.py): ``_new_offset`` took 1.47 ms per 10,000 offsets, 0.74
+    acked records, streams/worker/app.py): ``_new_offset`` took 1.47 ms per 10,000 offsets, 0.74
     with this (the rest is faust's sort and set updates; a /tmp probe). The bulk path
     acks whole runs, so the usual list is one run: strictly increasing (checked in C,
     ``map`` of ``operator.lt``) and spanning its length. Then the run is the list (a
@@ -609,7 +609,7 @@ class ChangelogWriter:
 
     A ``TableStore`` write that names a changelog partition gives its record here (the
     store itself changes at once). Records are appended, in write order, as one aiokafka
-    batch per changelog partition (streams/batches.py) to faust's own producer
+    batch per changelog partition (streams/worker/batches.py) to faust's own producer
     (``Producer._ensure_producer``), all in one step, so records written together leave
     in one produce request: at the end of an ``async with writer.held():`` block, or, for
     records written outside one or by a store that is not ``deferrable``, on the loop's
@@ -765,7 +765,7 @@ class TableStore:
 
 # ---------------------------------------------------------------- ACLs
 async def create_acls(admin, acls) -> list[str]:
-    """Create ``acls`` (``Acl``s of streams/acls.py: ``request_fields()`` and ``describe()``)
+    """Create ``acls`` (``Acl``s of streams/tools/acls.py: ``request_fields()`` and ``describe()``)
     through a started aiokafka admin client; the error messages of those the broker refused
     (empty: all created)."""
     from aiokafka.protocol.admin import CreateAclsRequest

@@ -1,7 +1,7 @@
 """Read a range of one partition straight from the broker: how the agents recover
 records the faust runtime dropped (agents/records.py, Completeness), and how the bulk
 path's processor reads a log backlog it has not applied yet (a crash between appending
-records and applying them) before the records it was handed directly (streams/app.py).
+records and applying them) before the records it was handed directly (streams/worker/app.py).
 
 A fresh consumer with no group (nothing committed, no rebalance), assigned to the one
 partition and positioned with ``seek`` (aiokafka's AIOKafkaConsumer.assign / seek /
@@ -34,7 +34,7 @@ async def read_range(kafka, topic: str, partition: int, start: int, end: int, *,
                      name: str | None = None, timeout: float = 30.0) -> list[RawRecord]:
     """Records of ``topic``/``partition`` with ``start <= offset < end`` (``name`` is the
     topic's name on the broker when it differs, e.g. with a prefix); ``kafka``: the
-    connection settings (streams/kafka.py)."""
+    connection settings (streams/worker/kafka.py)."""
     tp = TopicPartition(name or topic, partition)
     out: list[RawRecord] = []
     async with running(kafka.consumer(group_id=None, enable_auto_commit=False,

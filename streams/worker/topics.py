@@ -3,7 +3,7 @@ creation on a broker (``ensure_topics``).
 
 ``predictions`` holds one record per example and per query: the audit's record of every
 event (versions, budget, seq). ``answers`` holds the query answers alone, the same
-records again (``copies``): what a querier reads (streams/acls.py), so that reading its
+records again (``copies``): what a querier reads (streams/tools/acls.py), so that reading its
 answers no longer shows it one record per training example with its arrival time
 (issue 41, item 14; docs/security-clients.md says what a querier still learns).
 """

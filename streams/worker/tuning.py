@@ -1,6 +1,6 @@
 """The worker's interpreter and consumer settings, each with the trace that chose it:
 the collector's full passes held for idle moments, the GIL switch interval, and the
-fetch waits of aiokafka's consumer (streams/app.py and cli.py apply them, through streams/faust_seam.py;
+fetch waits of aiokafka's consumer (streams/worker/app.py and cli.py apply them, through streams/worker/faust_seam.py;
 bench/throughput.py and the traces in the docstrings measure them)."""
 from __future__ import annotations
 
@@ -38,7 +38,7 @@ def hold_full_collections() -> None:
 def shorten_thread_switches() -> None:
     """Hand the GIL between threads every SWITCH_INTERVAL seconds instead of CPython's 5 ms.
     With faust's consumer in its own thread (``--consumer-thread``; by default it runs on
-    the worker's loop, streams/faust_seam.py), every fetch it hands over crosses threads, and
+    the worker's loop, streams/worker/faust_seam.py), every fetch it hands over crosses threads, and
     the consumer thread needs the GIL for each step of a fetch. While the event loop
     thread computes a batch, each such step waited up to the full interval (the convoy
     effect). Traced at 3,000 examples/s, fetches of records already on the broker arrived

@@ -3,7 +3,7 @@
 faust restores a worker's tables after every rebalance by reading their changelogs up
 to the end offsets it noted at the start (faust/tables/recovery.py): every input
 partition stays paused until the last changelog record arrives. If records never arrive
-(the drain loop once dropped fetched changelog records, streams/faust_seam.py
+(the drain loop once dropped fetched changelog records, streams/worker/faust_seam.py
 ``unread``; a consumer position moved past them by anything else), the worker waits,
 with no error, for ever. So, checked every CHECK_EVERY seconds: when what remains to
 read has not changed for STALL seconds, the watchdog logs an error and seeks the stuck

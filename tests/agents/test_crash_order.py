@@ -247,7 +247,7 @@ def cold_keys(state, model):
 
 
 def test_the_state_keeps_only_the_cold_records_a_restart_reads(log_and_expected):
-    """Retired records (agents/handlers.py): after 3 epochs of 12 tree releases, two
+    """Retired records (agents/kinds/base.py): after 3 epochs of 12 tree releases, two
     decision-list windows, DP-Winnow updates and predictor hard queries, each model's
     cold records are exactly those a load of its head reads, and at no batch boundary
     does the tree hold more nodes than one decomposition (at most ``levels``), where

@@ -271,7 +271,7 @@ def test_a_tenants_worker_cannot_reach_another_tenant_whose_names_start_like_its
 
 
 def test_the_workers_literal_rights_are_the_names_faust_actually_uses():
-    """The plan's internal topic names (streams/acls.py ``worker_topics``) are the
+    """The plan's internal topic names (streams/tools/acls.py ``worker_topics``) are the
     changelogs and the leader assignor topic of a real WorkerApp with that app id, and its
     consumer group is the app id: a faust upgrade that renamed them would fail here, not
     leave the worker without a right on a secured broker."""

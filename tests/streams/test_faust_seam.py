@@ -1,5 +1,5 @@
 """The faust / mode / aiokafka internals the worker relies on exist, with the signatures
-relied on, in the installed versions (streams/faust_seam.py ``contract``; no broker)."""
+relied on, in the installed versions (streams/worker/faust_seam.py ``contract``; no broker)."""
 from dpstream.streams.worker.faust_seam import contract
 
 

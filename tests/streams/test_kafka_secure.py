@@ -50,7 +50,7 @@ async def _grant(admin_kafka: Kafka, acls, remove=False) -> None:
 @pytest.fixture(scope="module")
 def tenant(secured, secure) -> Tenant:
     """A fresh tenant for this module: a topic prefix with its own five users, its ACLs
-    (streams/acls.py) applied through the CLI as an admin would, and its topics."""
+    (streams/tools/acls.py) applied through the CLI as an admin would, and its topics."""
     p = f"s{uuid.uuid4().hex[:8]}-"
     t = secured.tenant(p, app_id=p + "app")
     asyncio.run(ensure_topics(secure, prefix=p))

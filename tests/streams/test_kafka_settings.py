@@ -1,4 +1,4 @@
-"""Client settings (streams/kafka.py): Kafka's standard property names, secrets only from
+"""Client settings (streams/worker/kafka.py): Kafka's standard property names, secrets only from
 0600 files or the environment, never in a repr or a message; the one-line explanations."""
 import ssl
 

@@ -1,5 +1,5 @@
 """A record batch the worker cannot decode does not hold its partition (issue 43 item 13;
-streams/faust_seam.py ``guard_undecodable``), without a broker: aiokafka's own
+streams/worker/faust_seam.py ``guard_undecodable``), without a broker: aiokafka's own
 ``PartitionRecords`` over a real lz4-compressed batch, with the lz4 library made to look
 missing.
 

@@ -1,4 +1,4 @@
-"""The recovery watchdog (streams/watchdog.py): quiet while recovery progresses or none
+"""The recovery watchdog (streams/worker/watchdog.py): quiet while recovery progresses or none
 runs; after STALL seconds without progress it seeks the stuck partitions again, and if
 that does not help within another STALL seconds it crashes the app (the worker exits
 and is restarted). No broker: the worker's timer feeds it faust's recovery state."""
