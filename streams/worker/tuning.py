@@ -1,7 +1,8 @@
 """The worker's interpreter and consumer settings, each with the trace that chose it:
 the collector's full passes held for idle moments, the GIL switch interval, and the
-fetch waits of aiokafka's consumer (streams/worker/app.py and cli.py apply them, through streams/worker/faust_seam.py;
-bench/throughput.py and the traces in the docstrings measure them)."""
+fetch waits of aiokafka's consumer (streams/worker/app.py and streams/cli/commands.py apply
+them, through streams/worker/faust_seam.py; bench/throughput.py and the traces in the
+docstrings measure them)."""
 from __future__ import annotations
 
 import gc
