@@ -42,7 +42,7 @@
 # ~/.local/state/dpstream/kafka-<port>), PYTHON (for the TLS material and the readiness check;
 # default: the repo's .venv, else python3), KAFKA_GC_OPTS (the broker's collector options,
 # default -XX:+UseZGC).
-# Facts relied on (design.md section 3): node id 1 with roles broker,controller; PLAINTEXT on
+# Facts relied on (docs/development.md): node id 1 with roles broker,controller; PLAINTEXT on
 # 9092 and CONTROLLER on 9093; quorum voter 1@localhost:9093; replication factor 1 and min ISR 1
 # for the offsets and transaction-state topics; storage formatted once with a cluster id.
 set -euo pipefail

@@ -1,4 +1,4 @@
-"""Layers point one way (design.md section 2 is now docs/architecture.md): mechanisms ->
+"""Layers point one way (docs/architecture.md, "Layers"): mechanisms ->
 learners -> agents -> streams.worker -> streams.tools -> streams.cli, with schemas shared.
 Every import of every module is read from its source (function-level imports too), so a
 layer that reaches up, even lazily, fails here. Before issue 44, streams/ was one folder

@@ -17,7 +17,7 @@ the feature columns, in order, as its dense ``x``. Without a declaration at hand
 (``column_kinds``): numbers if every cell reads as one, booleans if every cell is
 true/false/yes/no (or 0/1 beside them), else text.
 
-Labels (design.md section 9, "Conventions users bring"): dpstream's records carry
+Labels (docs/python-api.md, "Labels, answers, clones"): dpstream's records carry
 -1/+1; a file may use -1/+1, 0/1 or true/false (one convention per file), read as -1/+1
 with 0 and false as -1, and the command says so. Anything else (a 2, a "yes", a file
 that mixes 0 and -1, whose meaning is ambiguous) is refused before anything is sent or

@@ -31,7 +31,7 @@ agents also check that offsets arrive without gaps and re-read any range the run
 dropped straight from the broker (streams/worker/logread.py; counted in
 ``dpstream_gap_records_total``).
 
-Settings (faust facts from design.md section 3): ``web_tables_enabled=False`` (the
+Settings (faust facts: docs/architecture.md, "The faust seam"): ``web_tables_enabled=False`` (the
 default /table view would serve private state over HTTP); ``at_least_once`` with
 idempotent agents, since correctness must not depend on exactly-once; memory store,
 restored from the changelogs on start; replication factor 1 for a one-broker dev

@@ -1,4 +1,4 @@
-"""Degrade, don't wedge (design.md section 9; issue 41 item 16, issue 43 item 12): on the
+"""Degrade, don't wedge (docs/operations.md, "Exit codes"; issue 41 item 16, issue 43 item 12): on the
 secured broker, while records flow, the worker's rights are revoked and restored (its
 Read on ``examples``; its Write on the outputs together with its consumer group rights,
 with a SIGTERM while the batch is retried, so that the supervisor's restart meets the
