@@ -6,7 +6,6 @@ with a line that says so; an ACL revoked and restored while records flow loses a
 changes nothing. Each test's tenant is a prefix with its own users (issue 41)."""
 import asyncio
 import json
-import re
 import subprocess
 import time
 import uuid
@@ -92,9 +91,9 @@ def test_apply_creates_exactly_the_plan_and_remove_keeps_only_the_shared_cluster
 
 
 def secured_quick_start_block() -> str:
-    text = (ROOT / "README.md").read_text()
-    section = text[text.index("**The quick start, secured, on this machine**"):]
-    return re.search(r"```bash\n(.*?)```", section, re.S).group(1)
+    """The README's secured quick start (tests/docs/blocks.py reads the README's blocks)."""
+    from tests.docs.blocks import block_under
+    return block_under("README.md", "Secure deployment", "bash").text
 
 
 def test_the_readmes_secured_quick_start_runs_verbatim(secured, tmp_path):
