@@ -1,4 +1,4 @@
-"""Write a 10^5-event demo stream for the auditor's walk-through (README "Audit").
+"""Write a 10^5-event demo stream for the auditor's walk-through (README "Audit"; docs/operations.md).
 
     python bench/audit_demo.py --out /tmp/audit-demo [--events 100000]
 

@@ -2,7 +2,7 @@
 
 A stream reaches the worker in batches of ~100-150 records, and each batch waits for
 two acknowledged produce requests in turn: the log append (``model-events``; the
-processor needs each record's offset) and the outputs (README, "What a batch costs").
+processor needs each record's offset) and the outputs (docs/performance.md, "What a batch costs").
 This script sends ``--records`` small records to one partition and awaits their
 acknowledgement, ``--rounds`` times in a row, on a real broker, with:
 

@@ -201,7 +201,7 @@ def _lower_priority() -> None:
     Winnow at 9,000 examples/s on 2 cores, interleaved runs): p99 51 / 43 / 42 ms idle
     against 54 / 62 / 44 niced; in bench runs the same day, 70-97% of the slowest 1% of
     events overlapped a draw in five of six runs with the helper niced (15-27% of all
-    events), 0-21% in the three with it idle (README, "Where the latency tail goes").
+    events), 0-21% in the three with it idle (docs/performance.md, "Where the latency tail goes").
     Starving it is not a risk: the worker never waited for a block in those runs
     (``noise_wait`` traces), and a worker that waits frees its core for the helper."""
     try:

@@ -1,6 +1,6 @@
 """Exact output distributions of small mechanism instances, for privacy checks.
 
-These are verification tools (tests, audits, the README's claims), not mechanisms:
+These are verification tools (tests, audits, the docs' claims), not mechanisms:
 each computes probabilities by summing over the noise support in closed form, so a
 privacy claim can be checked without sampling error.
 """

@@ -201,7 +201,7 @@ class Kafka:
             elif which and which not in doing:
                 doing = f"{doing} ({which})"
             return (f"not authorized: principal {self.principal} may not {doing} ({name}); an "
-                    "admin grants it with `dpstream acls --apply` (README, Secure deployment)")
+                    "admin grants it with `dpstream acls --apply` (docs/deployment.md)")
         refused = tls_refusal(self, causes, said)
         if refused:
             return f"{refused} ({name})"

@@ -6,7 +6,7 @@ allowed). Markers say how CI runs a shell or Python block (docs/development.md, 
 that cannot rot"):
 
 * no marker: a shell block runs in its page's *session* (all such blocks of the page, in
-  order, in one bash process against a real broker: tests/docs/test_sessions.py), and
+  order, in one bash process against a real broker: tests/streams/test_docs_sessions.py), and
   a Python block runs as it stands (tests/docs/test_blocks.py);
 * ``<!-- ci: run by PATH -->``: the test or script at PATH runs it verbatim (it reads
   the block with ``block_under``);
