@@ -118,6 +118,28 @@ def test_the_readmes_secured_quick_start_runs_verbatim(secured, tmp_path):
     assert "dpstream worker ready" in done.stderr
 
 
+def test_the_docs_second_tenant_block_runs_verbatim(secured, tmp_path):
+    """docs/deployment.md's users, plan and rotation for a second tenant, on the session's
+    secured broker as its operator's shell would run them; the rotated user's old
+    password is refused, its new one works."""
+    from tests.docs.blocks import block_under
+    block = block_under("docs/deployment.md", "The secured quick start", "bash")
+    if not (ROOT / ".venv" / "bin" / "dpstream").exists():
+        pytest.skip("the docs run the README's .venv (install as the README says)")
+    for name in (".venv", "scripts"):
+        (tmp_path / name).symlink_to(ROOT / name)
+    env = {k: v for k, v in secured.env.items() if k != "KAFKA_SECURE"}
+    done = subprocess.run(["bash", "-c", "set -eo pipefail\n" + block.text], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "ALLOW User:blue-producer" in done.stdout and "topic blue-examples" in done.stdout
+    assert "new password for blue-producer" in done.stdout and "the old one is refused" in done.stdout
+    # the new password logs in (no ACLs were applied: the broker then refuses the read, not the login)
+    line = one_line(dpstream(secured, secured.config("blue-producer"), "consume", "--topic", "models",
+                             "--prefix", "blue-", "--timeout", "3"))
+    assert "refused the login" not in line and "not authorized: principal User:blue-producer" in line, line
+
+
 CHANGELOG = "app-model-state-changelog"          # the worker's table changelog (app id P + "app")
 
 
