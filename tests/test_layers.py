@@ -86,3 +86,33 @@ def test_every_folder_is_a_package_the_install_lists(layer):
         assert ".".join(["dpstream", FOLDERS[layer].split("/")[0], *rel.parts]) in listed, init
     for path in folder.rglob("*.py"):
         assert (path.parent / "__init__.py").exists(), f"{path} is in a folder without __init__.py"
+
+
+@pytest.mark.slow
+def test_a_built_wheel_holds_every_module_and_the_command(tmp_path):
+    """What `pip install .` installs (the Docker image does): a wheel built from a copy of
+    the sources (setuptools leaves build/ behind in the tree it builds) holds every module
+    of every layer and the ``dpstream`` entry point. Before, agents/kinds was missing from
+    it, and ``dpstream schemas`` failed with No module named 'dpstream.agents.kinds'."""
+    import shutil
+    import subprocess
+    import sys
+    import zipfile
+    src = tmp_path / "src"
+    src.mkdir()
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(ROOT / name, src / name)
+    layers = {folder.split("/")[0] for folder in FOLDERS.values()}
+    for layer in layers:
+        shutil.copytree(ROOT / layer, src / layer, ignore=shutil.ignore_patterns("__pycache__"))
+    done = subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(tmp_path / "dist"),
+                           str(src)], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    (wheel,) = (tmp_path / "dist").glob("dpstream-*.whl")
+    names = set(zipfile.ZipFile(wheel).namelist())
+    for layer in layers:
+        for path in (ROOT / layer).rglob("*.py"):
+            if "__pycache__" not in path.parts:
+                assert f"dpstream/{path.relative_to(ROOT)}" in names, path
+    entry = next(n for n in names if n.endswith("entry_points.txt"))
+    assert "dpstream = dpstream.streams.cli.commands:main" in zipfile.ZipFile(wheel).read(entry).decode()
