@@ -11,6 +11,7 @@ no ERROR line from the worker, every release reproduced)."""
 import asyncio
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -124,14 +125,14 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def _operations(script: str) -> str:
+def _operations(script: str, prefix: str) -> str:
     """The operations page's worker under a prefix and on a port no other run holds."""
-    return script.replace("ops-", f"ops{uuid.uuid4().hex[:8]}-").replace("6066", str(free_port()))
+    return script.replace("ops-", prefix).replace("6066", str(free_port()))
 
 
 CHECKS = {
     "docs/operations.md": (_operations, ("dpstream_events_in_total", '"card-fraud"', "dpstream_budget_spent_epsilon")),
-    "docs/deployment.md": (lambda s: s, ("OK: every release reproduced",)),
+    "docs/deployment.md": (lambda s, prefix: s, ("OK: every release reproduced",)),
 }
 KAFKA_COMMANDS = ("dpstream worker", "dpstream produce", "dpstream consume", "dpstream models", "dpstream export")
 PAGE_SESSIONS = [pytest.param(p, marks=[pytest.mark.kafka] if any(c in session(p) for c in KAFKA_COMMANDS) else [],
@@ -153,7 +154,13 @@ def test_a_docs_page_runs_as_a_user_would(page, request, tmp_path):
     if "kafka" in request.node.keywords:
         env["DPSTREAM_KAFKA_BOOTSTRAP"] = request.getfixturevalue("kafka_bootstrap")
     adjust, expected = CHECKS[str(page.relative_to(ROOT))]
-    done = run(adjust(session(page)), user_dir(tmp_path, ".venv", "examples", "scripts"), env, timeout=600)
+    prefix = f"ops{uuid.uuid4().hex[:8]}-"
+    try:
+        done = run(adjust(session(page), prefix), user_dir(tmp_path, ".venv", "examples", "scripts"), env,
+                   timeout=600)
+    finally:                  # the worker's default data directory for that prefix (app id)
+        state = Path(os.environ.get("XDG_STATE_HOME") or Path.home() / ".local" / "state")
+        shutil.rmtree(state / "dpstream" / f"worker-{prefix}dpstream", ignore_errors=True)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
     for text in expected:
         assert text in done.stdout, (text, done.stdout[-2000:])
