@@ -6,7 +6,7 @@ For every example or query the processor emits exactly one ``predictions`` recor
 release it pays for leaves) and, for decision lists, one ``releases`` record per
 trained window. Outputs never carry features, labels of examples, or keys.
 
-Idempotence (design.md section 5): each model's ``head`` record holds the last
+Idempotence (docs/architecture.md, "At least once, losing nothing"): each model's ``head`` record holds the last
 applied log offset (``seq``) and, per input partition, the last applied input offset;
 an event at or before either is skipped (its outputs were produced before, and the
 keyed randomness would reproduce them identically anyway). State that changes on

@@ -41,7 +41,7 @@ class RawRecord:            # five times as much to build, once per record on th
     body: dict | None = field(default=None, compare=False, repr=False)
     # Why the runtime could not read the record's value (a record batch compressed with
     # a codec it cannot decode): the agents dead-letter it with this reason, which names
-    # the cause only (streams/faust_seam.py ``guard_undecodable``), never input bytes.
+    # the cause only (streams/worker/faust_seam.py ``guard_undecodable``), never input bytes.
     problem: str | None = field(default=None, compare=False, repr=False)
 
     @property
@@ -58,7 +58,7 @@ async def deliver(emit: Emit, items: Iterable[tuple[str, str | None, dict]]
     returns ``(awaitable, indices)`` pairs: the awaitable completes once the items at
     ``indices`` (positions in ``items``, in log order) are durable and resolves to the
     placement of the first of them (``.partition``, ``.offset``), the others following at
-    consecutive offsets, as a Kafka record batch does (streams/app.py, one batch per
+    consecutive offsets, as a Kafka record batch does (streams/worker/app.py, one batch per
     topic partition)."""
     many = getattr(emit, "many", None)
     items = list(items)

@@ -208,7 +208,7 @@ async def sequence_batch(records: list[RawRecord], state: MutableMapping, emit: 
 
     Returns the log records it appended whose place in the log the runtime reported
     (``deliver``), in order, with their decoded body: a runtime may hand them straight to
-    the processor instead of reading them back (streams/app.py's bulk path)."""
+    the processor instead of reading them back (streams/worker/app.py's bulk path)."""
     set_partition = getattr(state, "set_partition", lambda partition: None)
     outputs: list[tuple[str, str | None, dict]] = []
     last: dict[tuple[str, int], int] = {}

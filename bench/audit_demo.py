@@ -1,9 +1,9 @@
-"""Write a 10^5-event demo stream for the auditor's walk-through (README "Audit").
+"""Write a 10^5-event demo stream for the auditor's walk-through (README "Audit"; docs/operations.md).
 
     python bench/audit_demo.py --out /tmp/audit-demo [--events 100000]
 
 Produces model.json, examples.jsonl and queries.jsonl for the documented card-fraud
-stream of streams/demo.py (one query per ten examples).
+stream of streams/cli/demo.py (one query per ten examples).
 """
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from dpstream.streams.demo import MODELS, fraud_stream  # noqa: E402
+from dpstream.streams.cli.demo import MODELS, fraud_stream  # noqa: E402
 
 
 def main() -> None:

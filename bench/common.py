@@ -57,7 +57,7 @@ def error(pred: np.ndarray, y: np.ndarray) -> float:
 
 def balanced_error(pred: np.ndarray, y: np.ndarray) -> float:
     """(false-negative rate + false-positive rate) / 2, abstentions wrong: 0.5 for any
-    constant answer, whatever the class balance (design.md section 9)."""
+    constant answer, whatever the class balance (docs/models.md, "The benchmark data")."""
     pred = _labels(pred)
     pos, neg = y == 1, y == -1
     rates = [np.mean(pred[m] != t) for m, t in ((pos, 1), (neg, -1)) if m.any()]

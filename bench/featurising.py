@@ -5,8 +5,8 @@
 Per real stream (bench/datasets.py; declarations from each set's public 10% by
 ``learners.features.suggest_fields``), continual Winnow's prequential online error,
 cumulative / last tenth, for numeric fields cut into equal-width or quantile bins (4, 8,
-16), at each epsilon (delta = 1e-6, block 100), beside the majority class. The README's
-"Featurising your data" table is this script's output; ``suggest_fields``' defaults
+16), at each epsilon (delta = 1e-6, block 100), beside the majority class. The
+"Featurising your data" table of docs/model-kinds.md is this script's output; ``suggest_fields``' defaults
 (equal width, 8 bins) come from it.
 """
 from __future__ import annotations

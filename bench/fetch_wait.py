@@ -1,4 +1,4 @@
-"""The consumer's fetch settings (streams/tuning.py), measured side by side on a real broker.
+"""The consumer's fetch settings (streams/worker/tuning.py), measured side by side on a real broker.
 
 1. ``shorten_fetch_wait``: records of a busy partition are still in the consumer's buffer
    when its fetcher builds the next request, so that request names only an idle
@@ -8,7 +8,7 @@
 2. ``pace_fetches``: fetch requests sent while a record arrives every millisecond for
    1.5 s, with one-byte fetches and with paced ones (the fetcher's requests are counted
    by wrapping its request method: a bench may look inside aiokafka; the product does it
-   only through streams/faust_seam.py).
+   only through streams/worker/faust_seam.py).
 
     scripts/kafka.sh start && .venv/bin/python bench/fetch_wait.py [--runs 3]
 """
@@ -21,9 +21,9 @@ import uuid
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
-from dpstream.streams import topics
-from dpstream.streams.kafka import Kafka
-from dpstream.streams.tuning import BUSY_FETCH_MAX_WAIT_MS, FETCH_MAX_WAIT_MS, shorten_fetch_wait
+from dpstream.streams.worker import topics
+from dpstream.streams.worker.kafka import Kafka
+from dpstream.streams.worker.tuning import BUSY_FETCH_MAX_WAIT_MS, FETCH_MAX_WAIT_MS, shorten_fetch_wait
 
 
 async def create_topic(bootstrap: str, topic: str, partitions: int) -> None:
@@ -66,7 +66,7 @@ async def _seconds_until_a_new_record_arrives(bootstrap: str, topic: str, shorte
 async def _fetches_while_records_stream_in(bootstrap: str, topic: str, paced: bool) -> tuple[int, int]:
     """(fetch requests sent, records received) while a producer sends a record every
     millisecond or so for 1.5 s and the consumer takes whatever has arrived."""
-    from dpstream.streams.tuning import pace_fetches
+    from dpstream.streams.worker.tuning import pace_fetches
     await create_topic(bootstrap, topic, 1)
     producer = AIOKafkaProducer(bootstrap_servers=bootstrap, linger_ms=0)
     consumer = AIOKafkaConsumer(topic, bootstrap_servers=bootstrap,

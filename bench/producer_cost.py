@@ -2,7 +2,7 @@
 
 A stream reaches the worker in batches of ~100-150 records, and each batch waits for
 two acknowledged produce requests in turn: the log append (``model-events``; the
-processor needs each record's offset) and the outputs (README, "What a batch costs").
+processor needs each record's offset) and the outputs (docs/performance.md, "What a batch costs").
 This script sends ``--records`` small records to one partition and awaits their
 acknowledgement, ``--rounds`` times in a row, on a real broker, with:
 
@@ -14,7 +14,7 @@ acknowledgement, ``--rounds`` times in a row, on a real broker, with:
 - confluent-kafka's ``produce_batch`` (one call per round trip, a callback per record).
 
 Both clients with acks=all and no linger (a linger adds its wait to every batch's round
-trip, streams/app.py). Per round trip it prints the wall time, the process's CPU (every
+trip, streams/worker/app.py). Per round trip it prints the wall time, the process's CPU (every
 thread: librdkafka's own threads count) and the event loop thread's CPU, interleaved
 ``--pairs`` times (the machine is noisy: compare within a pair).
 
@@ -34,9 +34,9 @@ import uuid
 
 from aiokafka import AIOKafkaProducer
 
-from dpstream.streams import topics
-from dpstream.streams.batches import send_records
-from dpstream.streams.kafka import Kafka
+from dpstream.streams.worker import topics
+from dpstream.streams.worker.batches import send_records
+from dpstream.streams.worker.kafka import Kafka
 
 BROKER = "127.0.0.1:9092"
 VALUE = b'{"model":"m1","offset":123456,"label":1,"score":0.12345,"epoch":3,"spent":0.0123}'

@@ -9,7 +9,7 @@ run as a user allowed to trace the worker (root here, or ptrace permitted).
 
 How far to trust it: only threads holding the GIL are sampled (``--gil``), so a thread
 that waits, or is runnable but preempted without the GIL, is not counted (a plain
-py-spy profile of this worker got that wrong: README, "What a batch costs"). Samples
+py-spy profile of this worker got that wrong: docs/performance.md, "What a batch costs"). Samples
 are read without pausing the worker (``--nonblocking``), so a few stacks are partial
 (an "outermost routine" that is a generator expression). A coroutine's resumption is
 charged to whichever of its frames is innermost at the sample: wrappers such as the

@@ -13,14 +13,14 @@ One run measures, on the local broker (scripts/kafka.sh start), n records each:
    the median of --capacity-runs runs);
 2. a faust pass-through agent, per event with faust's defaults, and tuned for bulk work
    (bench/faust_passthrough.py says what "tuned" is);
-3. the dpstream worker (streams/app.py: sequencer -> model-events -> processor ->
+3. the dpstream worker (streams/worker/app.py: sequencer -> model-events -> processor ->
    predictions) on DP-Winnow (d = 1,000, 20 active, epsilon 4) and on continual Winnow at
    epsilon 2 (d = 1,000), produce -> the predictions topic, reading whole fetches
-   (streams/bulk.py; the median of --capacity-runs runs; each rate over the span of the
+   (streams/worker/bulk.py; the median of --capacity-runs runs; each rate over the span of the
    worker's own predictions, pipeline.produced_rate, as the worker reads the inputs
    while they are produced), and DP-Winnow with faust's
    consumer in its own thread (--consumer-thread; the default runs it on the worker's
-   loop, streams/faust_seam.py); with ``--compare-with REV``, the same two workers as the
+   loop, streams/worker/faust_seam.py); with ``--compare-with REV``, the same two workers as the
    git revision REV had them, in the same run (its code, this environment), and each
    latency run below paired with one of REV's worker, in alternating order (traced by
    this trace_worker.py, as this code's is: the same tracer's cost for both);
@@ -37,7 +37,7 @@ One run measures, on the local broker (scripts/kafka.sh start), n records each:
    process at niceness --generator-nice; with --layouts shared own-core, each run also
    with the worker alone on one core and the broker and generator on the other: how
    much of the tail is contention; with --paces, each run also with other fetch pacings
-   under load, ``min_bytes,max_wait_ms``, streams/tuning.py ``pace_fetches``), p50 /
+   under load, ``min_bytes,max_wait_ms``, streams/worker/tuning.py ``pace_fetches``), p50 /
    p99 (the first 20% of the inputs are
    warm-up and not counted); at half capacity with the breakdown of a traced worker
    (bench/trace_worker.py): p50 / p99 / p99.9 per stage, and the worker events (GC,
@@ -334,7 +334,7 @@ def scale_out(n: int, models: int = 4) -> tuple[float, float]:
     """DP-Winnow rate over ``models`` models that sit on distinct partitions (of 4), with one
     worker and with two workers in one consumer group (fresh topics each), n examples
     spread round-robin over the models."""
-    from dpstream.streams.observe import model_partition
+    from dpstream.streams.worker.observe import model_partition
     ids, i = [], 0
     while len(ids) < models:                    # one model per partition
         name = f"bench-{i}"
@@ -368,9 +368,9 @@ def secure_rates(state: Path, data: list[bytes], runs: int) -> dict[str, list[fl
     """The raw loop and the DP-Winnow worker over PLAINTEXT and over SASL_SSL (the raw loop
     as the admin; the worker as the worker principal, its ACLs granted for each fresh
     prefix), interleaved run by run so that neither broker's warm-up favours one side."""
-    from dpstream.streams.acls import plan
-    from dpstream.streams.faust_seam import create_acls
-    from dpstream.streams.kafka import Kafka, running
+    from dpstream.streams.tools.acls import plan
+    from dpstream.streams.worker.faust_seam import create_acls
+    from dpstream.streams.worker.kafka import Kafka, running
     admin = Kafka.from_settings(None, str(state / "clients" / "admin.properties"), environ={})
     worker_args = ("--client-config", str(state / "clients" / "worker.properties"))
 

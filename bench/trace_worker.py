@@ -27,7 +27,7 @@ worker events that overlap the slowest 1% of events, beside how often they overl
 event (a cause shows up far more often among the slow ones).
 
 Experiment switches (environment, read here only): ``BENCH_PACE=min_bytes,max_wait_ms``
-(the fetch pacing under load, streams/tuning.py), ``BENCH_HELPER=same`` (the noise
+(the fetch pacing under load, streams/worker/tuning.py), ``BENCH_HELPER=same`` (the noise
 helper at the worker's priority instead of the idle class; ``nice``: niceness +19
 instead), ``BENCH_TRACE_SLOW=seconds``
 (asyncio's debug mode, naming each callback slower than that; it slows the worker),
@@ -120,7 +120,7 @@ class _Trace:
 
 
 def _ranges(batch: dict) -> list:
-    from dpstream.streams.topics import INPUTS
+    from dpstream.streams.worker.topics import INPUTS
     out = []
     for name in INPUTS:
         by_partition: dict[int, list[int]] = {}
@@ -131,7 +131,7 @@ def _ranges(batch: dict) -> list:
 
 
 def _topic_role(topic: str) -> str:
-    from dpstream.streams.topics import MODEL_EVENTS
+    from dpstream.streams.worker.topics import MODEL_EVENTS
     return ("changelog" if topic.endswith("-changelog") else
             "log" if topic.endswith(MODEL_EVENTS) else "outputs")
 
@@ -142,16 +142,16 @@ def install(path: str) -> None:
     from dpstream.agents.processor import Processor
     from dpstream.mechanisms import continual
     from dpstream.mechanisms.continual import TreeNoise
-    from dpstream.streams import app as app_module
-    from dpstream.streams.bulk import BulkPath
+    from dpstream.streams.worker import app as app_module
+    from dpstream.streams.worker.bulk import BulkPath
 
     trace = _Trace(path)
     if os.environ.get("BENCH_PACE"):      # an experiment: "min_bytes,max_wait_ms" under load
-        from dpstream.streams import tuning
+        from dpstream.streams.worker import tuning
         pace = os.environ["BENCH_PACE"].split(",")
         tuning.BUSY_FETCH_MIN_BYTES, tuning.BUSY_FETCH_MAX_WAIT_MS = int(pace[0]), int(pace[1])
     if os.environ.get("BENCH_FETCH_BYTES"):    # an experiment: stream-sized batches
-        from dpstream.streams import bulk
+        from dpstream.streams.worker import bulk
         size, make = int(os.environ["BENCH_FETCH_BYTES"]), app_module.WorkerApp.__init__
         bulk.MERGE_RECORDS = 1                  # each fetch its own batch
 
@@ -299,7 +299,7 @@ def breakdown(trace_path: Path, inputs, preds, warm_from: float, gc_log: Path | 
     ``inputs`` and ``preds`` are aiokafka records of the examples and predictions
     topics. Returns {"stages": {stage: array}, "causes": {cause: (share of slow events
     overlapped, share of all events overlapped)}, "n": events}."""
-    from dpstream.streams.topics import EXAMPLES
+    from dpstream.streams.worker.topics import EXAMPLES
     trace = _load(trace_path)
     if gc_log is not None:
         for event in broker_gc_events(gc_log):
@@ -409,7 +409,7 @@ def main() -> None:
     sys.path.insert(0, str(ROOT))
     if path:
         install(path)
-    from dpstream.streams.cli import main as cli
+    from dpstream.streams.cli.commands import main as cli
     sys.exit(cli(sys.argv[1:]))
 
 

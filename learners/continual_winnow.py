@@ -3,7 +3,7 @@ statistic is released by continual counting, so that it learns at single-digit e
 
 Why: the seed's DP-Winnow (Algorithm 4.2) releases w~ as m exponential-mechanism draws,
 K times; its privacy loss has a floor near 2 m K eta^2 whatever the accountant
-(design.md section 7), so it cannot learn at epsilon <= 10 on practical streams.
+(mechanisms/params.py ``dp_winnow_guarantee``; docs/privacy.md, "DP-Winnow"), so it cannot learn at epsilon <= 10 on practical streams.
 
 Learner. Inputs are sparse {0,1} rows given by their active indices (at most
 ``max_active`` of them count; more are cut, the lowest indices kept) plus a constant

@@ -10,8 +10,8 @@ composition), as in any DP library; cross-validation's refits are such fits.
 Noise: each fit draws from its own keyed stream, named by a fresh 128-bit nonce from the
 OS CSPRNG (``fit_nonce_``), so two fits never share noise: not two fits with the same
 key, not ``clone()``s in cross-validation, and never a streaming model (whose ids cannot
-contain ':'). The nonce only names the stream; the noise itself is keyed (design.md
-section 5), so ``fit(X, y, nonce=fitted.fit_nonce_)`` with the same key reproduces a fit
+contain ':'). The nonce only names the stream; the noise itself is keyed
+(mechanisms/randomness.py), so ``fit(X, y, nonce=fitted.fit_nonce_)`` with the same key reproduces a fit
 bit for bit for an audit. Reusing a nonce on other data reuses noise: do it only to
 reproduce.
 

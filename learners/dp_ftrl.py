@@ -44,7 +44,7 @@ s(x) = b0 + <w, r(x)>, with b0 = logit(pi) for the class prior pi:
 Before anything is known (no declared prior, no release yet) the learner abstains:
 predictions are None (a query's status stays ``learning``) and the probability is 1/2.
 That is the principled answer with no information: any fixed class is a guess the
-stream may punish (design.md section 9, "Learners vs a constant").
+stream may punish (docs/models.md, "No answer before anything is known").
 Probabilities: ``predict_proba_many`` = sigmoid(s(x)) (the logistic model's estimate of
 P(y = +1 | x); for the hinge loss a monotone score only).
 

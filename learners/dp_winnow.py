@@ -15,7 +15,7 @@ After K updates the model is frozen and keeps predicting with w~ for free.
 
 Departures, each on purpose:
 * A fire with an empty cache (possible only when AboveThreshold errs) uses an update
-  slot and re-samples without changing w: data-independent (design.md section 4).
+  slot and re-samples without changing w: data-independent (docs/privacy.md, "DP-Winnow").
 * eta is rounded down to a rational so that w ~ exp(eta u) over integer scores u is
   sampled *exactly* (:mod:`mechanisms.categorical`); smaller eta only adds privacy.
 * Predictions are computed in exact integers (w~ is m draws: <w~, x> = <counts, x> / m),

@@ -1,7 +1,7 @@
 """Binary inputs in {-1,+1}^d, dense or sparse, and the (x, -x) embedding.
 
 A sparse input lists the indices that are +1 (``active``); every other coordinate is
--1 (design.md section 3). For a vector v that sums to s, <v, x> = 2 sum_{j active}
+-1 (docs/concepts.md, "Events and topics"). For a vector v that sums to s, <v, x> = 2 sum_{j active}
 v_j - s, so inner products cost O(active).
 
 The nonnegative embedding of seed 000 Sec. 4.3 maps x in {-1,1}^d to z = (x, -x) in
@@ -21,8 +21,8 @@ from dpstream.mechanisms.errors import ParameterError
 
 @dataclass(frozen=True)
 class BinaryInput:
-    """A vector in {-1, +1}^d, dense or as the sorted indices of its +1 coordinates (design.md
-    section 3)."""
+    """A vector in {-1, +1}^d, dense or as the sorted indices of its +1 coordinates (module
+    docstring)."""
     d: int
     dense: np.ndarray | None = None     # int8 in {-1, +1}, length d
     active: np.ndarray | None = None    # sorted unique int64 indices of +1 coordinates

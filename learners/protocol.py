@@ -14,7 +14,7 @@
 
 Each learner has one input type for all four verbs: ``ActiveRow`` (the indices of the
 +1 features of a binary row) for the Winnow family, a dense float vector for DP-FTRL
-and the predictor's real classes. ``learners/river.py`` puts a declared featuriser in
+and the predictor's real classes. ``learners/online.py`` puts a declared featuriser in
 front, for raw feature dicts.
 """
 from __future__ import annotations

@@ -5,7 +5,7 @@ Mechanism, with thresholds A < B in counts and noise scale b:
 per query, v = count + DLap(b) with fresh noise; output L if v < A, R if v > B,
 otherwise TOP, and halt. Only L / R / TOP leave the mechanism.
 
-Calibration (design.md section 4; the commonly quoted 6/(eps n) scale is NOT used:
+Calibration (docs/privacy.md, "BetweenThresholds"; the commonly quoted 6/(eps n) scale is NOT used:
 an exact computation shows it gives eps ~ 2.8 at claimed (1, 1e-6)). For a count c
 and a neighbour shift s in {-1, +1}, let l_o = ln(P_c(o) / P_{c+s}(o)). Let
 
@@ -39,7 +39,7 @@ from .randomness import KeyedRandomness
 from .samplers import fraction_at_least
 
 L, R, TOP = "L", "R", "TOP"
-MIN_GAP_IN_SCALES = 3.0  # design.md: beyond a gap of 3b the bound hardly improves
+MIN_GAP_IN_SCALES = 3.0  # beyond a gap of 3b the bound hardly improves (docs/privacy.md)
 
 
 def log_dlap_cdf(n: np.ndarray, scale: float) -> np.ndarray:
@@ -291,7 +291,7 @@ def calibrate_between_thresholds(*, epsilon: float, delta: float, lower: float,
 
     gap = upper - lower
     b_max = gap / MIN_GAP_IN_SCALES          # any usable scale leaves a gap of 3b
-    # b psi ~ 1.5 and eps_top <= 1/b for wide gaps (design.md section 4)
+    # b psi ~ 1.5 and eps_top <= 1/b for wide gaps (docs/privacy.md, "BetweenThresholds")
     scale = smallest_fitting_scale(eps_of, epsilon, b_max=b_max,
                                    start=(1.5 * math.log(1.0 / delta) + 1.0) / epsilon,
                                    guess_of=lambda b: eps_of(b, _guessed_profile))

@@ -1,6 +1,6 @@
 """One privacy budget per predictor epoch: BetweenThresholds instances as rounds of one
-process, each hard query (TOP) charged a constant. Our extension of design.md section 4's
-supermartingale bound (which covers one instance); the seed composes instances by
+process, each hard query (TOP) charged a constant. Our extension of the
+supermartingale bound of mechanisms/between_thresholds.py (which covers one instance); the seed composes instances by
 Theorem 3 instead (``mechanisms.params.predictor_instance_budget``, kept selectable).
 
 Setting. BetweenThresholds has no threshold noise: every query of every instance is an

@@ -142,7 +142,7 @@ PARENT_CHECK = 1.0          # seconds between the helper's checks that its worke
 
 def draw_ahead_in_a_process(on: bool = True) -> None:
     """Draw noise blocks ahead in a helper process instead of a thread (the worker turns
-    this on at start, streams/cli.py).
+    this on at start, streams/cli/commands.py).
 
     Why a process there: a block was ~0.2-0.3 s of exact sampling in the interpreter
     (~0.08 s since the row sampler, mechanisms/row_samplers.py), and
@@ -201,7 +201,7 @@ def _lower_priority() -> None:
     Winnow at 9,000 examples/s on 2 cores, interleaved runs): p99 51 / 43 / 42 ms idle
     against 54 / 62 / 44 niced; in bench runs the same day, 70-97% of the slowest 1% of
     events overlapped a draw in five of six runs with the helper niced (15-27% of all
-    events), 0-21% in the three with it idle (README, "Where the latency tail goes").
+    events), 0-21% in the three with it idle (docs/performance.md, "Where the latency tail goes").
     Starving it is not a risk: the worker never waited for a block in those runs
     (``noise_wait`` traces), and a worker that waits frees its core for the helper."""
     try:

@@ -1,6 +1,6 @@
 """Exact output distributions of small mechanism instances, for privacy checks.
 
-These are verification tools (tests, audits, the README's claims), not mechanisms:
+These are verification tools (tests, audits, the docs' claims), not mechanisms:
 each computes probabilities by summing over the noise support in closed form, so a
 privacy claim can be checked without sampling error.
 """
@@ -55,7 +55,7 @@ def between_thresholds_constant_delta(*, scale: float, lower: float, upper: floa
 
     A transcript is a word over {L, R} possibly ending in TOP; its probability depends
     only on (#L, #R, halted), so the divergence is a finite sum over those triples
-    weighted by binomial multiplicities (design.md section 4).
+    weighted by binomial multiplicities (docs/privacy.md, "BetweenThresholds").
     """
     cs = np.array([count, count + shift])
     ll, lr, lt = outcome_log_probs(cs, scale, lower, upper)

@@ -3,7 +3,7 @@ sampled exactly.
 
 Pick candidate i with probability proportional to exp(eps * score_i / (2 Delta)) for
 integer scores of sensitivity Delta. Seed 000 writes exp(-eps q / 2): a sign typo,
-since higher quality must be more likely (design.md section 4); this module uses +.
+since higher quality must be more likely (docs/privacy.md); this module uses +.
 
 Exact sampler: with s* = max score, weight_i = exp(-gamma_i), gamma_i = eps (s* - s_i)
 / (2 Delta) >= 0 is rational once eps is rounded down to a rational (rounding eps

@@ -46,7 +46,7 @@ The factorizations:
   depends on n.
 * ``SqrtToeplitz`` (Fichtenberger, Henzinger, Upadhyay 2023): C = C^... = the square root of
   A, coefficients f_0 = 1, f_k = (1 - 1/(2k)) f_{k-1}; near optimal, but its noise takes
-  O(t x dim) per block; kept for the error comparison (bench/factorization.py), which is
+  O(t x dim) per block; kept for the error comparison (bench/blt_table.py), which is
   what BLT approximates with a few buffers.
 
 Noise is continuous Gaussian (``gaussian``), drawn from the keyed stream: documented

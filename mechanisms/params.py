@@ -40,7 +40,7 @@ def winnow_update_bound(d: int, eta: float, rho: float, c: float) -> float:
 
 
 def dp_winnow_sample_size(T: int, beta: float, c: float, rho: float) -> int:
-    """m, the number of draws forming w~ (the seed leaves m open; design.md section 4).
+    """m, the number of draws forming w~ (the seed leaves m open; docs/privacy.md, "DP-Winnow").
 
     For x in {-1,1}^d, <w~, x> is the mean of m i.i.d. draws x_{j_i} in {-1, 1} with
     mean <w, x>. Hoeffding: P(|<w~,x> - <w,x>| >= c rho) <= 2 exp(-m (c rho)^2 / 2).
@@ -59,7 +59,7 @@ def dp_winnow_sample_size(T: int, beta: float, c: float, rho: float) -> int:
 
 
 def dp_winnow_threshold(T: int, beta: float, eps_hat: float) -> float:
-    """L = 8 ln(2T^2/beta) / eps^ (design.md section 4): AboveThreshold's accuracy
+    """L = 8 ln(2T^2/beta) / eps^ (docs/privacy.md, "DP-Winnow"): AboveThreshold's accuracy
     alpha = 8(ln T + ln(2/(beta/T)))/eps^ with T queries per instance at failure
     beta/T (the seed's InitializeAboveThr(eps^, L, beta/T)), so with probability
     1 - beta no instance fires while its mistake count is 0: the cache is non-empty
@@ -88,7 +88,7 @@ def dp_winnow_guarantee(*, eps_hat: float, eta: float, m: int, K: int, delta: fl
        terms are eps/4 + eps/2; the second-order terms fit in the remaining eps/4.
     2. zCDP: each instance eps^^2/2 (pure DP), each draw 2 eta^2 (bounded range,
        :func:`dp_winnow_draw_rho`), summed and converted at delta by dp-accounting. Its
-       floor is 2 m K eta^2: no accountant makes many draws cheap (design.md section 7).
+       floor is 2 m K eta^2: no accountant makes many draws cheap (docs/privacy.md).
     The ledger charges the same amounts and composes them the same two ways ("best")."""
     if K < 1 or m < 1:
         raise ParameterError("K, m", (K, m), ">= 1 each")

@@ -1,6 +1,6 @@
 """Keyed, replayable, cryptographically secure randomness: the only source of noise.
 
-Design (design.md section 5):
+Design (docs/privacy.md, "Keyed randomness"):
 
 * A secret key (at least 32 random bytes, given as hex in a file or an environment
   variable, never on a topic or a flag) is expanded per model with HKDF-SHA256 (info = model id), then per

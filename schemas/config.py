@@ -7,8 +7,8 @@ The kinds' params schemas come from one explicit list, ``agents.kinds.KINDS``, r
 first time a registration is validated or a schema exported (``params_schemas``), not
 when this module loads. Why this way round:
 
-* a kind's params belong with its kind (one module per kind, design.md section 9 and
-  style.md), and the kinds import this module for ``KindParams``, so this module cannot
+* a kind's params belong with its kind (one module per kind, docs/architecture.md,
+  "Model kinds and the learner protocol"), and the kinds import this module for ``KindParams``, so this module cannot
   import them while it loads: that would be a cycle, and the shared layer pointing up;
 * the previous design filled a table here as a side effect of importing each kind
   module, so an entry point that never imported them saw no kind at all (issue 43:

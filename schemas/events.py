@@ -1,6 +1,6 @@
 """Pydantic v2 models of every event on dpstream's topics.
 
-Validation happens here, at the edge (design.md section 5): a payload that does not
+Validation happens here, at the edge (docs/concepts.md, "Bad input"): a payload that does not
 parse into one of these models never reaches an agent's state; it goes to
 ``rejected`` with where it sat and a reason built without input values: no bytes,
 size or hash of the payload (a plain hash of a small input space is inverted by

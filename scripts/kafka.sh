@@ -28,7 +28,7 @@
 # the 0600 client configs: no password is ever on a command line. Each user's client
 # config (Kafka's standard property names, mode 0600) is $STATE/clients/<user>.properties,
 # the CA $STATE/tls/ca.pem. Give the users their rights
-# with `dpstream acls --apply` (README, "Secure deployment"; threat model: docs/security.md).
+# with `dpstream acls --apply` (docs/deployment.md; threat model: docs/security.md).
 #
 # The state directory (logs, data, TLS key, passwords) must be yours and mode 0700, else
 # this script refuses it: another local user who owns it could read every topic, the key
@@ -42,7 +42,7 @@
 # ~/.local/state/dpstream/kafka-<port>), PYTHON (for the TLS material and the readiness check;
 # default: the repo's .venv, else python3), KAFKA_GC_OPTS (the broker's collector options,
 # default -XX:+UseZGC).
-# Facts relied on (design.md section 3): node id 1 with roles broker,controller; PLAINTEXT on
+# Facts relied on (docs/development.md): node id 1 with roles broker,controller; PLAINTEXT on
 # 9092 and CONTROLLER on 9093; quorum voter 1@localhost:9093; replication factor 1 and min ISR 1
 # for the offsets and transaction-state topics; storage formatted once with a cluster id.
 set -euo pipefail
@@ -157,7 +157,7 @@ metadata_ok() {
   [ "$SECURE" = 1 ] && client="$STATE/clients/admin.properties"
   "$PY" - "$PORT" "$client" <<'PYEOF' 2>/dev/null
 import asyncio, sys
-from dpstream.streams.kafka import Kafka
+from dpstream.streams.worker.kafka import Kafka
 async def main():
     kafka = Kafka.from_settings(f"127.0.0.1:{sys.argv[1]}", sys.argv[2] or None, environ={})
     admin = kafka.admin(request_timeout_ms=5000)
@@ -434,7 +434,7 @@ start() {
   : > "$STATE/errors.log"
   # The broker's collector is ZGC (pauses of ~0.01 ms). G1's young pauses (10-18 ms every
   # few seconds here) were in flight for most of the worker's slowest 1% in many bench
-  # runs; in an interleaved A/B at fixed rates (README, "The broker's collector") every
+  # runs; in an interleaved A/B at fixed rates (docs/performance.md, "The broker's collector") every
   # one of 8 ZGC runs had a lower p99 than its G1 counterpart. All of it, pauses and
   # concurrent phases, is logged (gc, gc+phases): bench/trace_worker.py lines it up with
   # the worker's slowest events.
@@ -514,7 +514,7 @@ remove_user() {
 }
 
 compose_secrets() {
-  # The secured docker-compose profile's material (README, "Secure deployment"), once, in
+  # The secured docker-compose profile's material (docs/deployment.md, "With Docker"), once, in
   # $1 (default ./secrets): kafka/ for the broker container (TLS, server.properties, the
   # SCRAM users, a cluster id, the internal admin's and the healthcheck's Java client
   # configs), worker/ and admin/ for the worker and the one-shot ACL container, clients/

@@ -2,7 +2,6 @@
 (jsonschema) against what users write: the shipped examples and every JSON block of the
 docs. And the kind registry seen from every entry point (issue 43, items 1 and 2)."""
 import json
-import re
 import subprocess
 import sys
 from pathlib import Path
@@ -10,9 +9,10 @@ from pathlib import Path
 import jsonschema
 import pytest
 
+from tests.docs.blocks import all_blocks
+
 ROOT = Path(__file__).resolve().parents[1]
 DPSTREAM = str(Path(sys.executable).parent / "dpstream")
-DOCS = [ROOT / "README.md", ROOT / "examples" / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
 
 
 @pytest.fixture(scope="module")
@@ -51,24 +51,37 @@ def test_the_exported_schemas_validate_the_shipped_examples(schemas):
 
 
 def _json_blocks():
-    for doc in DOCS:
-        for m in re.finditer(r"```json\n(.*?)```", doc.read_text(), re.S):
-            line = doc.read_text()[:m.start()].count("\n") + 1
-            yield pytest.param(m.group(1), id=f"{doc.relative_to(ROOT)}:{line}")
+    """Every JSON block of the README, examples/README.md and docs/ (tests/docs/blocks.py)."""
+    for block in all_blocks():
+        if block.lang == "json":
+            yield pytest.param(block.text, id=block.where)
+
+
+def record_type(record: dict) -> str:
+    """Which exported schema a record of the docs is an instance of."""
+    if "params" in record:
+        return "ModelConfig"
+    if "status" in record and "seq" in record:
+        return "Prediction"
+    return "LabeledExample" if "y" in record else "Query"
 
 
 @pytest.mark.parametrize("block", list(_json_blocks()))
 def test_every_json_block_of_the_docs_is_valid_for_its_schema(schemas, block):
     """A config in the docs is a complete registration a user can paste: valid JSON
-    that the exported schema (and ModelConfig itself) accepts."""
+    that the exported schema (and ModelConfig itself) accepts, and one its kind finds
+    feasible (the check `dpstream models register` runs before sending). A record is
+    checked against the schema of its type (a prediction record's too)."""
     value = json.loads(block)
     records = value if isinstance(value, list) else [value]
     for record in records:
-        kind = "ModelConfig" if "params" in record else "LabeledExample" if "y" in record else "Query"
+        kind = record_type(record)
         validator(schemas[kind]).validate(record)
-        if kind == "ModelConfig":
+        if kind == "ModelConfig":             # and feasible, as `dpstream models register` checks
+            from dpstream.agents.kinds import kind as kind_of
             from dpstream.schemas import ModelConfig
-            ModelConfig.model_validate(record)
+            config = ModelConfig.model_validate(record)
+            assert kind_of(config.kind).config_problem(config) is None, config.model_id
 
 
 @pytest.mark.parametrize("change, where", [
@@ -100,7 +113,7 @@ def test_a_library_user_validates_a_registration_without_importing_the_kinds():
 
 
 def test_the_schemas_layer_does_not_import_the_kinds_when_it_loads():
-    """Layers one-way at import (design.md section 2): schemas reads the kinds' registry
+    """Layers one-way at import (docs/architecture.md, "Layers"): schemas reads the kinds' registry
     on first use only."""
     code = ("import sys, dpstream.schemas, dpstream.schemas.config\n"
             "print(any(m.startswith('dpstream.agents') for m in sys.modules))\n")

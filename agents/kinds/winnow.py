@@ -116,7 +116,7 @@ class WinnowKind(Handler):
         theory = w.source == "theorem-11"
         src = "seed 000 Thm 11 + Lemma 14 (solved jointly)" if theory else "user (practical mode)"
         return [("eps^ (AboveThreshold)", f"{w.eps_hat:.4g}", src), ("eta", f"{w.eta:.4g}", src),
-                ("m (draws per w~)", str(w.m), "Hoeffding, design.md s.4" if theory else src),
+                ("m (draws per w~)", str(w.m), "Hoeffding (mechanisms/params.py)" if theory else src),
                 ("K (update cap)", f"{w.K:.4g}", src),
                 ("L (threshold)", f"{w.L:.4g}", "8 ln(2T^2/beta)/eps^" if theory else src),
                 ("draw zCDP 2 eta^2", f"{dp_winnow_draw_rho(w.eta):.4g}", "bounded range (Cesar-Rogers)"),

@@ -11,8 +11,8 @@ import pytest
 from dpstream.agents.kinds import kind
 from dpstream.mechanisms.randomness import KeyedRandomness
 from dpstream.schemas import ModelConfig
-from dpstream.streams.cli import Failed, parse_registrations
-from dpstream.streams.embedded import EmbeddedRuntime
+from dpstream.streams.cli.commands import Failed, parse_registrations
+from dpstream.streams.tools.embedded import EmbeddedRuntime
 
 RNG = KeyedRandomness(b"bounded-items-key-00000000000000")
 BUDGET = {"epsilon": 8.0, "delta": 1e-6}

@@ -22,9 +22,9 @@ from hypothesis import strategies as st
 from dpstream.learners.features import Featuriser
 from dpstream.mechanisms.randomness import KeyedRandomness
 from dpstream.schemas import ModelConfig
-from dpstream.streams.cli import check_record
-from dpstream.streams.embedded import EmbeddedRuntime
-from dpstream.streams.outputs import encode
+from dpstream.streams.cli.commands import check_record
+from dpstream.streams.tools.embedded import EmbeddedRuntime
+from dpstream.streams.worker.outputs import encode
 
 RNG = KeyedRandomness(b"bounded-property-key-00000000000")
 AMOUNT = {"type": "numeric", "name": "amount", "lower": 0, "upper": 100, "bins": 4}

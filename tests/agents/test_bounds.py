@@ -18,7 +18,7 @@ from dpstream.learners.dp_ftrl import DPFTRL
 from dpstream.mechanisms.randomness import KeyedRandomness
 from dpstream.mechanisms.samplers import discrete_gaussian_pmf
 from dpstream.schemas import ModelConfig
-from dpstream.streams.embedded import EmbeddedRuntime
+from dpstream.streams.tools.embedded import EmbeddedRuntime
 
 RNG = KeyedRandomness(b"bounds-tests-key-000000000000000")
 SPARSE = {"model_id": "sparse", "dimension": 40, "budget": {"epsilon": 4.0, "delta": 1e-6},

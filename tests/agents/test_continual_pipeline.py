@@ -6,8 +6,8 @@ import json
 import numpy as np
 
 from dpstream.mechanisms.randomness import KeyedRandomness
-from dpstream.streams.embedded import EmbeddedRuntime, SqliteState
-from dpstream.streams.replay import replay, verify_public
+from dpstream.streams.tools.embedded import EmbeddedRuntime, SqliteState
+from dpstream.streams.tools.replay import replay, verify_public
 
 from .logs import assert_batches_apply_as_one_at_a_time
 

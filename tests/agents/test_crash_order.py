@@ -19,7 +19,7 @@ from dpstream.agents.records import RawRecord
 from dpstream.agents.sequencer import MODEL_EVENTS, sequence_batch
 from dpstream.mechanisms.continual import tree_levels
 from dpstream.mechanisms.randomness import KeyedRandomness
-from dpstream.streams.embedded import EmbeddedRuntime
+from dpstream.streams.tools.embedded import EmbeddedRuntime
 
 from ..streams.kafka_helpers import per_model
 
@@ -247,7 +247,7 @@ def cold_keys(state, model):
 
 
 def test_the_state_keeps_only_the_cold_records_a_restart_reads(log_and_expected):
-    """Retired records (agents/handlers.py): after 3 epochs of 12 tree releases, two
+    """Retired records (agents/kinds/base.py): after 3 epochs of 12 tree releases, two
     decision-list windows, DP-Winnow updates and predictor hard queries, each model's
     cold records are exactly those a load of its head reads, and at no batch boundary
     does the tree hold more nodes than one decomposition (at most ``levels``), where

@@ -7,7 +7,7 @@ from pydantic import ValidationError
 
 from dpstream.mechanisms.randomness import KeyedRandomness
 from dpstream.schemas import ModelConfig
-from dpstream.streams.embedded import EmbeddedRuntime
+from dpstream.streams.tools.embedded import EmbeddedRuntime
 
 KEY = b"generator-tests-key-000000000000"
 RNG = KeyedRandomness(KEY)

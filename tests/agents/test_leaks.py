@@ -14,8 +14,8 @@ from dpstream.learners.dp_winnow import DPWinnow
 from dpstream.mechanisms.audit import epsilon_lower_bound
 from dpstream.mechanisms.params import dp_winnow_practical_parameters
 from dpstream.mechanisms.randomness import KeyedRandomness
-from dpstream.streams.embedded import EmbeddedRuntime
-from dpstream.streams.report import build_report
+from dpstream.streams.tools.embedded import EmbeddedRuntime
+from dpstream.streams.tools.report import build_report
 
 RNG = KeyedRandomness(b"leak-tests-key-not-secret-000000")
 WINNOW = {"model_id": "w", "dimension": 8, "budget": {"epsilon": 50.0, "delta": 1e-6},
@@ -156,7 +156,7 @@ def test_public_report_is_identical_when_every_example_label_is_flipped(tmp_path
 
 
 def test_internal_report_says_so_first_and_shows_exact_mistakes(tmp_path):
-    from dpstream.streams.replay import replay
+    from dpstream.streams.tools.replay import replay
     rt = _run(_mixed_stream())
     mistakes = {}
     asyncio.run(replay(RNG, rt.log, rt.outputs, mistakes=mistakes))
@@ -169,7 +169,7 @@ def test_internal_report_says_so_first_and_shows_exact_mistakes(tmp_path):
 
 
 def test_exported_files_are_readable_by_their_owner_only(tmp_path):
-    from dpstream.streams.cli import write_export
+    from dpstream.streams.cli.commands import write_export
     rt = _run(_mixed_stream()[:50])
     write_export(tmp_path / "out", rt.log, rt.outputs)
     assert (tmp_path / "out").stat().st_mode & 0o777 == 0o700

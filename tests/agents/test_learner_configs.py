@@ -7,7 +7,7 @@ from pydantic import ValidationError
 
 from dpstream.mechanisms.randomness import KeyedRandomness
 from dpstream.schemas import ModelConfig
-from dpstream.streams.embedded import EmbeddedRuntime
+from dpstream.streams.tools.embedded import EmbeddedRuntime
 
 RNG = KeyedRandomness(b"learner-config-tests-key-0000000")
 FTRL = {"model_id": "ftrl", "dimension": 2, "budget": {"epsilon": 4.0, "delta": 1e-6},

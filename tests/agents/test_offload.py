@@ -7,7 +7,7 @@ import json
 from dpstream.agents.processor import Processor
 from dpstream.agents.records import RawRecord
 from dpstream.mechanisms.randomness import KeyedRandomness
-from dpstream.streams.embedded import EmbeddedRuntime
+from dpstream.streams.tools.embedded import EmbeddedRuntime
 
 RNG = KeyedRandomness(b"offload-tests-key-00000000000000")
 PREDICTOR = {"model_id": "p", "dimension": 3, "budget": {"epsilon": 4.0, "delta": 1e-6},

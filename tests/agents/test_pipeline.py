@@ -8,7 +8,7 @@ import pytest
 
 from dpstream.mechanisms.randomness import KeyedRandomness
 from dpstream.schemas import Prediction
-from dpstream.streams.embedded import EmbeddedRuntime, SqliteState
+from dpstream.streams.tools.embedded import EmbeddedRuntime, SqliteState
 
 KEY = b"pipeline-tests-key-00000000000000"
 RNG = KeyedRandomness(KEY)
@@ -184,7 +184,7 @@ async def test_a_registration_whose_noise_cannot_be_drawn_is_refused_not_run(con
 
 
 async def test_status_summary_shows_counters_and_budget_but_no_features():
-    from dpstream.streams.observe import collect_status
+    from dpstream.streams.worker.observe import collect_status
     rt = await run([("models", winnow_config())] + winnow_events(n=100))
     status = collect_status(rt.state)["w1"]
     assert status["kind"] == "winnow" and status["rounds"] == 100 and status["events"] == 121

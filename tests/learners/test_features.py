@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from dpstream.learners.features import Featuriser, bucket, suggest_fields
 from dpstream.schemas.features import BooleanField, CategoricalField, NumericField, declared_dimension
-from dpstream.streams.cli import main
+from dpstream.streams.cli.commands import main
 
 FIELDS = [NumericField(name="amount", lower=0, upper=100, bins=4),
           NumericField(name="age", lower=18, upper=90, bins=4, edges=[30, 45, 60]),

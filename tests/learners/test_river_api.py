@@ -320,10 +320,8 @@ def test_without_river_the_estimator_protocol_still_works(monkeypatch):
 def test_the_readme_python_api_block_runs_as_written(monkeypatch, capsys):
     """The README's Python API example, verbatim, with a key in the environment as the
     quick start sets it: River's progressive_val_score reports a real accuracy."""
-    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
-    section = readme[readme.index("## Python API (River-compatible)"):]
-    block = section[section.index("```python") + len("```python"):]
-    block = block[:block.index("```")]
+    from tests.docs.blocks import block_under
+    block = block_under("README.md", "Python API", "python").text
     monkeypatch.setenv("DPSTREAM_SECRET_KEY", KEY.hex())
     exec(compile(block, "README.md", "exec"), {})
     out = capsys.readouterr().out.splitlines()

@@ -31,7 +31,7 @@ def worst_log_ratio(eps, threshold=4, **scales):
 
 
 def worst_constant_adversary_log_ratio(eps, rounds=60, threshold=0, **scales):
-    """Same count for every round, neighbour shifts it by one (design.md section 4)."""
+    """Same count for every round, neighbour shifts it by one (docs/privacy.md, "AboveThreshold")."""
     worst = 0.0
     for c in range(-12, 13):
         p = above_threshold_fire_distribution([c] * rounds, threshold, eps, **scales)

@@ -119,7 +119,7 @@ def test_zcdp_conversion_is_dp_accountings_own_for_a_zcdp_event(rho):
 
 
 def test_after_preload_a_registration_imports_nothing_more():
-    """The worker preloads dp-accounting at start (streams/cli.py): its import took ~1 s,
+    """The worker preloads dp-accounting at start (streams/cli/commands.py): its import took ~1 s,
     and the first registration paid it on the event loop. In a fresh interpreter, a
     continual-Winnow registration after ``preload`` imports no module at all."""
     import subprocess

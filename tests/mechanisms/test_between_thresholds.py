@@ -15,7 +15,7 @@ LOWER, UPPER = 0.0, 205.3      # the quoted calibration's gap at (1, 1e-6), in c
 
 
 def test_quoted_scale_6_fails_the_exact_check_at_claimed_1_and_1e_minus_6():
-    """design.md section 4: noise 6 (counts) does not give (1, 1e-6)."""
+    """docs/privacy.md, "BetweenThresholds": noise 6 (counts) does not give (1, 1e-6)."""
     delta, _, _ = between_thresholds_worst_constant_delta(
         scale=6.0, lower=LOWER, upper=UPPER, rounds=200, epsilon=1.0, counts=range(-30, 10))
     assert delta > 1e-6 * 100

@@ -15,8 +15,8 @@ from hypothesis import strategies as st
 from dpstream.learners.features import Featuriser, bucket
 from dpstream.mechanisms.randomness import KeyedRandomness
 from dpstream.schemas import ModelConfig, json_schemas, limits
-from dpstream.streams.cli import check_record
-from dpstream.streams.embedded import EmbeddedRuntime
+from dpstream.streams.cli.commands import check_record
+from dpstream.streams.tools.embedded import EmbeddedRuntime
 
 RNG = KeyedRandomness(b"limits-tests-key-000000000000000")
 CONFIG = {"model_id": "m", "budget": {"epsilon": 4.0, "delta": 1e-6},

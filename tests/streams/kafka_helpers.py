@@ -67,8 +67,8 @@ def client_args(target) -> dict:
 
 
 async def create_topic(bootstrap: str, topic: str, partitions: int) -> None:
-    from dpstream.streams.kafka import Kafka
-    from dpstream.streams.topics import create_topic as create
+    from dpstream.streams.worker.kafka import Kafka
+    from dpstream.streams.worker.topics import create_topic as create
     await create(Kafka(bootstrap), topic, partitions)
 
 

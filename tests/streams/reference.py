@@ -3,7 +3,7 @@ reference a worker on a real broker must equal, event for event."""
 import asyncio
 
 from dpstream.mechanisms.randomness import KeyedRandomness
-from dpstream.streams.embedded import EmbeddedRuntime
+from dpstream.streams.tools.embedded import EmbeddedRuntime
 
 from .kafka_helpers import KEY_HEX, per_model
 from .workload import examples, models, queries

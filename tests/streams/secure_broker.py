@@ -17,7 +17,7 @@ import tempfile
 import threading
 from pathlib import Path
 
-from dpstream.streams.kafka import Kafka, running
+from dpstream.streams.worker.kafka import Kafka, running
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = str(ROOT / "scripts" / "kafka.sh")

@@ -4,8 +4,8 @@ worker ...``), as a stalled consumer would; the worker's tail check must read th
 from the log itself."""
 import sys
 
-from dpstream.streams import bulk
-from dpstream.streams.cli import main
+from dpstream.streams.worker import bulk
+from dpstream.streams.cli.commands import main
 
 
 def stall_after(n: int) -> None:

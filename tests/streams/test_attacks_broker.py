@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from dpstream.streams.acls import CLUSTER, plan, worker_topics
-from dpstream.streams.faust_seam import describe_acls
-from dpstream.streams.kafka import Kafka, running
-from dpstream.streams.topics import ensure_topics
+from dpstream.streams.tools.acls import CLUSTER, plan, worker_topics
+from dpstream.streams.worker.faust_seam import describe_acls
+from dpstream.streams.worker.kafka import Kafka, running
+from dpstream.streams.worker.topics import ensure_topics
 
 from .secure_broker import SCRIPT, Attacker, CommandLines, dpstream, free_port, libs
 
@@ -271,12 +271,12 @@ def test_a_tenants_worker_cannot_reach_another_tenant_whose_names_start_like_its
 
 
 def test_the_workers_literal_rights_are_the_names_faust_actually_uses():
-    """The plan's internal topic names (streams/acls.py ``worker_topics``) are the
+    """The plan's internal topic names (streams/tools/acls.py ``worker_topics``) are the
     changelogs and the leader assignor topic of a real WorkerApp with that app id, and its
     consumer group is the app id: a faust upgrade that renamed them would fail here, not
     leave the worker without a right on a secured broker."""
     from dpstream.mechanisms.randomness import KeyedRandomness
-    from dpstream.streams.app import WorkerApp
+    from dpstream.streams.worker.app import WorkerApp
     w = WorkerApp(kafka=Kafka("127.0.0.1:1"), rng=KeyedRandomness(b"acl-contract-key-000000000000000"),
                   app_id="t-app", prefix="t-")
     used = {t.changelog_topic_name for t in w.app.tables.values()} | {w.app._leader_assignor._leader_topic_name}

@@ -22,9 +22,9 @@ import pytest
 import yaml
 
 from dpstream.mechanisms.randomness import KeyedRandomness
-from dpstream.streams.acls import plan
-from dpstream.streams.cli import main
-from dpstream.streams.kafka import ClientConfigError, Kafka
+from dpstream.streams.tools.acls import plan
+from dpstream.streams.cli.commands import main
+from dpstream.streams.worker.kafka import ClientConfigError, Kafka
 
 from .kafka_helpers import KEY_HEX, ROOT, Worker, create_topic, per_model, produce, read_all
 from .workload import examples, models, queries
@@ -283,8 +283,8 @@ def test_the_status_pages_listen_on_loopback_even_when_fausts_environment_says_o
     """Before: /status, /metrics and faust's /router listened on 0.0.0.0 (faust's default),
     without authentication: anyone on the network read live per-model event counts; and
     faust lets $WEB_BIND override what the app sets."""
-    from dpstream.streams.app import WorkerApp
-    from dpstream.streams.observe import exposed, web_bind
+    from dpstream.streams.worker.app import WorkerApp
+    from dpstream.streams.worker.observe import exposed, web_bind
     monkeypatch.setenv("WEB_BIND", "0.0.0.0")
     monkeypatch.setenv("WEB_PORT", "1")
     w = WorkerApp(kafka=Kafka("127.0.0.1:1"), rng=KeyedRandomness(b"attacks-client-tests-key-0000000"),
@@ -438,7 +438,7 @@ def test_a_worker_data_dir_another_user_made_or_can_read_is_refused(shared_tmp, 
     assert main(["worker", "--broker", "127.0.0.1:1", "--data-dir", str(mine)]) == 2
     assert "is open to other users (mode 0755)" in capsys.readouterr().err
     assert oct(mine.stat().st_mode & 0o777) == "0o755"          # never chmod-ed
-    from dpstream.streams.cli import _default_data_dir
+    from dpstream.streams.cli.commands import _default_data_dir
     assert not str(_default_data_dir("dpstream")).startswith("/tmp")
 
 
@@ -464,7 +464,7 @@ def test_a_forged_record_in_an_export_is_a_discrepancy_not_a_traceback(tmp_path,
 def test_the_worker_keeps_its_secrets_from_the_processes_it_starts(monkeypatch):
     """Before: the worker's noise helper (a multiprocessing ``spawn``) and the resource
     tracker it starts inherited DPSTREAM_SECRET_KEY and the SASL password variables."""
-    from dpstream.streams.app import SECRET_VARIABLES, keep_secrets_from_children
+    from dpstream.streams.worker.app import SECRET_VARIABLES, keep_secrets_from_children
     for name in SECRET_VARIABLES:
         monkeypatch.setenv(name, "secret-" + name)
     monkeypatch.setenv("DPSTREAM_KAFKA_CONFIG", "/etc/dpstream/worker.properties")

@@ -1,4 +1,4 @@
-"""The bulk path's batch retry (streams/bulk.py ``BulkPath._retry``), without a broker: a
+"""The bulk path's batch retry (streams/worker/bulk.py ``BulkPath._retry``), without a broker: a
 failure the broker or an admin can end is retried for as long as it lasts; one that
 waiting cannot change ends in a crash of the app (the worker exits for its supervisor);
 a stop ends the retry at once; the line names what failed, never ``{}``.
@@ -13,8 +13,8 @@ from types import SimpleNamespace
 import pytest
 from aiokafka.errors import KafkaTimeoutError, TopicAuthorizationFailedError
 
-from dpstream.streams import bulk
-from dpstream.streams.bulk import BatchFailed, BulkPath
+from dpstream.streams.worker import bulk
+from dpstream.streams.worker.bulk import BatchFailed, BulkPath
 
 
 class App:

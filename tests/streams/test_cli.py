@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from dpstream.streams.cli import main
+from dpstream.streams.cli.commands import main
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -134,7 +134,7 @@ def test_produce_refuses_a_topic_that_is_not_an_input(capsys):
 def test_repeated_log_lines_are_held_back_and_counted():
     import logging
 
-    from dpstream.streams.observe import RepeatFilter
+    from dpstream.streams.worker.observe import RepeatFilter
     f = RepeatFilter(window=60)
     records = [logging.LogRecord("aiokafka", logging.ERROR, "x", 1, "Unable to connect", None, None)
                for _ in range(1000)]
@@ -144,7 +144,7 @@ def test_repeated_log_lines_are_held_back_and_counted():
 
 
 def test_status_lists_only_the_models_this_worker_owns():
-    from dpstream.streams.observe import collect_status, model_partition
+    from dpstream.streams.worker.observe import collect_status, model_partition
     cfg = {"model_id": "m", "params": {"kind": "continual_winnow", "max_active": 2},
            "budget": {"epsilon": 1.0, "delta": 1e-6}, "dimension": 4}
     head = {"n": 3, "learner": {"epoch": 0, "b": 1, "ledger": {"budget_epsilon": 1.0, "budget_delta": 1e-6}}}
@@ -282,7 +282,7 @@ def test_the_owner_report_counts_exactly_what_the_featuriser_does():
 
     from dpstream.learners.features import Featuriser
     from dpstream.schemas import ModelConfig
-    from dpstream.streams.owner_report import CLAMPED, OwnerReport
+    from dpstream.streams.tools.owner_report import CLAMPED, OwnerReport
     config = ModelConfig.model_validate(json.loads((FRAUD / "card-fraud.model.json").read_text()))
     f = Featuriser(config.features)
     values = st.none() | st.booleans() | st.integers(-10, 3000) | st.floats(allow_nan=True) \
@@ -388,7 +388,7 @@ def test_run_over_parquet_gives_what_the_same_records_give_as_jsonl(tmp_path, mo
 def test_kafka_style_flags_parse_and_the_old_names_stay_aliases():
     """Before: --bootstrap-server, --command-config, --max-messages and --from-beginning
     were "unrecognized arguments" (exit 2)."""
-    from dpstream.streams.cli import build_parser
+    from dpstream.streams.cli.commands import build_parser
     parse = build_parser().parse_args
     new = parse(["consume", "--topic", "predictions", "--bootstrap-server", "h:1", "--command-config", "c",
                  "--max-messages", "3", "--from-beginning"])
@@ -401,7 +401,7 @@ def test_every_command_and_flag_has_help_text():
     """Before: models' action and target, --timeout, --topic, --out and others had none."""
     import argparse
 
-    from dpstream.streams.cli import build_parser
+    from dpstream.streams.cli.commands import build_parser
     ap = build_parser()
     commands = next(a for a in ap._actions if isinstance(a, argparse._SubParsersAction))
     helped = {c.dest for c in commands._choices_actions if c.help}
@@ -415,7 +415,7 @@ def test_a_model_id_with_a_lone_surrogate_is_keyed_not_a_traceback():
     """Before: ``produce --no-check`` keyed a record by ``model_id.encode()``, which raises
     UnicodeEncodeError on the lone surrogate a JavaScript client writes; the worker, not
     the CLI, dead-letters such a record for its model id (schemas/limits.py)."""
-    from dpstream.streams.cli import _key_of
-    from dpstream.streams.userfiles import Row
+    from dpstream.streams.cli.commands import _key_of
+    from dpstream.streams.tools.userfiles import Row
     line = b'{"model_id": "m\\ud83d", "features": {}, "y": 1}'
     assert _key_of(Row("line 1", line, json.loads(line))) == "m\ud83d".encode("utf-8", "surrogatepass")

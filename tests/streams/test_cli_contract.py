@@ -120,7 +120,7 @@ class Deployment:
         return dpstream(*args, "--bootstrap-server", self.bootstrap, "--prefix", self.prefix, **kw)
 
     def topics(self) -> set[str]:
-        from dpstream.streams.kafka import Kafka, running
+        from dpstream.streams.worker.kafka import Kafka, running
 
         async def listed():
             async with running(Kafka(self.bootstrap).admin()) as admin:
@@ -217,8 +217,8 @@ def test_an_interrupted_produce_says_how_to_resume_and_the_resumed_one_sends_eac
     import pty
     import select
 
-    from dpstream.streams.kafka import Kafka
-    from dpstream.streams.topicread import read_to_end
+    from dpstream.streams.worker.kafka import Kafka
+    from dpstream.streams.tools.topicread import read_to_end
     n = 60_000
     path = tmp_path / "e.jsonl"
     path.write_text("".join(json.dumps({"model_id": "m", "features": {"n": i}, "y": i % 2}) + "\n"

@@ -1,8 +1,9 @@
 """docker-compose.yml is for users (no Docker engine here): check that it parses, that it
-names what the README documents, that the secured profile mounts exactly what
-``scripts/kafka.sh compose-secrets`` makes, and that the broker configuration it makes
-runs: a real Kafka started here from those files (paths and ports moved to this
-machine) authenticates every user on both listeners and enforces the ACLs."""
+names what the README and the docs (deployment, operations) document, that the secured
+profile mounts exactly what ``scripts/kafka.sh compose-secrets`` makes, and that the
+broker configuration it makes runs: a real Kafka started here from those files (paths
+and ports moved to this machine) authenticates every user on both listeners and enforces
+the ACLs."""
 import os
 import re
 import signal
@@ -39,9 +40,9 @@ def test_compose_defines_a_single_kraft_broker_and_a_worker_on_the_documented_po
     assert kafka["ports"] == ["127.0.0.1:9092:9092"] and worker["ports"] == ["127.0.0.1:6066:6066"]
     assert "kafka:19092" in worker["command"]
     assert worker["environment"]["DPSTREAM_SECRET_KEY_FILE"].startswith("/run/secrets/")
-    readme = (ROOT / "README.md").read_text()
-    assert "docker compose --profile secure up -d" in readme and "localhost:9094" in readme
-    assert "docker compose --profile plaintext up -d" in readme and "6066" in readme
+    docs = "".join((ROOT / page).read_text() for page in ("README.md", "docs/deployment.md", "docs/operations.md"))
+    assert "docker compose --profile secure up -d" in docs and "localhost:9094" in docs
+    assert "docker compose --profile plaintext up -d" in docs and "6066" in docs
     assert (ROOT / "Dockerfile").exists()
 
 

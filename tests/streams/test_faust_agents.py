@@ -10,8 +10,8 @@ import pytest
 
 from dpstream.agents.records import RawRecord
 from dpstream.mechanisms.randomness import KeyedRandomness
-from dpstream.streams.app import WorkerApp
-from dpstream.streams.kafka import Kafka
+from dpstream.streams.worker.app import WorkerApp
+from dpstream.streams.worker.kafka import Kafka
 
 MODEL = {"type": "model", "model_id": "w1", "dimension": 10,
          "budget": {"epsilon": 100.0, "delta": 1e-6},
@@ -138,7 +138,7 @@ async def test_a_chunks_table_writes_leave_together_after_its_outputs():
 async def test_batch_time_is_exposed_only_when_asked_for_and_covers_the_batch(worker):
     """The processing-time histogram (a timing side channel) is absent by default; with
     ``latency_metrics`` the rate of its sum is the share of time spent in batches (the
-    saturation signal the README tells operators to scale out by): its spans cover
+    saturation signal docs/operations.md tells operators to scale out by): its spans cover
     nearly all of ``apply_fetch``, and never more."""
     quiet, _ = worker
     assert await quiet.apply_fetch({"models": [record("models", 0, MODEL)]})

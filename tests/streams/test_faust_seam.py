@@ -1,6 +1,6 @@
 """The faust / mode / aiokafka internals the worker relies on exist, with the signatures
-relied on, in the installed versions (streams/faust_seam.py ``contract``; no broker)."""
-from dpstream.streams.faust_seam import contract
+relied on, in the installed versions (streams/worker/faust_seam.py ``contract``; no broker)."""
+from dpstream.streams.worker.faust_seam import contract
 
 
 def test_every_framework_internal_the_worker_relies_on_is_there():
@@ -17,7 +17,7 @@ def test_the_first_run_of_acked_offsets_is_fausts_own_answer_in_every_case():
     import numpy as np
     from faust.utils.functional import consecutive_numbers
 
-    from dpstream.streams.faust_seam import first_run
+    from dpstream.streams.worker.faust_seam import first_run
     rng = np.random.default_rng(7)          # test data only, no mechanism
     cases = [[], [5], [5, 6, 7], [5, 7], [5, 5, 6], [3, 1, 2], [1, 3, 2, 4], [4, 5, 7, 6],
              list(range(100, 10_100))]
@@ -37,7 +37,7 @@ def test_commits_use_the_fast_first_run_and_commit_what_faust_would():
     import faust
     from faust.types import TP
 
-    from dpstream.streams import faust_seam
+    from dpstream.streams.worker import faust_seam
     app = faust.App("dpstream-seam-test", broker="kafka://127.0.0.1:1")
     app.finalize()
     faust_seam.faster_commits()
@@ -66,7 +66,7 @@ async def test_records_of_a_partition_that_left_the_active_set_are_given_back_no
     import faust
     from faust.types import TP
 
-    from dpstream.streams import faust_seam
+    from dpstream.streams.worker import faust_seam
     app = faust.App("dpstream-seam-drain", broker="kafka://127.0.0.1:1")
     app.finalize()
     consumer = app.consumer
@@ -109,8 +109,8 @@ async def test_records_of_a_partition_that_left_the_active_set_are_given_back_no
 def _tables():
     """A worker app's two tables (no broker), with a ChangelogWriter collecting its steps."""
     from dpstream.mechanisms.randomness import KeyedRandomness
-    from dpstream.streams.app import WorkerApp
-    from dpstream.streams.kafka import Kafka
+    from dpstream.streams.worker.app import WorkerApp
+    from dpstream.streams.worker.kafka import Kafka
     w = WorkerApp(kafka=Kafka("127.0.0.1:1"), rng=KeyedRandomness(b"faust-seam-tests-key-00000000000"),
                   emit_override=lambda *a: None, app_id="dpstream-seam")
     w.app.finalize()
@@ -184,7 +184,7 @@ async def test_a_deferrable_store_waits_for_its_block_and_a_failed_step_keeps_it
 async def test_an_undelivered_changelog_batch_is_logged_by_its_error_name_only(caplog):
     import asyncio
 
-    from dpstream.streams.faust_seam import _log_undelivered
+    from dpstream.streams.worker.faust_seam import _log_undelivered
     delivery = asyncio.get_running_loop().create_future()
     delivery.set_exception(TimeoutError("model/secret-model/head"))
     _log_undelivered(delivery)
@@ -208,7 +208,7 @@ async def test_a_commit_the_broker_refuses_is_reported_and_does_not_crash_the_co
     from aiokafka.structs import TopicPartition
     from faust.types import TP
 
-    from dpstream.streams.faust_seam import InLoopConsumerThread, ThreadConsumerThread
+    from dpstream.streams.worker.faust_seam import InLoopConsumerThread, ThreadConsumerThread
     app = faust.App("dpstream-seam-refused", broker="kafka://127.0.0.1:1")
     app.finalize()
     tp = TP("t-examples", 0)
@@ -249,7 +249,7 @@ async def test_an_error_the_group_coordination_holds_is_taken_so_that_it_tries_a
 
     from aiokafka.errors import GroupAuthorizationFailedError
 
-    from dpstream.streams.faust_seam import take_group_error
+    from dpstream.streams.worker.faust_seam import take_group_error
 
     class Coordinator:
         def __init__(self, task):

@@ -128,7 +128,7 @@ def test_audit_reports_keyless_and_internal_are_written_as_they_should_be(tmp_pa
 
 
 def test_progress_goes_to_a_pipe_as_lines_every_few_seconds(capsys):
-    from dpstream.streams.cli import Progress
+    from dpstream.streams.cli.progress import Progress
     p = Progress("run", 10_000)
     p.EVERY = 0.0
     p.advance(500)

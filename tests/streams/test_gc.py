@@ -1,10 +1,10 @@
-"""The worker's collector setting (streams/tuning.py hold_full_collections), observed
+"""The worker's collector setting (streams/worker/tuning.py hold_full_collections), observed
 through the collector's own callbacks: while the worker runs, young passes go on and free
 young cycles, and no full pass runs by itself (the worker's timer runs it when idle)."""
 import gc
 import weakref
 
-from dpstream.streams.tuning import hold_full_collections
+from dpstream.streams.worker.tuning import hold_full_collections
 
 
 class Node:

@@ -1,4 +1,4 @@
-"""The worker's own log appends are held back, not read back (streams/bulk.py
+"""The worker's own log appends are held back, not read back (streams/worker/bulk.py
 ``BulkPath.hold``), on a real broker: the consumer hands over (almost) none of the
 ``model-events`` records the worker appended and applied itself, the group's offsets
 still reach the end of the log, and a record another writer appends to a held
@@ -12,8 +12,8 @@ from urllib.request import urlopen
 import pytest
 from aiokafka import AIOKafkaProducer
 
-from dpstream.streams.app import TAIL_CHECK
-from dpstream.streams.bulk import RELEASE_AFTER
+from dpstream.streams.worker.app import TAIL_CHECK
+from dpstream.streams.worker.bulk import RELEASE_AFTER
 
 from .kafka_helpers import Worker, produce, read_all
 from .test_kafka_pipeline import free_port, uncommitted

@@ -10,9 +10,9 @@ from urllib.request import urlopen
 import pytest
 
 from dpstream.mechanisms.randomness import KeyedRandomness
-from dpstream.streams.cli import _export_kafka
-from dpstream.streams.kafka import Kafka
-from dpstream.streams.replay import replay, verify_public
+from dpstream.streams.cli.commands import _export_kafka
+from dpstream.streams.worker.kafka import Kafka
+from dpstream.streams.tools.replay import replay, verify_public
 
 from .kafka_helpers import KEY_HEX, Worker, per_model, produce, read_all
 from .reference import assert_same_as_embedded, expected
@@ -75,7 +75,7 @@ async def uncommitted(bootstrap: str, prefix: str, wait: float = 30.0) -> dict:
 @pytest.mark.parametrize("consumer", ["in-loop", "thread"])
 def test_worker_outputs_equal_the_embedded_runtime_event_for_event(kafka_bootstrap, topic_prefix, tmp_path,
                                                                    consumer):
-    """With faust's consumer on the worker's loop (the default, streams/faust_seam.py) and in
+    """With faust's consumer on the worker's loop (the default, streams/worker/faust_seam.py) and in
     its own thread (--consumer-thread)."""
     args = ("--consumer-thread",) if consumer == "thread" else ()
     worker = Worker(kafka_bootstrap, topic_prefix + "-", tmp_path, args=args).start()
@@ -120,7 +120,7 @@ def test_kill_9_mid_stream_then_restart_loses_and_changes_nothing(kafka_bootstra
 
 def test_kill_9_inside_a_large_bulk_fetch_then_restart_changes_nothing(kafka_bootstrap, topic_prefix, tmp_path):
     """Every example is in the log before the worker that processes them starts, so it
-    reads them in fetches of thousands of records (streams/bulk.py, applied 500 at a
+    reads them in fetches of thousands of records (streams/worker/bulk.py, applied 500 at a
     time) and is killed inside the first ones; the restarted worker's outputs equal the
     embedded runtime's."""
     prefix = topic_prefix + "-"

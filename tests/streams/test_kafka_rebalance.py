@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from dpstream.mechanisms.randomness import KeyedRandomness
-from dpstream.streams.embedded import EmbeddedRuntime
+from dpstream.streams.tools.embedded import EmbeddedRuntime
 
 from .kafka_helpers import KEY_HEX, Worker, per_model, produce, read_all
 

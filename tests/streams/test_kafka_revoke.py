@@ -1,4 +1,4 @@
-"""Degrade, don't wedge (design.md section 9; issue 41 item 16, issue 43 item 12): on the
+"""Degrade, don't wedge (docs/operations.md, "Exit codes"; issue 41 item 16, issue 43 item 12): on the
 secured broker, while records flow, the worker's rights are revoked and restored (its
 Read on ``examples``; its Write on the outputs together with its consumer group rights,
 with a SIGTERM while the batch is retried, so that the supervisor's restart meets the
@@ -23,9 +23,9 @@ import time
 
 import pytest
 
-from dpstream.streams.acls import GROUP, Acl, plan
-from dpstream.streams.topics import OUTPUTS
-from dpstream.streams.watchdog import STOP_WITHIN
+from dpstream.streams.tools.acls import GROUP, Acl, plan
+from dpstream.streams.worker.topics import OUTPUTS
+from dpstream.streams.worker.watchdog import STOP_WITHIN
 
 from .kafka_helpers import Worker, produce, read_all
 from .reference import assert_same_as_embedded

@@ -6,7 +6,6 @@ with a line that says so; an ACL revoked and restored while records flow loses a
 changes nothing. Each test's tenant is a prefix with its own users (issue 41)."""
 import asyncio
 import json
-import re
 import subprocess
 import time
 import uuid
@@ -14,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from dpstream.streams.acls import CLUSTER, TOPIC, Acl, plan
-from dpstream.streams.faust_seam import create_acls, delete_acls, describe_acls
-from dpstream.streams.kafka import Kafka, running
-from dpstream.streams.topics import ensure_topics
+from dpstream.streams.tools.acls import CLUSTER, TOPIC, Acl, plan
+from dpstream.streams.worker.faust_seam import create_acls, delete_acls, describe_acls
+from dpstream.streams.worker.kafka import Kafka, running
+from dpstream.streams.worker.topics import ensure_topics
 
 from .kafka_helpers import KEY_HEX, ROOT, Worker, produce, read_all
 from .reference import assert_same_as_embedded
@@ -50,7 +49,7 @@ async def _grant(admin_kafka: Kafka, acls, remove=False) -> None:
 @pytest.fixture(scope="module")
 def tenant(secured, secure) -> Tenant:
     """A fresh tenant for this module: a topic prefix with its own five users, its ACLs
-    (streams/acls.py) applied through the CLI as an admin would, and its topics."""
+    (streams/tools/acls.py) applied through the CLI as an admin would, and its topics."""
     p = f"s{uuid.uuid4().hex[:8]}-"
     t = secured.tenant(p, app_id=p + "app")
     asyncio.run(ensure_topics(secure, prefix=p))
@@ -74,7 +73,7 @@ def test_the_acl_plan_grants_each_role_only_its_topics():
 
 
 def test_apply_creates_exactly_the_plan_and_remove_keeps_only_the_shared_cluster_rights(secured, secure):
-    from dpstream.streams.acls import OPERATIONS
+    from dpstream.streams.tools.acls import OPERATIONS
     p = f"a{uuid.uuid4().hex[:8]}-"
     names = {v: k for k, v in OPERATIONS.items()}
 
@@ -92,9 +91,9 @@ def test_apply_creates_exactly_the_plan_and_remove_keeps_only_the_shared_cluster
 
 
 def secured_quick_start_block() -> str:
-    text = (ROOT / "README.md").read_text()
-    section = text[text.index("**The quick start, secured, on this machine**"):]
-    return re.search(r"```bash\n(.*?)```", section, re.S).group(1)
+    """The README's secured quick start (tests/docs/blocks.py reads the README's blocks)."""
+    from tests.docs.blocks import block_under
+    return block_under("README.md", "Secure deployment", "bash").text
 
 
 def test_the_readmes_secured_quick_start_runs_verbatim(secured, tmp_path):
@@ -119,6 +118,28 @@ def test_the_readmes_secured_quick_start_runs_verbatim(secured, tmp_path):
     assert "dpstream worker ready" in done.stderr
 
 
+def test_the_docs_second_tenant_block_runs_verbatim(secured, tmp_path):
+    """docs/deployment.md's users, plan and rotation for a second tenant, on the session's
+    secured broker as its operator's shell would run them; the rotated user's old
+    password is refused, its new one works."""
+    from tests.docs.blocks import block_under
+    block = block_under("docs/deployment.md", "The secured quick start", "bash")
+    if not (ROOT / ".venv" / "bin" / "dpstream").exists():
+        pytest.skip("the docs run the README's .venv (install as the README says)")
+    for name in (".venv", "scripts"):
+        (tmp_path / name).symlink_to(ROOT / name)
+    env = {k: v for k, v in secured.env.items() if k != "KAFKA_SECURE"}
+    done = subprocess.run(["bash", "-c", "set -eo pipefail\n" + block.text], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "ALLOW User:blue-producer" in done.stdout and "topic blue-examples" in done.stdout
+    assert "new password for blue-producer" in done.stdout and "the old one is refused" in done.stdout
+    # the new password logs in (no ACLs were applied: the broker then refuses the read, not the login)
+    line = one_line(dpstream(secured, secured.config("blue-producer"), "consume", "--topic", "models",
+                             "--prefix", "blue-", "--timeout", "3"))
+    assert "refused the login" not in line and "not authorized: principal User:blue-producer" in line, line
+
+
 CHANGELOG = "app-model-state-changelog"          # the worker's table changelog (app id P + "app")
 
 
@@ -130,10 +151,10 @@ CHANGELOG = "app-model-state-changelog"          # the worker's table changelog 
     ("consumer", ("consume", "--topic", "model-events"), "Read topic {p}model-events"),
     ("querier", ("consume", "--topic", CHANGELOG), "Read topic {p}" + CHANGELOG),
     ("auditor", ("consume", "--topic", "examples"), "Read topic {p}examples"),
-    # --no-check: the querier reads the (public) registrations, and without one in force
-    # produce refuses before sending; the broker's refusal is what is tested here
-    ("querier", ("produce", "--topic", "examples", "--file", "examples/card-fraud.examples.jsonl",
-                 "--no-check"), "Write topic {p}examples"),
+    # --no-check: the querier may read the registrations, and produce refuses records of an
+    # unregistered model before it writes (none is registered in this tenant)
+    ("querier", ("produce", "--topic", "examples", "--file", "examples/card-fraud.examples.jsonl", "--no-check"),
+     "Write topic {p}examples"),
     ("producer", ("models", "register", "examples/card-fraud.model.json"), "Write topic {p}models"),
     ("auditor", ("export", "--out", "{tmp}/audit"), "Read topic {p}"),
     ("producer", ("worker", "--data-dir", "{tmp}/w"), "Describe and Create the topics"),

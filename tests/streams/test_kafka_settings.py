@@ -1,11 +1,11 @@
-"""Client settings (streams/kafka.py): Kafka's standard property names, secrets only from
+"""Client settings (streams/worker/kafka.py): Kafka's standard property names, secrets only from
 0600 files or the environment, never in a repr or a message; the one-line explanations."""
 import ssl
 
 import pytest
 from aiokafka import errors as E
 
-from dpstream.streams.kafka import ClientConfigError, Kafka, read_properties
+from dpstream.streams.worker.kafka import ClientConfigError, Kafka, read_properties
 
 
 def props(tmp_path, text: str, mode: int = 0o600) -> str:

@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from dpstream.streams.watchdog import STOP_WITHIN
+from dpstream.streams.worker.watchdog import STOP_WITHIN
 
 from .kafka_helpers import ROOT, Worker, produce, read_all
 from .workload import examples, models

@@ -5,8 +5,8 @@ import copy
 import pytest
 
 from dpstream.mechanisms.randomness import KeyedRandomness
-from dpstream.streams.embedded import EmbeddedRuntime
-from dpstream.streams.replay import WrongKeyError, replay
+from dpstream.streams.tools.embedded import EmbeddedRuntime
+from dpstream.streams.tools.replay import WrongKeyError, replay
 
 KEY = b"replay-tests-key-0000000000000000"
 
@@ -55,7 +55,7 @@ def test_wrong_key_fails_before_comparing():
 
 
 def test_no_key_checks_pass_on_honest_output_and_catch_a_wrong_running_total():
-    from dpstream.streams.replay import verify_public
+    from dpstream.streams.tools.replay import verify_public
     rt = run_models()
     assert verify_public(rt.outputs) == []
     published = copy.deepcopy(dict(rt.outputs))
@@ -66,7 +66,7 @@ def test_no_key_checks_pass_on_honest_output_and_catch_a_wrong_running_total():
 
 
 def test_no_key_checks_catch_a_forged_version_and_answers_after_exhaustion():
-    from dpstream.streams.replay import verify_public
+    from dpstream.streams.tools.replay import verify_public
     rt = run_models()
     published = copy.deepcopy(dict(rt.outputs))
     quiet = next(i for i, p in enumerate(published["predictions"][50:], 50)

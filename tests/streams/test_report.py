@@ -8,9 +8,9 @@ import subprocess
 import pytest
 
 from dpstream.mechanisms.randomness import KeyedRandomness
-from dpstream.streams.embedded import EmbeddedRuntime
-from dpstream.streams.replay import replay
-from dpstream.streams.report import build_report
+from dpstream.streams.tools.embedded import EmbeddedRuntime
+from dpstream.streams.tools.replay import replay
+from dpstream.streams.tools.report import build_report
 
 KEY = b"report-tests-key-0000000000000000"
 
@@ -76,3 +76,37 @@ def test_report_renders_in_chromium_with_figures_and_numbers_that_match_the_ledg
     browser([f"--screenshot={shot}", "--window-size=1000,2400", path.as_uri()], tmp_path)
     assert shot.stat().st_size > 20_000
     assert "active" not in path.read_text()
+
+
+def test_the_public_report_lists_the_declared_features_as_registered(tmp_path):
+    """The README said the audit report lists a model's feature declaration (public
+    configuration); before issue 44 it did not: only the parameters were listed."""
+    from dpstream.streams.tools.report import feature_rows
+    model = {"model_id": "shop", "budget": {"epsilon": 2.0, "delta": 1e-6},
+             "params": {"kind": "continual_winnow", "horizon": 2000},
+             "features": [{"type": "numeric", "name": "amount", "lower": 0, "upper": 2000, "bins": 8},
+                          {"type": "numeric", "name": "age", "lower": 18, "upper": 90, "bins": 4,
+                           "edges": [30, 45, 60]},
+                          {"type": "categorical", "name": "country", "vocabulary": ["fr", "de", "<us>"]},
+                          {"type": "categorical", "name": "merchant_id", "hash_buckets": 256},
+                          {"type": "boolean", "name": "online"}]}
+    rt = EmbeddedRuntime(KeyedRandomness(KEY))
+
+    async def go():
+        await rt.feed("models", model)
+        for i in range(50):
+            await rt.feed("examples", {"model_id": "shop", "features": {"amount": i, "online": i % 2 == 0},
+                                       "y": 1 if i % 3 else -1})
+    asyncio.run(go())
+    page = build_report(rt.log, rt.outputs, tmp_path / "report").read_text()
+    declared = re.findall(r'<tr data-feature="([^"]*)"><td>[^<]*</td><td>(\w+)</td><td>([^<]*)</td>', page)
+    assert declared == [
+        ("amount", "numeric", "[0, 2000] (clamped), 8 equal bins"),
+        ("age", "numeric", "[18, 90] (clamped), edges 30, 45, 60"),
+        ("country", "categorical", "3 values: fr, de, &lt;us&gt;; else other"),
+        ("merchant_id", "categorical", "hashed into 256 buckets"),
+        ("online", "boolean", "true / false; else missing")]
+    from dpstream.schemas import ModelConfig
+    many = ModelConfig.model_validate({**model, "features": [
+        {"type": "categorical", "name": "c", "vocabulary": [f"v{i}" for i in range(60)]}]})
+    assert feature_rows(many)[0][2].endswith("v49 ... (10 more); else other")

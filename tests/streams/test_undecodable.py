@@ -1,5 +1,5 @@
 """A record batch the worker cannot decode does not hold its partition (issue 43 item 13;
-streams/faust_seam.py ``guard_undecodable``), without a broker: aiokafka's own
+streams/worker/faust_seam.py ``guard_undecodable``), without a broker: aiokafka's own
 ``PartitionRecords`` over a real lz4-compressed batch, with the lz4 library made to look
 missing.
 
@@ -16,7 +16,7 @@ from aiokafka.structs import TopicPartition
 
 from dpstream.agents.records import RawRecord
 from dpstream.agents.sequencer import sequence_batch
-from dpstream.streams import faust_seam as seam
+from dpstream.streams.worker import faust_seam as seam
 
 LZ4 = 3
 VALUES = [b'{"model_id": "m", "active": [%d], "y": 1}' % i for i in range(3)]

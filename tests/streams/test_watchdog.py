@@ -1,8 +1,8 @@
-"""The recovery watchdog (streams/watchdog.py): quiet while recovery progresses or none
+"""The recovery watchdog (streams/worker/watchdog.py): quiet while recovery progresses or none
 runs; after STALL seconds without progress it seeks the stuck partitions again, and if
 that does not help within another STALL seconds it crashes the app (the worker exits
 and is restarted). No broker: the worker's timer feeds it faust's recovery state."""
-from dpstream.streams.watchdog import RecoveryStalled, RecoveryWatchdog
+from dpstream.streams.worker.watchdog import RecoveryStalled, RecoveryWatchdog
 
 
 class Recovery:
@@ -87,7 +87,7 @@ class Exits:
         def exit_(code):
             self.codes.append(code)
             self.exited.set()
-        from dpstream.streams.watchdog import StopGuard
+        from dpstream.streams.worker.watchdog import StopGuard
         self.guard = StopGuard(lambda: left, lambda: self.crash, on_stop=lambda: self.stopped.append(1),
                                within=0.05, exit=exit_, poll=0.01)
 

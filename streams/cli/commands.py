@@ -1,0 +1,1215 @@
+"""The ``dpstream`` command line.
+
+    dpstream demo                      the main job on the embedded runtime (no Kafka)
+    dpstream run --models M --examples E --queries Q --out DIR [--state S.db]
+    dpstream worker [--bootstrap-server HOST:PORT]
+    dpstream produce --topic T --file F [--skip N]  dpstream consume --topic T [--from-beginning]
+    dpstream models register F.json | list | show ID
+    dpstream export --out DIR          dpstream replay [--dir DIR]
+    dpstream audit-report --dir DIR --out REPORT [--internal]
+    dpstream features --sample PUBLIC.jsonl        a feature declaration from a public sample
+    dpstream schemas --out DIR
+
+The secret key comes from $DPSTREAM_SECRET_KEY or the file named by
+$DPSTREAM_SECRET_KEY_FILE, never from a flag (flags land in shell history and ps).
+The broker is --bootstrap-server (or --broker), else the client config's
+bootstrap.servers, else $DPSTREAM_KAFKA_BOOTSTRAP, else 127.0.0.1:9092; its security comes
+from the client config (--command-config or --client-config, or $DPSTREAM_KAFKA_CONFIG:
+streams/worker/kafka.py). Flags follow Kafka's console tools (``--bootstrap-server``,
+``--command-config``, ``--max-messages``, ``--from-beginning``); the earlier names stay
+as aliases. A file argument may be ``-`` for standard input.
+
+Files (streams/tools/userfiles.py): ``produce`` and ``run`` read JSONL, CSV or Parquet, take
+labels as -1/+1, 0/1 or true/false, and print the data owner's report
+(streams/tools/owner_report.py) on stderr. Before sending, ``produce`` and ``models register``
+read the registrations in force (streams/tools/topicread.py): records for a model that is not
+registered, and a registration whose id is in force with another config, are refused.
+
+Every command fails with one line on stderr and a non-zero exit, never a traceback,
+for what a user can get wrong (a missing file, an unreachable broker, a bad config).
+Exit codes: 0 done, 1 failed, 2 a usage or input error, 130 interrupted, 141 the reader
+of its output left (``| head``).
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import os
+import sys
+from collections import Counter
+from contextlib import contextmanager
+from pathlib import Path
+
+from dpstream.mechanisms.errors import MissingKeyError
+from dpstream.mechanisms.randomness import KeyedRandomness
+from dpstream.streams.worker import topics
+from dpstream.streams.worker.kafka import DEFAULT_BOOTSTRAP, Kafka, client_errors, running
+
+from .progress import Progress
+
+
+class Failed(Exception):
+    """A user-facing failure: ``main`` prints ``dpstream <command>: <message>`` on stderr
+    and exits with ``code``."""
+
+    def __init__(self, message: str, code: int = 1):
+        super().__init__(message)
+        self.code = code
+
+
+def _key() -> KeyedRandomness:
+    try:
+        return KeyedRandomness.from_env()
+    except MissingKeyError as err:
+        raise Failed(str(err), 2) from None
+
+
+def _kafka(args) -> Kafka:
+    """The connection settings of a command (module docstring; streams/worker/kafka.py)."""
+    from dpstream.streams.worker.kafka import ClientConfigError
+    try:
+        return Kafka.from_settings(args.broker, getattr(args, "client_config", None))
+    except ClientConfigError as err:
+        raise Failed(str(err), 2) from None
+
+
+def _broker_call(kafka: Kafka, coro, doing: str = "talk to", passing: tuple = ()):
+    """Run a coroutine that talks to the broker; a failure is one line that says what to
+    fix: an unreachable broker, a refused login or certificate, or the missing right
+    (principal, operation, resource) when an ACL is missing. ``doing``: what the command
+    tried, as "<Operation> <resource>" (e.g. "Write topic examples"). Exceptions of the
+    types in ``passing`` reach the caller as they are."""
+    with client_errors() as logged:
+        try:
+            return asyncio.run(coro)
+        except passing:
+            raise
+        except Exception as err:          # noqa: BLE001 - one line, never a traceback
+            failure = kafka.explain(err, doing, tuple(logged.messages))
+    raise Failed(failure)
+
+
+def cmd_demo(args) -> int:
+    from rich.console import Console
+    from rich.table import Table
+
+    from .demo import run_demo
+    rows = run_demo(args.fraud_events, args.queries, progress=not args.quiet)
+    meta = rows.pop()
+    table = Table(title="dpstream demo (embedded runtime)")
+    table.add_column("")
+    for r in rows:
+        table.add_column(r["model"], justify="right")
+
+    def fmt(v):
+        if isinstance(v, float):
+            return f"{v:.4f}" if v < 10 else f"{v:,.1f}"
+        return "-" if v is None else str(v)
+
+    for col in dict.fromkeys(k for r in rows for k in r if k != "model"):
+        table.add_row(col, *[fmt(r.get(col)) for r in rows])
+    console = Console()
+    console.print(table)
+    for line in meta["_meaning"]:
+        console.print(line)
+    console.print("online mistakes and baselines are computed in-process from the labelled "
+                  "examples; they are private statistics and are never published")
+    console.print(f"noise key source: {meta['_key_source']}; rejected inputs: {meta['_rejected']}")
+    if args.json:
+        Path(args.json).write_text(json.dumps(rows, indent=2))
+    return 0
+
+
+def _read_lines(path: str | None) -> list[bytes]:
+    """The non-empty lines of a JSONL file (Failed, exit 2, if it cannot be read)."""
+    if not path:
+        return []
+    from dpstream.streams.tools.userfiles import FileError, read_jsonl
+    try:
+        return [row.raw for row in read_jsonl(path)]
+    except FileError as err:
+        raise Failed(str(err), 2) from None
+
+
+def _read_models(path: str | None) -> list[bytes]:
+    """Model configs from a JSON file (one object or a list, any layout) or JSONL."""
+    if not path:
+        return []
+    from dpstream.streams.tools.userfiles import FileError, read_bytes
+    try:
+        text = read_bytes(path)
+    except FileError as err:
+        raise Failed(str(err), 2) from None
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return [line for line in text.splitlines() if line.strip()]
+    return [json.dumps(v).encode() for v in (value if isinstance(value, list) else [value])]
+
+
+def _models_in(lines: list[bytes]) -> dict:
+    """The valid registrations among ``lines``, the first of each id (for typing table
+    cells and the data owner's report; the runtime still decides which it accepts)."""
+    from pydantic import ValidationError
+
+    from dpstream.schemas import ModelConfig
+    configs = {}
+    for line in lines:
+        try:
+            config = ModelConfig.model_validate_json(line)
+        except (ValidationError, ValueError):
+            continue
+        configs.setdefault(config.model_id, config)
+    return configs
+
+
+def _input_rows(args, path: str, topic: str, configs: dict, report, *, labels: bool = True) -> list:
+    """The records of an examples or queries file (streams/tools/userfiles.py: JSONL, CSV or
+    Parquet; labels read as -1/+1); how the labels were read, and the table columns left
+    out, go to ``report`` (said at the end)."""
+    from dpstream.streams.tools.userfiles import (FileError, LabelError, TableSpec, file_format, map_labels,
+                                                  read_rows)
+    model_id = args.model_id or (next(iter(configs)) if len(configs) == 1 and args.cmd == "run" else None)
+    spec = TableSpec(topic, model_id, args.label_column, args.id_column)
+    name = "standard input" if path == "-" else path
+    try:
+        rows, left_out = read_rows(path, file_format(path, args.format), spec, configs)
+        if topic == topics.EXAMPLES and labels:
+            note = map_labels(rows, name)
+            if note:
+                report.notes.append(note)
+    except (FileError, LabelError) as err:
+        raise Failed(f"{err}; nothing {'sent' if args.cmd == 'produce' else 'run'}", 2) from None
+    report.left_out += [c for c in left_out if c not in report.left_out]
+    return rows
+
+
+def _strict(args, report) -> None:
+    """--strict: refuse, before anything is sent or run, data the report finds mistakes in."""
+    if args.strict and report.mistakes():
+        for line in report.lines(args.cmd):
+            print(line, file=sys.stderr)
+        raise Failed("--strict: values of the wrong type or undeclared fields (above); nothing "
+                     f"{'sent' if args.cmd == 'produce' else 'run'}")
+
+
+def cmd_run(args) -> int:
+    from dpstream.streams.tools.embedded import EmbeddedRuntime, SqliteState
+    from dpstream.streams.tools.owner_report import OwnerReport
+    models = _read_models(args.models)
+    configs = _models_in(models)
+    report = OwnerReport(configs)
+    items = [(topics.MODELS, r) for r in models]
+    for topic, path in ((topics.EXAMPLES, args.examples), (topics.QUERIES, args.queries)):
+        for row in _input_rows(args, path, topic, configs, report) if path else []:
+            report.add(row.value)
+            items.append((topic, row.raw))
+    _strict(args, report)
+    rng = _key()
+    out = out_dir(args.out)                   # refused before the run, not after it
+    state = SqliteState(args.state) if args.state else None
+    rt = EmbeddedRuntime(rng, state)
+    progress = Progress("dpstream run", len(items), quiet=args.quiet)
+    asyncio.run(rt.feed_all(items, progress.advance))
+    progress.done()
+    if state is not None:
+        state.commit()
+    with refused_out():
+        write_export(out, rt.log, rt.outputs)
+    print(f"dpstream run: {len(items)} inputs -> "
+          + ", ".join(f"{len(rt.outputs[t])} {t}" for t in topics.OUTPUTS) + f" in {out.path}")
+    for line in report.lines("run"):
+        print(line, file=sys.stderr)
+    refused = [r for r in rt.outputs[topics.REJECTED] if r["source"].startswith(topics.MODELS + ":")]
+    for r in refused:
+        print(f"dpstream run: registration at {r['source']} refused: {r['reason']}", file=sys.stderr)
+    dead = [r for r in rt.outputs[topics.REJECTED] if not r["source"].startswith(topics.MODELS + ":")]
+    if dead:
+        reasons = Counter(r["reason"] for r in dead).most_common(3)
+        print(f"dpstream run: {len(dead):,} of {len(items) - len(models):,} examples and queries "
+              f"rejected ({out.path / (topics.REJECTED + '.jsonl')}): "
+              + "; ".join(f"{n:,} {reason}" for reason, n in reasons), file=sys.stderr)
+    return 1 if refused or dead else 0
+
+
+@contextmanager
+def refused_out():
+    """A refused ``--out`` directory or file (streams/tools/outdir.py) as Failed, exit 2: one
+    line that says why, nothing written."""
+    from dpstream.streams.tools.outdir import UnsafeOut
+    try:
+        yield
+    except UnsafeOut as err:
+        raise Failed(f"--out {err}", 2) from None
+
+
+def out_dir(path: str, *, private: bool = True):
+    """The ``--out`` directory of export, run and audit-report, opened for writing
+    (streams/tools/outdir.py: created 0700 if missing, never chmod-ed, nothing followed out of
+    it), checked before the command does its work."""
+    from dpstream.streams.tools.outdir import OutDir
+    with refused_out():
+        return OutDir(path, private=private).__enter__()
+
+
+def write_export(out, log: list[dict], outputs: dict) -> None:
+    """The layout `dpstream export` and `dpstream run` write and `dpstream replay --dir`
+    reads, into ``out`` (an open ``out_dir`` or a path). ``model-events.jsonl`` holds raw
+    features and labels: the directory is created 0700 and every file is 0600."""
+    from dpstream.streams.tools.outdir import OutDir
+    names = [f"{topics.MODEL_EVENTS}.jsonl", *(f"{t}.jsonl" for t in topics.OUTPUTS)]
+    with (OutDir(out, private=True) if isinstance(out, (str, Path)) else out) as where, \
+            where.files(names) as files:
+        fh = files[f"{topics.MODEL_EVENTS}.jsonl"]
+        for rec in log:
+            fh.write(json.dumps(rec).encode() + b"\n")
+        for topic in topics.OUTPUTS:
+            fh = files[f"{topic}.jsonl"]
+            for value in outputs.get(topic, []):
+                fh.write(json.dumps(value).encode() + b"\n")
+
+
+class NothingToAudit(Exception):
+    """An audit was asked of an export that holds no model events."""
+
+
+def read_export(src: Path) -> tuple[list[dict], dict]:
+    """The log and outputs of an export directory; :class:`NothingToAudit` when it is
+    missing or holds no model event (an audit of nothing must not say OK)."""
+    if not (src / f"{topics.MODEL_EVENTS}.jsonl").is_file():
+        raise NothingToAudit(f"{src} is not an export directory (no {topics.MODEL_EVENTS}.jsonl)")
+
+    def load(name):
+        path = src / f"{name}.jsonl"
+        return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] \
+            if path.exists() else []
+    log = load(topics.MODEL_EVENTS)
+    if not log:
+        raise NothingToAudit(f"{src}/{topics.MODEL_EVENTS}.jsonl holds no model events")
+    return log, {t: load(t) for t in topics.OUTPUTS      # answers.jsonl: since issue 41
+                 if t != topics.ANSWERS or (src / f"{t}.jsonl").exists()}
+
+
+async def _export_kafka(kafka: Kafka, prefix: str, timeout: float) -> tuple[list[dict], dict]:
+    """The log and the output topics as they are: a record that is not JSON is kept as a
+    marker, so that replay (now, or on the export later) counts it (replay.screen)."""
+    from dpstream.streams.tools.replay import parse_json
+    log = [{"partition": r.partition, "offset": r.offset, "value": parse_json(r.value)}
+           for r in await read_topic(kafka, prefix + topics.MODEL_EVENTS, timeout=timeout)]
+    outputs = {t: [parse_json(r.value) for r in await read_topic(kafka, prefix + t, timeout=timeout)]
+               for t in topics.OUTPUTS}
+    return log, outputs
+
+
+def cmd_export(args) -> int:
+    kafka = _kafka(args)
+    out = out_dir(args.out)
+    log, outputs = _broker_call(kafka, _export_kafka(kafka, args.prefix, args.timeout),
+                                f"Read topic {args.prefix}{topics.MODEL_EVENTS} and the output topics")
+    with refused_out():
+        write_export(out, log, outputs)
+    print(f"dpstream export: {len(log)} model events, "
+          + ", ".join(f"{len(v)} {k}" for k, v in outputs.items()) + f" -> {args.out}")
+    return 0
+
+
+def cmd_replay(args) -> int:
+    from dpstream.streams.tools.replay import WrongKeyError, replay, verify_public
+    try:
+        if args.dir:
+            log, outputs = read_export(Path(args.dir))
+        else:
+            kafka = _kafka(args)
+            log, outputs = _broker_call(kafka, _export_kafka(kafka, args.prefix, args.timeout),
+                                        f"Read topic {args.prefix}{topics.MODEL_EVENTS} and the output topics")
+            if not log:
+                raise NothingToAudit(f"no model events on {args.prefix}{topics.MODEL_EVENTS} at "
+                                     f"{kafka.bootstrap}")
+    except NothingToAudit as err:
+        raise Failed(f"{err}: nothing verified", 2) from None
+    if args.no_key:
+        problems = verify_public(outputs)
+        print("\n".join(problems) if problems else
+              f"OK: {len(outputs['ledger'])} ledger entries and {len(outputs['predictions'])} "
+              "predictions are consistent (no key: releases themselves not recomputed)")
+        return 1 if problems else 0
+    models = set(args.model) if args.model else None
+    rng = _key()
+    progress = Progress("replay", len(log))
+    try:
+        report = asyncio.run(replay(rng, log, outputs, models, progress.advance))
+    except WrongKeyError as err:
+        raise Failed(str(err), 2) from None
+    finally:
+        progress.done()
+    print(report.summary())
+    return 0 if report.ok else 1
+
+
+def cmd_audit_report(args) -> int:
+    from dpstream.streams.tools.replay import replay, screen
+    from dpstream.streams.tools.report import build_report
+    if args.internal and args.no_key:
+        raise Failed("--internal recomputes mistakes with the key; drop --no-key", 2)
+    try:
+        log, outputs = read_export(Path(args.dir))
+    except NothingToAudit as err:
+        raise Failed(f"{err}: no report written", 2) from None
+    out = out_dir(args.out, private=args.internal)
+    log, outputs, invalid = screen(log, outputs)      # forged records: said, not plotted
+    for found in invalid:
+        print(f"dpstream audit-report: {found.line()}", file=sys.stderr)
+    summary, mistakes = None, ({} if args.internal else None)
+    rng = None
+    if not args.no_key:
+        try:
+            rng = KeyedRandomness.from_env()
+        except MissingKeyError:
+            if args.internal:
+                raise Failed("--internal needs the key ($DPSTREAM_SECRET_KEY or "
+                             "$DPSTREAM_SECRET_KEY_FILE)", 2) from None
+            print("dpstream audit-report: no key configured: writing the keyless report "
+                  "(releases marked not verified)", file=sys.stderr)
+    if rng is not None:
+        summary = asyncio.run(replay(rng, log, outputs, mistakes=mistakes)).summary()
+    with refused_out():
+        path = build_report(log, outputs, out, summary, mistakes, private=args.internal)
+    form = "INTERNAL (contains information about the private examples)" if args.internal else "public"
+    print(f"dpstream audit-report: {path} ({form})")
+    return 0
+
+
+HELPER_START_TIMEOUT = 60.0     # seconds the worker waits for its noise helper at start
+
+
+def _default_data_dir(app_id: str) -> Path:
+    """Where a worker keeps faust's local files unless told: the user's state directory
+    (``$XDG_STATE_HOME``, else ~/.local/state), not /tmp, where another local user could
+    make the directory first (streams/tools/outdir.py ``private_dir``)."""
+    base = Path(os.environ.get("XDG_STATE_HOME") or Path.home() / ".local" / "state")
+    return base / "dpstream" / f"worker-{app_id}"
+
+
+def cmd_worker(args) -> int:
+    import faust
+
+    from dpstream.mechanisms.accounting import preload
+    from dpstream.mechanisms.continual import draw_ahead_in_a_process, start_helper
+
+    from dpstream.streams.worker.app import WorkerApp, keep_secrets_from_children
+    from dpstream.streams.worker.faust_seam import contract
+    from dpstream.streams.worker.observe import exposed, quiet_startup_logs, web_bind
+    from dpstream.streams.worker.topics import ensure_topics
+    from dpstream.streams.worker.tuning import hold_full_collections, shorten_thread_switches
+    from dpstream.streams.tools.outdir import UnsafeOut, private_dir
+    rng = _key()
+    bind = web_bind(args.web_bind)
+    try:                                  # before any connection: a refusal changes nothing
+        data_dir = private_dir(args.data_dir or _default_data_dir(args.app_id or args.prefix + "dpstream"))
+    except UnsafeOut as err:
+        raise Failed(f"--data-dir {err}", 2) from None
+    problems = contract()
+    if problems:
+        raise Failed("the installed faust / mode / aiokafka lack what the worker relies on "
+                     f"(streams/worker/faust_seam.py): {'; '.join(problems)}")
+    preload()                             # not on the loop at the first registration
+    kafka = _kafka(args)
+    keep_secrets_from_children()          # read: the processes it starts need none of them
+    created = _broker_call(kafka, ensure_topics(kafka, prefix=args.prefix, partitions=args.partitions),
+                           "Describe and Create the topics" + (f" {args.prefix}*" if args.prefix else ""))
+    if created:
+        print(f"dpstream worker: created {len(created)} topic(s) with {args.partitions} partitions",
+              file=sys.stderr)
+
+    class Worker(faust.Worker):
+        def on_setup_root_logger(self, logger, level) -> None:
+            if not self.stdout.isatty():
+                self.spinner = None           # no terminal escape codes in a log file
+            super().on_setup_root_logger(logger, level)
+            quiet_startup_logs(logger, level)
+
+        async def on_startup_finished(self) -> None:
+            await super().on_startup_finished()
+            hold_full_collections()
+            shorten_thread_switches()
+            draw_ahead_in_a_process()
+            try:                              # its start-up now, not mid-stream
+                await asyncio.wait_for(asyncio.wrap_future(start_helper()), HELPER_START_TIMEOUT)
+            except Exception as err:          # noqa: BLE001 - blocks are then drawn on demand
+                logging.getLogger("dpstream").warning(
+                    "the noise helper did not start (%s); noise is drawn on demand", type(err).__name__)
+            logging.getLogger("dpstream").info(
+                "dpstream worker ready: broker %s, topic prefix %r, %d partitions, key fingerprint %s%s",
+                kafka.bootstrap, args.prefix, args.partitions, rng.fingerprint(),
+                f", status on {bind}:{args.web_port}/status/" if args.web_port else "")
+            if args.web_port and exposed(bind):
+                logging.getLogger("dpstream").warning(
+                    "the status and metrics pages listen on %s:%d without authentication: anyone "
+                    "who reaches that port sees per-model event counts (--web-bind 127.0.0.1 "
+                    "keeps them on this machine)", bind, args.web_port)
+
+    worker_app = WorkerApp(kafka=kafka, rng=rng, partitions=args.partitions,
+                           app_id=args.app_id or args.prefix + "dpstream",
+                           data_dir=data_dir, web_port=args.web_port, web_bind=bind,
+                           prefix=args.prefix,
+                           latency_metrics=args.latency_metrics, consumer_thread=args.consumer_thread)
+    worker = Worker(worker_app.app, loglevel=args.loglevel, quiet=True)
+    worker.execute_from_commandline()
+    return 0
+
+
+class Delivery:
+    """How far a send got: records handed to the producer, and the acknowledged prefix
+    (every record before it acknowledged by the broker: what a resumed run skips)."""
+
+    def __init__(self, total: int, progress=None):
+        self.sent = self.acked = self.acked_any = 0
+        self._done = bytearray(total)
+        self.progress = progress
+        self.error: BaseException | None = None      # the first refusal the broker sent back
+
+    def on_ack(self, i: int):
+        def done(future) -> None:
+            if future.cancelled():
+                return
+            if future.exception() is not None:
+                self.error = self.error or future.exception()
+                return
+            self._done[i] = 1
+            self.acked_any += 1
+            start = self.acked
+            while self.acked < len(self._done) and self._done[self.acked]:
+                self.acked += 1
+            if self.progress is not None and self.acked > start:
+                self.progress.advance(self.acked - start)
+        return done
+
+
+def _key_of(row) -> bytes | None:
+    key = row.value.get("model_id") if isinstance(row.value, dict) else None
+    # surrogatepass: a model id with a lone surrogate (sent with --no-check) is keyed, not
+    # a traceback; the worker dead-letters it for its model id (schemas/limits.py)
+    return key.encode("utf-8", "surrogatepass") if isinstance(key, str) else None
+
+
+async def _produce(kafka: Kafka, topic: str, rows, delivery: Delivery) -> None:
+    """Send ``rows`` keyed by model id (the key fixes the partition, so a model's events
+    keep their order); ``delivery`` counts what was sent and acknowledged. Stopping the
+    producer, also when interrupted, waits for the records in flight (aiokafka's
+    ``stop`` flushes), so an interrupted run's acknowledged prefix is exact. A
+    record the broker refused (no Write right on a topic the principal may Describe)
+    raises its error once the rest are answered: before, ``models register`` said "sent"
+    and ``produce`` "0 records ... acknowledged", exit 0, when the broker had refused every
+    record (tests/streams/test_kafka_secure.py)."""
+    async with running(kafka.producer(acks="all", enable_idempotence=True)) as producer:
+        for i, row in enumerate(rows):
+            future = await producer.send(topic, key=_key_of(row), value=row.raw)
+            future.add_done_callback(delivery.on_ack(i))
+            delivery.sent += 1
+            if delivery.error is not None:    # refused (a right, a size): stop sending
+                break
+        await producer.flush()
+    if delivery.error is not None:        # flush() waits for the answers, it raises none of them
+        raise delivery.error
+
+
+def check_record(topic: str, line: bytes) -> str | None:
+    """Why a record would be dead-lettered for its form alone (None when it would not):
+    the checks that need no registered model, made locally before sending."""
+    from pydantic import ValidationError
+
+    from dpstream.agents.sequencer import reason_of
+    from dpstream.schemas import LabeledExample, ModelConfig, Query, limits
+    from dpstream.schemas.config import config_error_text
+    cls = {topics.MODELS: ModelConfig, topics.EXAMPLES: LabeledExample, topics.QUERIES: Query}[topic]
+    try:
+        raw = limits.decode(line)            # the worker's decoder: the same structural limits
+    except limits.LimitError as err:
+        return f"{err} {err.detail}".strip()
+    if not isinstance(raw, dict):
+        return "not a JSON object"
+    kind = raw.get("type")
+    expected = {topics.MODELS: "model", topics.EXAMPLES: "example", topics.QUERIES: "query"}[topic]
+    if kind is not None and kind != expected:
+        return f"a record of type {kind!r} on the {topic} topic (it takes {expected!r} records)"
+    try:
+        cls.model_validate({"type": expected, **raw})      # as the worker: a given type stays
+    except ValidationError as err:
+        return config_error_text(err, raw) if cls is ModelConfig else reason_of(err)
+    return None
+
+
+def _in_force(kafka: Kafka, args, doing: str) -> tuple[dict | None, str | None]:
+    """The registrations in force (streams/tools/topicread.py), after waiting for a worker to
+    create the topics; (None, why) when this principal may not read the models topic (the
+    least-privilege producer and querier may not: nothing is checked against it then)."""
+    from aiokafka.errors import TopicAuthorizationFailedError
+
+    from dpstream.streams.tools.topicread import TOPIC_WAIT, TopicMissing, registrations
+    try:
+        return _broker_call(kafka, registrations(kafka, args.prefix, wait=TOPIC_WAIT),
+                            f"Read topic {args.prefix}{topics.MODELS}",
+                            passing=(TopicMissing, TopicAuthorizationFailedError)), None
+    except TopicMissing as err:
+        raise Failed(f"{err}; nothing {doing}") from None
+    except TopicAuthorizationFailedError:
+        return None, (f"{kafka.principal} may not read {args.prefix}{topics.MODELS}, so model ids "
+                      "and declarations were not checked (the models topic is public "
+                      "configuration: an admin may grant Read on it)")
+
+
+def _unknown_models(rows, in_force: dict) -> str | None:
+    """Which model ids of ``rows`` have no registration in force (None: all have)."""
+    ids = Counter(r.value.get("model_id") for r in rows if isinstance(r.value, dict))
+    unknown = {m: n for m, n in ids.items() if m not in in_force}
+    if not unknown:
+        return None
+    shown = ", ".join(f"{str(m)[:40]!r} ({n:,} records)" for m, n in sorted(
+        unknown.items(), key=lambda kv: -kv[1])[:5])
+    known = ", ".join(sorted(in_force)[:10]) or "none"
+    return f"no registration in force for model id {shown} (registered: {known})"
+
+
+def cmd_produce(args) -> int:
+    try:
+        return _produce_file(args)
+    except KeyboardInterrupt:
+        print("dpstream produce: interrupted before sending: nothing sent", file=sys.stderr)
+        return 130
+
+
+def _on_a_terminal(label: str, total: int) -> Progress:
+    """Produce's progress: a bar on a terminal, nothing when piped (a script's log gets
+    the result alone, and a failure stays one line)."""
+    return Progress(label, total, quiet=not sys.stderr.isatty())
+
+
+def _checked_rows(args, configs: dict, report) -> tuple[list, int]:
+    """The records ``produce`` sends, after ``--skip`` (and the file's record count):
+    read, labels read as -1/+1, and each checked for its form (``check_record``) unless
+    ``--no-check``."""
+    name = "standard input" if args.file == "-" else args.file
+    if args.topic == topics.MODELS:
+        from dpstream.streams.tools.userfiles import FileError, read_jsonl
+        try:
+            rows = read_jsonl(args.file)
+        except FileError as err:
+            raise Failed(str(err), 2) from None
+    else:
+        rows = _input_rows(args, args.file, args.topic, configs, report)
+    total = len(rows)
+    if not 0 <= args.skip <= total:
+        raise Failed(f"--skip {args.skip}: between 0 and the {total:,} records of {name}", 2)
+    rows = rows[args.skip:]
+    if args.no_check:
+        return rows, total
+    progress = _on_a_terminal("dpstream produce: checking", len(rows))
+    try:
+        for row in rows:
+            problem = check_record(args.topic, row.raw)
+            progress.advance()
+            if problem:
+                raise Failed(f"{name} {row.where} would be dead-lettered on {args.topic}: "
+                             f"{problem}; nothing sent (--no-check sends anyway; the worker's "
+                             f"verdicts are on the {topics.REJECTED} topic)")
+    finally:
+        progress.done()
+    return rows, total
+
+
+def _produce_file(args) -> int:
+    from dpstream.streams.tools.owner_report import OwnerReport
+    from dpstream.streams.tools.userfiles import file_format
+    if args.topic not in topics.INPUTS:
+        from difflib import get_close_matches
+        guess = get_close_matches(args.topic, topics.INPUTS, n=1)
+        raise Failed(f"--topic must be one of {', '.join(topics.INPUTS)}"
+                     + (f" (did you mean {guess[0]}?)" if guess else "")
+                     + " (the worker writes every other topic)", 2)
+    report = OwnerReport({})
+    local = args.topic == topics.MODELS or file_format(args.file, args.format) == "jsonl"
+    if local:                 # what needs no broker first: a file's mistakes before the broker's
+        rows, total = _checked_rows(args, {}, report)
+    kafka = _kafka(args)
+    in_force, unchecked = (({}, "--no-check reads no registration") if args.no_check
+                           else _in_force(kafka, args, "sent"))
+    configs = in_force or {}
+    report = OwnerReport(configs, left_out=report.left_out, notes=report.notes)
+    if not local:             # table cells are typed by the models' declarations
+        rows, total = _checked_rows(args, configs, report)
+    name = "standard input" if args.file == "-" else args.file
+    if in_force is not None and not args.no_check:
+        problem = (_registration_conflicts(rows, in_force) if args.topic == topics.MODELS
+                   else _unknown_models(rows, in_force))
+        if problem:
+            raise Failed(f"{name}: {problem}; nothing sent (--no-check sends anyway)")
+    if args.strict and unchecked:
+        raise Failed(f"--strict checks records against their models' declarations, and {unchecked}; "
+                     "nothing sent", 2)
+    for row in rows:
+        report.add(row.value)
+    _strict(args, report)
+    delivery = Delivery(len(rows), _on_a_terminal("dpstream produce: sending", len(rows)))
+    try:
+        _broker_call(kafka, _produce(kafka, args.prefix + args.topic, rows, delivery),
+                     f"Write topic {args.prefix}{args.topic}")
+    except Failed as err:
+        if delivery.sent == 0:
+            raise Failed(f"{err} after 0 of {len(rows)} records were sent") from None
+        raise Failed(f"{err} after {delivery.sent} of {len(rows)} records were sent, "
+                     f"{args.skip + delivery.acked} of {total} acknowledged; resume with the same "
+                     f"command and --skip {args.skip + delivery.acked}") from None
+    except KeyboardInterrupt:
+        delivery.progress.done()          # before the line below, which it would overwrite
+        resume = f"resume with the same command and --skip {args.skip + delivery.acked}"
+        beyond = delivery.acked_any - delivery.acked
+        print(f"dpstream produce: interrupted: {args.skip + delivery.acked:,} of {total:,} records "
+              f"sent and acknowledged; {resume}" + (f" ({beyond:,} records after them were acknowledged too "
+                                            "and will be sent again)" if beyond else ""),
+              file=sys.stderr)
+        return 130
+    finally:
+        delivery.progress.done()
+    skipped = f" (the first {args.skip:,} of {total:,} skipped)" if args.skip else ""
+    print(f"dpstream produce: {delivery.acked:,} records -> {args.prefix}{args.topic}{skipped}, "
+          f"acknowledged (dead letters, if any, appear on {args.prefix}{topics.REJECTED})", file=sys.stderr)
+    for line in report.lines("produce"):
+        print(line, file=sys.stderr)
+    if unchecked and not args.no_check:
+        print(f"dpstream produce: note: {unchecked}", file=sys.stderr)
+    return 0
+
+
+async def read_topic(kafka: Kafka, topic: str, *, timeout: float = 5.0, limit: int | None = None):
+    """Every record of ``topic`` from the beginning until ``timeout`` s without news."""
+    out = []
+    async with running(kafka.consumer(topic, auto_offset_reset="earliest", enable_auto_commit=False,
+                                      group_id=None)) as consumer:
+        while limit is None or len(out) < limit:
+            batch = await consumer.getmany(timeout_ms=int(timeout * 1000))
+            if not batch:
+                break
+            for tp, records in sorted(batch.items(), key=lambda kv: kv[0].partition):
+                out.extend(records)
+    return out[:limit] if limit else out
+
+
+def cmd_consume(args) -> int:
+    from dpstream.streams.tools.topicread import TopicMissing, check_topic_name, follow
+    kafka = _kafka(args)
+    topic = args.prefix + args.topic
+    counted = [0]
+
+    def write(value: bytes) -> None:
+        sys.stdout.write(value.decode(errors="replace") + "\n")
+        sys.stdout.flush()
+
+    async def consume():
+        await check_topic_name(kafka, topic, args.prefix)
+        await follow(kafka, topic, write, from_beginning=args.from_beginning, timeout=args.timeout,
+                     limit=args.max_messages, counted=counted)
+    try:
+        _broker_call(kafka, consume(), f"Read topic {topic}", passing=(TopicMissing,))
+    except TopicMissing as err:
+        raise Failed(str(err), 2) from None
+    except KeyboardInterrupt:
+        print(f"dpstream consume: {counted[0]:,} records", file=sys.stderr)
+        return 130
+    return 0
+
+
+def cmd_models(args) -> int:
+    if args.action == "register":
+        return _register(args)
+    if args.action == "show" and not args.target:
+        raise Failed("name the model id", 2)
+    # Configs come from the `models` topic (registrations only, never the model-events log,
+    # which holds raw features): the registrations in force, as the worker decides them.
+    from dpstream.streams.tools.topicread import read_to_end, registrations
+    kafka = _kafka(args)
+
+    async def read():
+        models = await registrations(kafka, args.prefix, timeout=args.timeout)
+        return models, await read_to_end(kafka, args.prefix + topics.LEDGER, timeout=args.timeout)
+    models, ledger = _broker_call(kafka, read(), f"Read topics {args.prefix}{topics.MODELS} and "
+                                  f"{args.prefix}{topics.LEDGER}")
+    from dpstream.streams.tools.replay import parse_json, screen_topic
+    entries, invalid = screen_topic(topics.LEDGER, [parse_json(r.value) for r in ledger])
+    if invalid:
+        print(f"dpstream models: on {args.prefix}{topics.LEDGER}, {invalid.line()} (`dpstream "
+              "replay --no-key` checks the rest)", file=sys.stderr)
+    spent = {e["model_id"]: e for e in entries}
+    if args.action == "show" and args.target not in models:
+        raise Failed(f"no registration of {args.target!r} in force on {args.prefix}{topics.MODELS}"
+                     f" (registered: {', '.join(sorted(models)[:10]) or 'none'})")
+    if args.action == "list" and not models:
+        print(f"dpstream models: no registration on {args.prefix}{topics.MODELS} at {kafka.bootstrap}",
+              file=sys.stderr)
+    for mid, cfg in sorted(models.items()):
+        if args.action == "show" and mid != args.target:
+            continue
+        e = spent.get(mid)
+        used = (f"eps {e['spent_epsilon']:.6g} of {cfg.budget.epsilon:g} (epoch {e['epoch']})" if e
+                else f"eps 0 of {cfg.budget.epsilon:g} (nothing charged yet)")
+        print(f"{mid:24s} {cfg.kind:16s} d={cfg.dimension:<8d} {used}")
+        if args.action == "show":
+            print(json.dumps(cfg.model_dump(mode="json", exclude_none=True), indent=1))
+    return 0
+
+
+def parse_registrations(path: str) -> list:
+    """The model configs of a file (one JSON object, a list, or JSONL), each validated as
+    the worker will: schema, then feasibility (``Handler.config_problem``). Failed with
+    what to fix (the line and column of a JSON error; the field, value and allowed range
+    of a schema error) on the first that fails."""
+    from pydantic import ValidationError
+
+    from dpstream.agents.kinds import kind
+    from dpstream.schemas import ModelConfig
+    from dpstream.schemas.config import config_error_text
+    from dpstream.streams.tools.userfiles import FileError, read_bytes
+    try:
+        text = read_bytes(path).decode(errors="replace")
+    except FileError as err:
+        raise Failed(str(err), 2) from None
+    path = "standard input" if path == "-" else path
+    try:
+        docs = [(0, json.loads(text))]
+    except ValueError as whole:
+        docs = []
+        for i, line in enumerate(text.splitlines(), 1):
+            if not line.strip():
+                continue
+            try:
+                docs.append((i, json.loads(line)))
+            except ValueError as err:
+                where = f"line {whole.lineno}, column {whole.colno}" if i == 1 else f"line {i}"
+                raise Failed(f"{path}: not JSON at {where}: {getattr(err, 'msg', err)}") from None
+    configs = []
+    for line, doc in docs:
+        for raw in doc if isinstance(doc, list) else [doc]:
+            at = f"{path}" + (f" line {line}" if line else "")
+            try:
+                config = ModelConfig.model_validate(raw)
+            except ValidationError as err:
+                raise Failed(f"{at}: {config_error_text(err, raw)}") from None
+            problem = kind(config.kind).config_problem(config)
+            if problem:
+                raise Failed(f"{at}: infeasible model config for {config.model_id}: {problem}")
+            configs.append(config)
+    return configs
+
+
+def _registration_conflicts(rows, in_force: dict) -> str | None:
+    """Registrations among ``rows`` (JSON records) that the worker would refuse because
+    their id is in force with another config (None: no such one)."""
+    from pydantic import ValidationError
+
+    from dpstream.schemas import ModelConfig
+    for row in rows:
+        try:
+            config = ModelConfig.model_validate(row.value)
+        except (ValidationError, ValueError, TypeError):
+            continue
+        known = in_force.get(config.model_id)
+        if known is not None and known.model_dump(mode="json") != config.model_dump(mode="json"):
+            return f"{row.where}: {_differs(config, known)}"
+    return None
+
+
+def _differs(config, known) -> str:
+    """One line: an id in force with another config, and the first setting that differs."""
+    mine, theirs = config.model_dump(mode="json"), known.model_dump(mode="json")
+
+    def first(a, b, at=""):
+        if isinstance(a, dict) and isinstance(b, dict):
+            for k in list(a) + [k for k in b if k not in a]:
+                if a.get(k) != b.get(k):
+                    return first(a.get(k), b.get(k), f"{at}.{k}" if at else k)
+        return at, a, b
+    where, a, b = first(mine, theirs)
+    show = (lambda v: json.dumps(v)[:40])
+    return (f"model {config.model_id} is already registered with another config ({where}: "
+            f"{show(b)} in force, {show(a)} here); the worker would refuse this one: register "
+            "it under a new model id")
+
+
+def _register(args) -> int:
+    """Validate registrations locally (schema and feasibility, as the worker will), read
+    the registrations in force, and send only what the worker would accept and is new:
+    an id in force with another config is refused here, an identical one is skipped."""
+    if not args.target:
+        raise Failed("name a model config file (JSON, a list, or JSONL; - for standard input)", 2)
+    configs = parse_registrations(args.target)
+    for config in configs:                # as sent, under the worker's structural limits
+        reason = check_record(topics.MODELS, json.dumps(config.model_dump(mode="json")).encode())
+        if reason:
+            raise Failed(f"the registration of {config.model_id} would be dead-lettered: "
+                         f"{reason}; nothing sent")
+    kafka = _kafka(args)
+    in_force, unchecked = _in_force(kafka, args, "sent")
+    new = []
+    for config in configs:
+        known = (in_force or {}).get(config.model_id)
+        if known is None:
+            new.append(config)
+        elif known.model_dump(mode="json") != config.model_dump(mode="json"):
+            raise Failed(f"{_differs(config, known)}; nothing sent")
+    from dpstream.streams.tools.userfiles import Row
+    lines = [Row(c.model_id, json.dumps(c.model_dump(mode="json")).encode(), {"model_id": c.model_id})
+             for c in new]
+    if lines:
+        _broker_call(kafka, _produce(kafka, args.prefix + topics.MODELS, lines, Delivery(len(lines))),
+                     f"Write topic {args.prefix}{topics.MODELS}")
+    for config in configs:
+        if config in new:
+            print(f"dpstream models: registration of {config.model_id} ({config.kind}) sent; "
+                  f"refusals appear on {args.prefix}{topics.REJECTED}")
+        else:
+            print(f"dpstream models: {config.model_id} is already registered with this config; "
+                  "nothing sent")
+    if unchecked:
+        print(f"dpstream models: note: {unchecked}", file=sys.stderr)
+    return 0
+
+
+def cmd_features(args) -> int:
+    """Print a feature declaration suggested from a *public* sample (learners/features.py
+    ``suggest_declaration``), ready for a registration's "features"; on stderr, each field
+    left out and why, and each declared in a way that may surprise."""
+    from dpstream.learners.features import suggest_declaration
+
+    from dpstream.streams.tools.userfiles import (FileError, cell, column_kinds, file_format, read_jsonl,
+                                                  read_table)
+    fmt = file_format(args.sample, args.format)
+    name = "standard input" if args.sample == "-" else args.sample
+    records = []
+    try:
+        if fmt == "jsonl":
+            for row in read_jsonl(args.sample):
+                if row.error:
+                    raise Failed(f"{name} {row.where}: {row.error}")
+                if isinstance(row.value, dict):
+                    value = row.value
+                    records.append(value["features"] if isinstance(value.get("features"), dict) else value)
+        else:
+            table = read_table(args.sample, fmt)
+            kinds = column_kinds(table)
+            records = [{k: cell(v, kinds[k]) for k, v in r.items() if k != args.label_column}
+                       for r in table]
+    except FileError as err:
+        raise Failed(str(err), 2) from None
+    if not records:
+        raise Failed(f"{name} holds no JSON objects", 2)
+    suggestion = suggest_declaration(records, bins=args.bins, binning=args.binning)
+    for field, note in suggestion.notes.items():
+        print(f"dpstream features: {field[:64]!r}: {note}", file=sys.stderr)
+    if not suggestion.fields:
+        raise Failed(f"no field of {name} could be declared (each one's reason above)")
+    print(json.dumps([f.model_dump(mode="json", exclude_none=True) for f in suggestion.fields], indent=1))
+    print(f"dpstream features: {len(suggestion.fields)} fields from {len(records)} records of {name}; "
+          "the declaration is public: make it from data you may publish", file=sys.stderr)
+    return 0
+
+
+def cmd_acls(args) -> int:
+    """Print, apply or remove the ACLs of every principal (streams/tools/acls.py). ``--apply``
+    checks the whole plan first (its names, and against the cluster's ACLs: no resource of
+    it granted to another tenant's principal, no principal of it holding another tenant's
+    rights), creates only what is missing, and takes back what it created if the broker
+    refuses one; ``--remove`` deletes what exists of the plan and counts only that."""
+    from dpstream.streams.tools.acls import CLUSTER, OPERATIONS, ROLES, overlaps, plan, principals
+    from dpstream.streams.worker.faust_seam import create_acls, delete_acls, describe_acls
+    if args.apply and args.remove:
+        raise Failed("--apply and --remove: give one of them", 2)
+    users = {}
+    for given in args.user or []:
+        role, _, name = given.partition("=")
+        if role not in ROLES or not name:
+            raise Failed(f"--user {given!r}: expected ROLE=NAME with ROLE one of {', '.join(ROLES)}", 2)
+        users[role] = name
+    try:
+        whole = plan(args.prefix, args.app_id, users)
+    except ValueError as err:
+        raise Failed(str(err), 2) from None
+    acls = whole
+    if args.role:
+        acls = [a for a in acls if a.principal == principals(args.prefix, users)[args.role]]
+    if args.remove:          # cluster-wide rights (IdempotentWrite) are shared by every prefix
+        shared = [a for a in acls if a.resource_type == CLUSTER]
+        acls = [a for a in acls if a.resource_type != CLUSTER]
+        if shared:
+            print(f"dpstream acls: keeping {len(shared)} cluster-wide ACLs that other prefixes share",
+                  file=sys.stderr)
+    for acl in acls:
+        print(acl.describe())
+    if not (args.apply or args.remove):
+        return 0
+    kafka = _kafka(args)
+    names = {v: k for k, v in OPERATIONS.items()}
+
+    async def change():
+        async with running(kafka.admin(request_timeout_ms=10_000)) as admin:
+            try:
+                existing = await describe_acls(admin)
+            except PermissionError:       # not a super user: nothing was read or changed
+                return None, [], []
+            have = {(t, n, p, who, names.get(op)) for t, n, p, who, op in existing}
+            if args.remove:
+                present = [a for a in acls if a.key in have]
+                return present, [], await delete_acls(admin, present)
+            problems = overlaps(whole, existing)
+            if problems:
+                return [], problems, []
+            missing = [a for a in acls if a.key not in have]
+            errors = await create_acls(admin, missing)
+            if errors:                    # no half-applied plan: take back what this run made
+                await delete_acls(admin, missing)
+            return missing, [], errors
+    done, problems, errors = _broker_call(kafka, change(), "Alter the cluster's ACLs")
+    if done is None:
+        raise Failed(f"not authorized: principal {kafka.principal} may not Describe the cluster's ACLs; "
+                     "run `dpstream acls` with an admin's client config (a super user), nothing was changed")
+    where = f"topic prefix {args.prefix!r}"
+    if problems:
+        raise Failed(f"refused, nothing applied: {problems[0]}"
+                     + (f" (and {len(problems) - 1} more)" if len(problems) > 1 else "")
+                     + "; one prefix is one tenant: give this one its own prefix, app id and users "
+                     "(--user ROLE=NAME), or remove the other grants first")
+    if errors:
+        raise Failed(f"{len(errors)} of {len(done)} ACL changes refused, first: {errors[0]}"
+                     + ("" if args.remove else "; the others were taken back, nothing applied"))
+    if args.remove:
+        print(f"dpstream acls: {len(done)} ACLs removed for {where} ({len(acls) - len(done)} of the plan "
+              "were not there)", file=sys.stderr)
+    else:
+        print(f"dpstream acls: {len(done)} ACLs created for {where} ({len(acls) - len(done)} were "
+              "already there)", file=sys.stderr)
+    return 0
+
+
+def cmd_schemas(args) -> int:
+    from dpstream.schemas import json_schemas
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    for name, schema in json_schemas().items():
+        (out / f"{name}.json").write_text(json.dumps(schema, indent=2))
+    print(f"dpstream schemas: {len(json_schemas())} JSON Schemas in {out}")
+    return 0
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+    try:
+        return version("dpstream")
+    except PackageNotFoundError:
+        return "unknown (not installed)"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """Every command and flag (each with its help: tests/streams/test_cli_contract.py)."""
+    from dpstream.streams.tools.userfiles import FORMATS, LABEL_COLUMN
+    ap = argparse.ArgumentParser(
+        prog="dpstream", description="Differentially private online learning and private "
+        "prediction over Kafka streams. The secret key comes from $DPSTREAM_SECRET_KEY or the "
+        "file named by $DPSTREAM_SECRET_KEY_FILE (64+ hex digits), never from a flag.")
+    ap.add_argument("--version", action="version", version=f"dpstream {_version()}",
+                    help="print the installed version and exit")
+    sub = ap.add_subparsers(dest="cmd", required=True, metavar="COMMAND")
+    p = sub.add_parser("demo", help="the main job on the embedded runtime (no Kafka)",
+                       description="Three models fed generated raw records on the embedded runtime, "
+                       "with the baselines a user would compare them with.")
+    p.add_argument("--fraud-events", type=int, default=20_000,
+                   help="labelled examples of card-fraud and of credit-risk each; every tenth "
+                        "card-fraud example comes again as a query, so the default makes 22,000 "
+                        "card-fraud events (default: %(default)s)")
+    p.add_argument("--queries", type=int, default=5_000,
+                   help="queries to credit-risk and to risk-score each (default: %(default)s)")
+    p.add_argument("--json", metavar="FILE", help="also write the summary as JSON to this file")
+    p.add_argument("--quiet", action="store_true", help="no progress output")
+    p.set_defaults(fn=cmd_demo)
+
+    def inputs(parser, what: str):
+        parser.add_argument("--format", choices=FORMATS,
+                            help=f"the {what}' format (default: by extension: .csv, .parquet; else JSONL)")
+        parser.add_argument("--model-id", metavar="ID",
+                            help="CSV/Parquet: the model of every row (default: a model_id column"
+                                 + (", else the only model of --models)" if what == "files" else ")"))
+        parser.add_argument("--label-column", default=LABEL_COLUMN, metavar="NAME",
+                            help="CSV/Parquet: the examples' label column, -1/+1, 0/1 or true/false "
+                                 "(default: %(default)s)")
+        parser.add_argument("--id-column", default="query_id", metavar="NAME",
+                            help="CSV/Parquet: the queries' id column, if any (default: %(default)s)")
+        parser.add_argument("--strict", action="store_true",
+                            help="refuse the records (nothing sent or run) when a value has the wrong "
+                                 "type for its declared field or a field is not declared")
+
+    p = sub.add_parser("run", help="the embedded runtime over files (no Kafka)",
+                       description="Register the models, then feed the examples and queries through "
+                       "the same agents as the worker, and write the outputs as an export directory.")
+    p.add_argument("--models", metavar="FILE", help="model configs: a JSON file (object or list) or JSONL")
+    p.add_argument("--examples", metavar="FILE", help="labelled examples: JSONL, CSV or Parquet (- for stdin)")
+    p.add_argument("--queries", metavar="FILE", help="queries: JSONL, CSV or Parquet (- for stdin)")
+    p.add_argument("--out", required=True, help="export directory written (0700, files 0600)")
+    p.add_argument("--state", metavar="FILE", help="SQLite file for state that survives restarts")
+    p.add_argument("--quiet", action="store_true", help="no progress output")
+    inputs(p, "files")
+    p.set_defaults(fn=cmd_run)
+
+    def broker(parser):
+        parser.add_argument("--bootstrap-server", "--broker", dest="broker", metavar="HOST:PORT",
+                            help="bootstrap servers (default: the client config's bootstrap.servers, "
+                            f"else $DPSTREAM_KAFKA_BOOTSTRAP, else {DEFAULT_BOOTSTRAP})")
+        parser.add_argument("--command-config", "--client-config", dest="client_config", metavar="FILE",
+                            help="a Kafka client properties file (security.protocol, sasl.*, ssl.*; "
+                            "default: $DPSTREAM_KAFKA_CONFIG)")
+        parser.add_argument("--prefix", default="", help="prefix of every topic name (default: none)")
+
+    p = sub.add_parser("worker", help="run a faust worker against a Kafka broker",
+                       description="Create the topics if needed, then consume the inputs and write "
+                       "the outputs until stopped.")
+    broker(p)
+    p.add_argument("--partitions", type=int, default=4,
+                   help="partitions of topics it creates; fixes how many workers can share "
+                        "the load (default: %(default)s)")
+    p.add_argument("--app-id", help="faust app id / consumer group, also the prefix of its changelogs "
+                   "(default: the topic prefix + 'dpstream')")
+    p.add_argument("--data-dir", metavar="DIR",
+                   help="faust's local table files: a directory only you may use, created 0700 "
+                        "(default: $XDG_STATE_HOME or ~/.local/state, then dpstream/worker-APP_ID)")
+    p.add_argument("--web-port", type=int, help="serve /status/ and /metrics/ on this port")
+    p.add_argument("--web-bind", metavar="ADDRESS",
+                   help="address those pages listen on (no authentication; default: "
+                        "$DPSTREAM_WEB_BIND, else 127.0.0.1, this machine only)")
+    p.add_argument("--loglevel", default="info", help="debug, info, warning or error (default: %(default)s)")
+    p.add_argument("--consumer-thread", action="store_true",
+                   help="run faust's Kafka consumer in its own thread (faust's default) instead "
+                        "of on the worker's event loop (streams/worker/faust_seam.py); a fallback")
+    p.add_argument("--latency-metrics", action="store_true",
+                   help="export a coarse batch-latency histogram (a timing side channel; off by default)")
+    p.set_defaults(fn=cmd_worker)
+
+    p = sub.add_parser("produce", help="send a file of records to an input topic",
+                       description="Check every record as the worker will (its form, its model's "
+                       "registration, its labels), then send them keyed by model id, with the data "
+                       "owner's report on stderr. Interrupted, it says how many were acknowledged; "
+                       "--skip that many resumes without sending any twice.")
+    broker(p)
+    p.add_argument("--topic", required=True, help=f"one of {', '.join(topics.INPUTS)}")
+    p.add_argument("--file", required=True, help="JSONL (one record per line), CSV or Parquet; - for stdin")
+    p.add_argument("--skip", type=int, default=0, metavar="N",
+                   help="skip the first N records (resume: N is what an interrupted run acknowledged)")
+    p.add_argument("--no-check", action="store_true",
+                   help="send without checking records and model ids locally first")
+    inputs(p, "file")
+    p.set_defaults(fn=cmd_produce)
+
+    p = sub.add_parser("consume", help="print a topic's records as they arrive",
+                       description="Like Kafka's console consumer: from the end of the topic (what "
+                       "arrives from now on) unless --from-beginning, until interrupted, "
+                       "--max-messages or --timeout.")
+    broker(p)
+    p.add_argument("--topic", required=True, help="a dpstream topic (predictions, ledger, ...)")
+    p.add_argument("--from-beginning", action="store_true",
+                   help="start at the oldest record (default: the end, as Kafka's console consumer)")
+    p.add_argument("--max-messages", "--max", dest="max_messages", type=int, metavar="N",
+                   help="stop after N records")
+    p.add_argument("--timeout", type=float, metavar="SECONDS",
+                   help="stop after this many seconds without a new record (default: follow until "
+                        "interrupted)")
+    p.set_defaults(fn=cmd_consume)
+
+    p = sub.add_parser("models", help="register, list or show models",
+                       description="register: validate a config file as the worker will and send it "
+                       "(an id in force with another config is refused). list / show: the "
+                       "registrations in force and the budget their ledger has committed.")
+    p.add_argument("action", choices=["register", "list", "show"], help="what to do")
+    p.add_argument("target", nargs="?", metavar="FILE|ID",
+                   help="register: a model config file (JSON, a list, or JSONL; - for stdin); "
+                        "show: the model id")
+    broker(p)
+    p.add_argument("--timeout", type=float, default=3.0,
+                   help="seconds to wait for a record while reading a topic (default: %(default)s)")
+    p.set_defaults(fn=cmd_models)
+    p = sub.add_parser("export", help="write the log and output topics to JSONL files",
+                       description="Read model-events and the output topics from the start into an "
+                       "export directory that replay and audit-report read.")
+    broker(p)
+    p.add_argument("--timeout", type=float, default=5.0,
+                   help="stop reading a topic after this many seconds without a record (default: %(default)s)")
+    p.add_argument("--out", required=True, help="export directory written (0700, files 0600)")
+    p.set_defaults(fn=cmd_export)
+    p = sub.add_parser("replay", help="recompute every release with the key and compare",
+                       description="Exit 0: every release reproduced; 1: mismatches, located; 2: "
+                       "wrong key or nothing to audit.")
+    p.add_argument("--dir", help="an export directory (default: read the topics from Kafka)")
+    broker(p)
+    p.add_argument("--timeout", type=float, default=5.0,
+                   help="stop reading a topic after this many seconds without a record (default: %(default)s)")
+    p.add_argument("--model", action="append", help="only these model ids (repeatable)")
+    p.add_argument("--no-key", action="store_true", help="verify only the public record")
+    p.set_defaults(fn=cmd_replay)
+    p = sub.add_parser("audit-report", help="HTML report and PNG figures per model",
+                       description="The public report (or, with --internal, the data owner's) of an "
+                       "export directory.")
+    p.add_argument("--dir", required=True, help="an export directory")
+    p.add_argument("--out", required=True, help="directory the report is written to")
+    p.add_argument("--no-key", action="store_true", help="skip the keyed replay summary")
+    p.add_argument("--internal", action="store_true",
+                   help="add exact online mistakes (private statistics; for the data owner only)")
+    p.set_defaults(fn=cmd_audit_report)
+    p = sub.add_parser("acls", help="print or apply the ACLs of every principal (least privilege)")
+    broker(p)
+    p.add_argument("--app-id", help="the worker's app id: the prefix + a name (default: the prefix + 'dpstream')")
+    p.add_argument("--user", action="append", metavar="ROLE=NAME",
+                   help="the user name of a role (worker, producer, querier, consumer, auditor); "
+                        "default: the prefix + the role (each prefix is a tenant with its own users)")
+    p.add_argument("--role", choices=["worker", "producer", "querier", "consumer", "auditor"],
+                   help="only this role's ACLs")
+    p.add_argument("--apply", action="store_true", help="create them through the admin API")
+    p.add_argument("--remove", action="store_true", help="delete them through the admin API")
+    p.add_argument("--print", dest="print_only", action="store_true", help="only print them (the default)")
+    p.set_defaults(fn=cmd_acls)
+    p = sub.add_parser("features", help="suggest a feature declaration from a public sample",
+                       description="Print a declaration for a registration's \"features\"; on "
+                       "stderr, every field left out and why. The declaration is public: make it "
+                       "from data you may publish.")
+    p.add_argument("--sample", required=True,
+                   help="raw records (or examples with 'features'): JSONL, CSV or Parquet; - for stdin")
+    p.add_argument("--format", choices=FORMATS, help="the sample's format (default: by extension)")
+    p.add_argument("--label-column", default=LABEL_COLUMN, metavar="NAME",
+                   help="CSV/Parquet: a label column, not a feature (default: %(default)s)")
+    p.add_argument("--bins", type=int, default=8, help="bins per number (default: %(default)s)")
+    p.add_argument("--binning", choices=["equal_width", "quantile"], default="equal_width",
+                   help="bins of equal width, or between the sample's quantiles (default: %(default)s)")
+    p.set_defaults(fn=cmd_features)
+    p = sub.add_parser("schemas", help="write JSON Schemas of every event",
+                       description="One JSON Schema file per record type (ModelConfig, "
+                       "LabeledExample, Query, Prediction, ...).")
+    p.add_argument("--out", required=True, help="directory to write them to")
+    p.set_defaults(fn=cmd_schemas)
+    return ap
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.cmd != "worker":       # the client library's own error lines: the command says it once
+        logging.getLogger("aiokafka").setLevel(logging.CRITICAL)
+    try:
+        return args.fn(args)
+    except Failed as err:
+        print(f"dpstream {args.cmd}: {err}", file=sys.stderr)
+        return err.code
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:
+        # the reader left (``| head``): stop quietly, as a tool killed by SIGPIPE does
+        # (Python's documented recipe: point stdout at devnull so the exit flush is silent)
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
+
+
+if __name__ == "__main__":
+    sys.exit(main())

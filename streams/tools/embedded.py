@@ -1,0 +1,116 @@
+"""The embedded runtime: the same agents as the faust worker, over in-memory records
+or JSONL files, with state in a dict or an SQLite file. No Kafka needed.
+
+Input order is the order of ``records``; each record gets the offset it would have in
+a one-partition topic. The model-events log is kept in memory and its offsets play the
+role of the Kafka log's.
+"""
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections import defaultdict
+from collections.abc import Iterable, MutableMapping
+from pathlib import Path
+
+from dpstream.agents.processor import Processor
+from dpstream.agents.records import RawRecord
+from dpstream.agents.sequencer import MODEL_EVENTS, sequence_batch
+from dpstream.mechanisms.randomness import KeyedRandomness
+from dpstream.streams.worker.topics import ANSWERS, copies
+
+
+class SqliteState(MutableMapping):
+    """A persistent mapping of JSON values (embedded runs that survive restarts)."""
+
+    def __init__(self, path: str | Path):
+        self.db = sqlite3.connect(str(path))
+        self.db.execute("CREATE TABLE IF NOT EXISTS state (k TEXT PRIMARY KEY, v TEXT NOT NULL)")
+
+    def __getitem__(self, key):
+        row = self.db.execute("SELECT v FROM state WHERE k = ?", (key,)).fetchone()
+        if row is None:
+            raise KeyError(key)
+        return json.loads(row[0])
+
+    def __setitem__(self, key, value):
+        self.db.execute("INSERT OR REPLACE INTO state (k, v) VALUES (?, ?)", (key, json.dumps(value)))
+
+    def __delitem__(self, key):
+        self.db.execute("DELETE FROM state WHERE k = ?", (key,))
+
+    def __iter__(self):
+        return iter([r[0] for r in self.db.execute("SELECT k FROM state")])
+
+    def __len__(self):
+        return self.db.execute("SELECT COUNT(*) FROM state").fetchone()[0]
+
+    def commit(self) -> None:
+        self.db.commit()
+
+
+class EmbeddedRuntime:
+    """The sequencer and the processor over records fed in order, in batches of up to
+    ``BATCH`` records, as the worker applies a fetch: the sequencer validates a batch and
+    appends its log records, then the processor applies them through the same batch
+    kernels. Outputs per topic are in the order a one-record-at-a-time run gives them."""
+
+    BATCH = 500
+
+    def __init__(self, rng: KeyedRandomness, state: MutableMapping | None = None):
+        self.rng = rng
+        self.state = {} if state is None else state
+        self.outputs: dict[str, list] = defaultdict(list)
+        self.log_offset = self.state.get("embedded/log_offset", -1)
+        self.processor = Processor(rng, self.state, self._emit)
+        self._pending: list[tuple[str, dict]] = []
+        self.offsets: dict[str, int] = defaultdict(lambda: -1)
+        self.log: list[dict] = []           # the model-events log, as export writes it
+
+    async def _emit(self, topic: str, key, value: dict) -> None:
+        if topic == MODEL_EVENTS:
+            self._pending.append((key, value))
+        else:
+            self.outputs[topic].append(value)
+            if copies(topic, value):             # a query's answer, as the worker publishes it
+                self.outputs[ANSWERS].append(value)
+
+    def _record(self, topic: str, payload: bytes | str | dict, key: str | None) -> RawRecord:
+        if isinstance(payload, dict):
+            payload = json.dumps(payload)
+        if isinstance(payload, str):
+            payload = payload.encode()
+        self.offsets[topic] += 1
+        return RawRecord(topic, 0, self.offsets[topic], key.encode() if key else None, payload)
+
+    async def feed(self, topic: str, payload: bytes | str | dict, key: str | None = None) -> None:
+        """One input record on ``topic`` (models, examples or queries)."""
+        await self._apply([self._record(topic, payload, key)])
+
+    async def feed_all(self, items: Iterable[tuple[str, bytes | str | dict]], progress=None) -> None:
+        """Input records (topic, payload) in order, ``BATCH`` at a time; ``progress(n)``
+        after each batch of n."""
+        batch: list[RawRecord] = []
+        for topic, payload in items:
+            batch.append(self._record(topic, payload, None))
+            if len(batch) >= self.BATCH:
+                await self._apply(batch)
+                if progress is not None:
+                    progress(len(batch))
+                batch = []
+        if batch:
+            await self._apply(batch)
+            if progress is not None:
+                progress(len(batch))
+
+    async def _apply(self, records: list[RawRecord]) -> None:
+        await sequence_batch(records, self.state, self._emit)
+        appended = []
+        for mkey, value in self._pending:
+            self.log_offset += 1
+            self.log.append({"partition": 0, "offset": self.log_offset, "value": value})
+            appended.append(RawRecord(MODEL_EVENTS, 0, self.log_offset, mkey.encode(), b"", body=value))
+        self._pending.clear()
+        self.state["embedded/log_offset"] = self.log_offset
+        if appended:
+            await self.processor.handle_batch(appended)

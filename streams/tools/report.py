@@ -1,0 +1,220 @@
+"""``dpstream audit-report``: a self-contained HTML report (and PNG figures) per model.
+
+Two forms:
+
+* public (default): a function of the published topics alone (predictions, ledger,
+  releases, model configs): query answers over time, update rounds (DP-Winnow) and hard
+  queries (predictor) as released, the cumulative privacy budget against its cap, and
+  the parameter table with the theorem each value comes from; the model's declared
+  features (public configuration, as registered). It reads no label and no feature
+  value, so it can be shared wherever the output topics can.
+* internal (``--internal``, needs the key): adds each model's exact cumulative online
+  mistakes, recomputed by a keyed replay where the data is. Mistake counts are private
+  statistics of the labelled examples; the report says so on its first line.
+
+Every number carries a ``data-*`` attribute so tests (and scripts) can check it.
+"""
+from __future__ import annotations
+
+import base64
+import html
+import io
+import math
+from collections import defaultdict
+from datetime import datetime, timezone
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+from dpstream.agents.kinds import kind  # noqa: E402
+from dpstream.schemas import ModelConfig  # noqa: E402
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+    try:
+        return version("dpstream")
+    except PackageNotFoundError:
+        return "unknown"
+
+
+def parameter_rows(config: ModelConfig) -> list[tuple[str, str, str]]:
+    """(parameter, value, where it comes from): the budget, then the kind's own rows."""
+    b = config.budget
+    return [("budget (eps, delta)", f"({b.epsilon:g}, {b.delta:g})", "model registration"),
+            *kind(config.kind).parameter_rows(config)]
+
+
+def feature_rows(config: ModelConfig, shown: int = 50) -> list[tuple[str, str, str]]:
+    """(field, type, what it takes) of each declared feature, in declaration order: public
+    configuration, published with the model (docs/concepts.md). A vocabulary longer than
+    ``shown`` values is listed up to there, with how many more it has."""
+    rows = []
+    for f in config.features or []:
+        if f.type == "numeric":
+            cut = (f"edges {', '.join(f'{e:g}' for e in f.edges)}" if f.edges is not None
+                   else f"{f.bins} equal bins")
+            rows.append((f.name, "numeric", f"[{f.lower:g}, {f.upper:g}] (clamped), {cut}"))
+        elif f.type == "categorical" and f.vocabulary is not None:
+            more = f" ... ({len(f.vocabulary) - shown} more)" if len(f.vocabulary) > shown else ""
+            rows.append((f.name, "categorical",
+                         f"{len(f.vocabulary)} values: {', '.join(f.vocabulary[:shown])}{more}; else other"))
+        elif f.type == "categorical":
+            rows.append((f.name, "categorical", f"hashed into {f.hash_buckets} buckets"))
+        else:
+            rows.append((f.name, "boolean", "true / false; else missing"))
+    return rows
+
+
+def _png(fig) -> bytes:
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=90, bbox_inches="tight")
+    plt.close(fig)
+    return buf.getvalue()
+
+
+def model_figures(model_id, preds, ledger, budget_eps, mistakes=None):
+    """(timeline PNG, budget PNG) over the same x range (the model's events).
+    ``mistakes``: [(seq, cumulative)] for the internal form."""
+    last_seq = max([p["seq"] for p in preds] + [e["seq"] for e in ledger] + [1])
+    fig, ax = plt.subplots(figsize=(8, 3))
+    ax.set_xlim(0, last_seq)
+    if mistakes:
+        ax.plot([s for s, _ in mistakes], [m for _, m in mistakes],
+                label="cumulative online mistakes (INTERNAL)")
+    answered = [p["seq"] for p in preds if p["kind"] == "query" and p["label"] is not None]
+    ax.plot(answered, range(1, len(answered) + 1), label="queries answered")
+    for p in preds:
+        if p.get("updated"):
+            ax.axvline(p["seq"], color="tab:green", alpha=0.15, lw=0.5)
+        if p["status"] == "hard_query":
+            ax.axvline(p["seq"], color="tab:red", alpha=0.6, lw=0.8)
+    ax.set_xlabel("model event (seq)")
+    ax.set_title(f"{model_id}: released answers (green: updates, red: hard queries)")
+    ax.legend(loc="upper left", fontsize=8)
+    timeline = _png(fig)
+    fig, ax = plt.subplots(figsize=(8, 3))
+    ax.set_xlim(0, last_seq)
+    spent = [e["spent_epsilon"] for e in ledger]
+    ax.axhline(budget_eps, color="tab:red", ls=":", lw=1, label=f"budget cap (eps = {budget_eps:g})",
+               zorder=1)
+    if spent:
+        ax.step([e["seq"] for e in ledger] + [last_seq], spent + spent[-1:], where="post", lw=2.5,
+                color="tab:blue", label="eps spent this epoch (running total)", zorder=2)
+    ax.set_ylim(0, 1.15 * max([budget_eps, *spent]))
+    ax.set_ylabel("epsilon")
+    ax.set_xlabel("model event (seq)")
+    ax.set_title(f"{model_id}: privacy budget spent against its cap")
+    ax.legend(loc="lower right", fontsize=8)
+    return timeline, _png(fig)
+
+
+def build_report(log: list[dict], outputs: dict, out, replay_summary: str | None = None,
+                 mistakes: dict | None = None, private: bool = False) -> Path:
+    """Write ``out/report.html`` and its figures; ``out``: a directory path or an open
+    ``OutDir`` (streams/tools/outdir.py: created if missing, never chmod-ed, no link followed).
+    Public unless ``mistakes`` ({model: [(seq, cumulative)]}, from a keyed replay) is
+    given; the log is read only for the model configs. ``private``: the directory is
+    created 0700 and every file is written readable by its owner only (0600), as exports
+    are. Every file is made first and written at the end, all or none."""
+    from .outdir import OutDir
+    files: dict[str, bytes] = {}
+
+    def write(name: str, data: bytes) -> None:
+        files[name] = data
+
+    configs = {}
+    for rec in sorted(log, key=lambda r: (r["partition"], r["offset"])):
+        ev = rec["value"]["event"]
+        if ev["type"] == "model":
+            configs[ev["model_id"]] = ModelConfig.model_validate(ev)
+    preds_by, ledger_by = defaultdict(dict), defaultdict(dict)
+    for p in outputs.get("predictions", []):
+        preds_by[p["model_id"]][p["seq"]] = p
+    for e in outputs.get("ledger", []):
+        ledger_by[e["model_id"]][(e["epoch"], e["charges"])] = e
+    sections = []
+    for model_id, cfg in sorted(configs.items()):
+        preds = [preds_by[model_id][s] for s in sorted(preds_by[model_id])]
+        ledger = [ledger_by[model_id][k] for k in sorted(ledger_by[model_id])]
+        curve = (mistakes or {}).get(model_id)
+        timeline, budget = model_figures(model_id, preds, ledger, cfg.budget.epsilon, curve)
+        write(f"{model_id}-timeline.png", timeline)
+        write(f"{model_id}-budget.png", budget)
+        numbers = {
+            "events": len(preds) + 1,
+            "queries": sum(p["kind"] == "query" for p in preds),
+            "answered": sum(p["kind"] == "query" and p["label"] is not None for p in preds),
+            "updates": sum(bool(p.get("updated")) for p in preds),
+            "hard-queries": sum(p["status"] == "hard_query" for p in preds),
+            "charges": len(ledger),
+            "spent-epsilon": ledger[-1]["spent_epsilon"] if ledger else 0.0,
+            "spent-delta": ledger[-1]["spent_delta"] if ledger else 0.0,
+            "budget-epsilon": cfg.budget.epsilon,
+        }
+        if curve is not None:
+            numbers["internal-mistakes"] = curve[-1][1] if curve else 0
+        cells = "".join(f'<tr><th>{k}</th><td data-{k}="{v}">{v:.6g}</td></tr>' if isinstance(v, float)
+                        else f'<tr><th>{k}</th><td data-{k}="{v}">{v}</td></tr>' for k, v in numbers.items())
+        params = "".join(f"<tr><td>{html.escape(a)}</td><td>{html.escape(b)}</td><td>{html.escape(c)}</td></tr>"
+                         for a, b, c in parameter_rows(cfg))
+        declared = "".join(f'<tr data-feature="{html.escape(a)}"><td>{html.escape(a)}</td><td>{b}</td>'
+                           f'<td>{html.escape(c)}</td></tr>' for a, b, c in feature_rows(cfg))
+        declared = ("<h3>Declared features</h3><table class='features'><tr><th>field</th><th>type</th>"
+                    f"<th>takes</th></tr>{declared}</table>") if declared else ""
+        final = preds[-1]["status"] if preds else "no events"
+        notice = ""
+        if final in ("frozen", "budget_exhausted"):
+            notice = (f"<p class='notice' data-final-status='{final}'><strong>This model stopped "
+                      f"learning ({final.replace('_', ' ')}): later answers come from its last "
+                      "released hypothesis, for free.</strong></p>")
+        meaning = (f"<p class='meaning'>What the budget means: replacing any one example of this "
+                   f"model by another changes the probability of anything it released by at most a "
+                   f"factor e^{cfg.budget.epsilon:g} = {math.exp(min(cfg.budget.epsilon, 700)):,.3g}, "
+                   f"except with probability {cfg.budget.delta:g}"
+                   + (" (per example, each epoch on its own examples)"
+                      if kind(cfg.kind).epochs_on_fresh_examples else "") + ".</p>")
+        img = lambda data, alt: (f'<img alt="{alt}" class="figure" '  # noqa: E731
+                                 f'src="data:image/png;base64,{base64.b64encode(data).decode()}">')
+        sections.append(f"""
+<section class="model" id="model-{html.escape(model_id)}" data-model="{html.escape(model_id)}">
+<h2>{html.escape(model_id)} ({cfg.kind}, d = {cfg.dimension})</h2>
+{notice}{meaning}
+<table class="numbers">{cells}</table>
+{img(timeline, "released answers over time")}
+{img(budget, "cumulative privacy budget")}
+<h3>Parameters</h3>
+<table class="params"><tr><th>parameter</th><th>value</th><th>source</th></tr>{params}</table>
+{declared}
+</section>""")
+    prints = sorted({e.get("key_fingerprint", "") for e in outputs.get("ledger", [])} - {""})
+    if mistakes is not None:
+        banner = ("<p id='form' data-form='internal'><strong>INTERNAL: this report contains "
+                  "information about the private examples (exact online mistakes). Do not "
+                  "share it beyond the data owner.</strong></p>")
+        scope = "Includes exact mistake counts recomputed with the key."
+    else:
+        banner = "<p id='form' data-form='public'>Public report: built from the published topics only.</p>"
+        scope = "No features, labels, mistake counts or keys."
+    verified = (f"<pre id='replay'>{html.escape(replay_summary)}</pre>" if replay_summary else
+                "<p id='replay' data-verified='no'><strong>Releases were not verified: no key was "
+                "given, so nothing was recomputed.</strong></p>")
+    page = f"""<!doctype html><html><head><meta charset="utf-8"><title>dpstream audit report</title>
+<style>body{{font-family:sans-serif;max-width:960px;margin:2em auto}} table{{border-collapse:collapse;margin:1em 0}}
+td,th{{border:1px solid #ccc;padding:2px 8px;text-align:left}} img{{display:block;margin:1em 0;max-width:100%}}</style>
+</head><body>{banner}<h1>dpstream audit report</h1>
+<p>{len(log):,} model events, {len(configs)} model(s). {scope}</p>
+<table class="provenance">
+<tr><th>dpstream version</th><td data-version="{_version()}">{_version()}</td></tr>
+<tr><th>generated (UTC)</th><td>{datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M:%S")}</td></tr>
+<tr><th>key fingerprint(s) on the ledger</th><td data-fingerprints="{' '.join(prints)}">{', '.join(prints) or 'none'}</td></tr>
+<tr><th>rejected inputs (dead letters)</th><td data-rejected="{len(outputs.get('rejected', []))}">{len(outputs.get('rejected', []))}</td></tr>
+</table>
+{verified}{''.join(sections)}</body></html>"""
+    write("report.html", page.encode())
+    with (OutDir(out, private=private) if isinstance(out, (str, Path)) else out) as where:
+        where.write_all(files)
+        return where.path / "report.html"

@@ -1,0 +1,282 @@
+"""The records in a user's files, read at the CLI's edge (``dpstream produce``, ``dpstream
+run``, ``dpstream features``): JSONL, CSV, or Parquet (with the ``parquet`` extra), from a
+path or from standard input (``-``); and the label convention.
+
+Formats: ``--format``, else the file's extension (``.csv``, ``.parquet``/``.pq``), else
+JSONL. A JSONL line is sent as it is unless its label is mapped (below). A CSV or
+Parquet row becomes one record: the model id from ``--model-id`` (or a ``model_id``
+column), the label from the label column (``y`` unless named), a query's id from
+``query_id`` (or the named column), and every other column under ``"features"``. A CSV
+cell is text, so it is typed by the model's declaration (schemas/features.py): a
+numeric field's cell as a number, a boolean's ``true``/``false``/``1``/``0``/``yes``/``no``
+as a boolean, a categorical's as the text itself (a zip code stays ``"01234"``); an
+empty cell is left out (the field's missing slot). Columns the model does not declare
+are not sent (the data owner's report names them). A model without a declaration takes
+the feature columns, in order, as its dense ``x``. Without a declaration at hand
+(``produce --no-check``, ``features --sample``), a column is typed as a whole
+(``column_kinds``): numbers if every cell reads as one, booleans if every cell is
+true/false/yes/no (or 0/1 beside them), else text.
+
+Labels (docs/python-api.md, "Labels, answers, clones"): dpstream's records carry
+-1/+1; a file may use -1/+1, 0/1 or true/false (one convention per file), read as -1/+1
+with 0 and false as -1, and the command says so. Anything else (a 2, a "yes", a file
+that mixes 0 and -1, whose meaning is ambiguous) is refused before anything is sent or
+run, naming the line.
+"""
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+FORMATS = ("jsonl", "csv", "parquet")
+LABEL_COLUMN = "y"
+
+
+class FileError(Exception):
+    """A file that cannot be read as asked (the message names the file and the place)."""
+
+
+@dataclass
+class Row:
+    """One record of a file: where it is (for messages), its bytes as sent, and its
+    parsed value (None with ``error`` when the line is not JSON)."""
+    where: str
+    raw: bytes
+    value: object = None
+    error: str | None = None
+
+
+def file_format(path: str, given: str | None = None) -> str:
+    """``given`` (--format), else by extension; JSONL otherwise."""
+    if given:
+        return given
+    suffix = Path(path).suffix.lower()
+    return {".csv": "csv", ".parquet": "parquet", ".pq": "parquet"}.get(suffix, "jsonl")
+
+
+def read_bytes(path: str) -> bytes:
+    if path == "-":
+        return sys.stdin.buffer.read()
+    try:
+        return Path(path).read_bytes()
+    except OSError as err:
+        raise FileError(f"cannot read {path}: {err.strerror}") from None
+
+
+def read_jsonl(path: str) -> list[Row]:
+    """The non-empty lines of a JSONL file, each parsed (or with the parser's error)."""
+    rows = []
+    for n, line in enumerate(read_bytes(path).splitlines(), 1):
+        line = line.rstrip(b"\r")
+        if not line.strip():
+            continue
+        try:
+            rows.append(Row(f"line {n}", line, json.loads(line)))
+        except ValueError as err:
+            rows.append(Row(f"line {n}", line, None, f"not JSON ({getattr(err, 'msg', err)})"))
+    return rows
+
+
+def read_table(path: str, fmt: str) -> list[dict]:
+    """The rows of a CSV file (cells as text) or a Parquet file (cells as Python values;
+    needs pyarrow: ``pip install 'dpstream[parquet]'``), as dicts by column name."""
+    if fmt == "csv":
+        text = read_bytes(path).decode("utf-8-sig", errors="replace")
+        return list(csv.DictReader(io.StringIO(text)))
+    try:
+        import pyarrow.parquet as pq
+    except ImportError:
+        raise FileError(f"{path}: reading Parquet needs pyarrow (pip install 'dpstream[parquet]')") from None
+    source = io.BytesIO(read_bytes(path)) if path == "-" else path
+    try:
+        return pq.read_table(source).to_pylist()
+    except Exception as err:           # noqa: BLE001 - pyarrow's errors: one line, never a traceback
+        raise FileError(f"cannot read {path} as Parquet: {str(err)[:200]}") from None
+
+
+_TRUTH = {"true": True, "t": True, "yes": True, "false": False, "f": False, "no": False}
+
+
+def _number(text: str):
+    try:
+        return int(text)
+    except ValueError:
+        number = float(text)            # ValueError: not a number
+        if not math.isfinite(number):
+            raise ValueError(text) from None
+        return number
+
+
+def cell(value, kind: str | None = None):
+    """A table cell as a JSON value, typed by ``kind`` ("numeric", "boolean",
+    "categorical": a declared field's type, or ``column_kinds``' guess); a cell that
+    does not read as its kind stays text (the report counts it); None for an empty
+    cell. Non-text cells (Parquet's) pass as they are."""
+    if not isinstance(value, str):
+        return value
+    text = value.strip()
+    if text == "":
+        return None
+    if kind == "boolean":
+        truth = {**_TRUTH, "1": True, "0": False}.get(text.lower())
+        return value if truth is None else truth
+    if kind == "numeric":
+        try:
+            return float(_number(text))
+        except ValueError:
+            return value
+    if kind == "categorical":
+        return value
+    return _TRUTH.get(text.lower(), value)
+
+
+def label_cell(value):
+    """A label cell: an integer or a number as written, true/false/yes/no as a boolean
+    (``map_labels`` then reads the file's convention); None when empty."""
+    if not isinstance(value, str) or not value.strip():
+        return value if isinstance(value, (bool, int, float)) else None
+    text = value.strip()
+    try:
+        return _number(text)
+    except ValueError:
+        return _TRUTH.get(text.lower(), value)
+
+
+def column_kinds(table: list[dict]) -> dict[str, str]:
+    """A guess at each text column's kind, from all its cells (no declaration at hand):
+    "numeric" when every cell reads as a number, "boolean" when every cell is
+    true/false/yes/no (or 0/1 beside them), else "categorical"."""
+    kinds = {}
+    for column in (table[0] if table else {}):
+        cells = {v.strip().lower() for r in table if isinstance(v := r.get(column), str) and v.strip()}
+        try:
+            numeric = bool(cells) and all(_number(c) is not None for c in cells)
+        except ValueError:
+            numeric = False
+        if cells and not numeric and cells <= set(_TRUTH) | {"0", "1"}:
+            kinds[column] = "boolean"
+        else:
+            kinds[column] = "numeric" if numeric else "categorical"
+    return kinds
+
+
+@dataclass
+class TableSpec:
+    """How table rows become records (the CLI's --model-id, --label-column, --id-column)."""
+    topic: str                              # examples or queries
+    model_id: str | None = None
+    label_column: str = LABEL_COLUMN
+    id_column: str = "query_id"
+
+
+def table_rows(path: str, fmt: str, spec: TableSpec, configs: dict) -> tuple[list[Row], list[str]]:
+    """The records of a CSV or Parquet file (module docstring), and the columns left out;
+    ``configs``: the models' registrations in force by id (their declarations type the
+    cells), possibly empty."""
+    table = read_table(path, fmt)
+    if not table:
+        return [], []
+    columns = list(table[0])
+    if spec.model_id is None and "model_id" not in columns:
+        raise FileError(f"{path}: name the model with --model-id (or give a model_id column)")
+    label = spec.label_column if spec.topic == "examples" else None
+    if label is not None and label not in columns:
+        raise FileError(f"{path} has no label column {label!r} (columns: {', '.join(columns)[:300]}): "
+                        "name it with --label-column")
+    skip = {"model_id", spec.label_column, spec.id_column}
+    guessed = column_kinds(table)
+    rows, left_out = [], {}
+    for n, row in enumerate(table, 2 if fmt == "csv" else 1):
+        model_id = spec.model_id or row.get("model_id")
+        config = configs.get(model_id) if isinstance(model_id, str) else None
+        record: dict = {"model_id": model_id}
+        if config is not None and config.features is None:
+            try:
+                record["x"] = [float(cell(row[c], "numeric")) for c in columns if c not in skip]
+            except (TypeError, ValueError):
+                raise FileError(f"{path} row {n}: model {model_id} takes dense x, and a feature "
+                                "cell is not a number") from None
+        else:
+            declared = {f.name: f.type for f in config.features} if config is not None else None
+            features = {}
+            for c in columns:
+                if c in skip:
+                    continue
+                if declared is not None and c not in declared:
+                    left_out[c] = None
+                    continue
+                value = cell(row[c], declared[c] if declared is not None else guessed[c])
+                if value is not None:
+                    features[c] = value
+            record["features"] = features
+        if label is not None:
+            record["y"] = label_cell(row[label])
+        elif spec.topic == "queries" and row.get(spec.id_column) not in (None, ""):
+            record["query_id"] = str(row[spec.id_column])
+        rows.append(Row(f"row {n}", json.dumps(record).encode(), record))
+    return rows, list(left_out)
+
+
+def read_rows(path: str, fmt: str, spec: TableSpec, configs: dict) -> tuple[list[Row], list[str]]:
+    """The records of a file in any of ``FORMATS``, and the table columns left out (a
+    declared model's undeclared columns)."""
+    if fmt not in FORMATS:
+        raise FileError(f"--format {fmt!r}: one of {', '.join(FORMATS)}")
+    return (read_jsonl(path), []) if fmt == "jsonl" else table_rows(path, fmt, spec, configs)
+
+
+# ------------------------------------------------------------------ labels
+class LabelError(ValueError):
+    """Labels that follow none of the accepted conventions (the message names the line)."""
+
+
+def _label_kind(y) -> str | None:
+    """"bool", "-1", "0", "1", or None for anything else."""
+    if isinstance(y, bool):
+        return "bool"
+    if isinstance(y, (int, float)) and not isinstance(y, bool) and y in (-1, 0, 1):
+        return str(int(y))
+    return None
+
+
+def map_labels(rows: list[Row], name: str) -> str | None:
+    """Rewrite the labels of ``rows`` to -1/+1 in place (module docstring) and say how
+    they were read (None when they were -1/+1 already). LabelError when a label is not
+    one of the conventions, or the file mixes them. Rows without a ``y`` are left to
+    the schema check."""
+    first: dict[str, str] = {}
+    for row in rows:
+        if not isinstance(row.value, dict) or "y" not in row.value:
+            continue
+        kind = _label_kind(row.value["y"])
+        if kind is None:
+            shown = json.dumps(row.value["y"])[:40]
+            raise LabelError(f"{name} {row.where}: label y={shown} is not one of -1/+1, 0/1 or "
+                             "true/false")
+        first.setdefault(kind, row.where)
+    if "bool" in first and len(first) > 1:
+        other = next(k for k in first if k != "bool")
+        raise LabelError(f"{name} mixes true/false labels ({first['bool']}) with numbers "
+                         f"({first[other]}, y={other}): use one convention")
+    if "0" in first and "-1" in first:
+        raise LabelError(f"{name} mixes labels 0 ({first['0']}) and -1 ({first['-1']}): is 0 the "
+                         "negative class? use -1/+1 or 0/1, not both")
+    if "bool" in first:
+        note = f"{name}: labels true/false read as +1/-1"
+    elif "0" in first:
+        note = f"{name}: labels 0/1 read as -1/+1 (0 -> -1)"
+    elif any(isinstance(r.value, dict) and isinstance(r.value.get("y"), float) for r in rows):
+        note = f"{name}: labels -1.0/1.0 read as -1/+1"
+    else:
+        return None
+    for row in rows:
+        if isinstance(row.value, dict) and "y" in row.value:
+            y = row.value["y"]
+            row.value["y"] = 1 if (y is True or (not isinstance(y, bool) and y == 1)) else -1
+            row.raw = json.dumps(row.value).encode()
+    return note
