@@ -25,10 +25,11 @@ def stream(n, d=5, seed=0):
     return X, y
 
 
-@pytest.mark.parametrize("mechanism", ["blt", "tree"])
-def test_batches_give_the_steps_and_state_of_one_example_at_a_time(mechanism):
+@pytest.mark.parametrize("mechanism, class_weight", [("blt", "none"), ("tree", "none"), ("blt", "balanced")])
+def test_batches_give_the_steps_and_state_of_one_example_at_a_time(mechanism, class_weight):
     X, y = stream(730)
-    p = dp_ftrl_parameters(epsilon=2.0, delta=1e-6, d=5, horizon=300, block=20, mechanism=mechanism)
+    p = dp_ftrl_parameters(epsilon=2.0, delta=1e-6, d=5, horizon=300, block=20, mechanism=mechanism,
+                           class_weight=class_weight)
     one, many = (DPFTRL(params=p, rng=RNG, model_id="m") for _ in range(2))
     singles = [one.learn_one(x, t) for x, t in zip(X, y)]
     batched = []
