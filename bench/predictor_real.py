@@ -23,6 +23,10 @@ answered ones, and, for the predictor, the accuracy of the vote's answers and of
 student's separately, hard queries, k x m and v_max. Then issue 45's checks on every set
 with at least 1,000 labelled examples: answered >= 50%, accuracy on answered >= the
 majority class's and within 3 points of diffprivlib's.
+
+``--v-max 8 16 32``: instead of the automatic sizing, each cap as a user registers it
+(``v_max``; k and m then by ``size_predictor(v_max=...)``), one row per set and cap:
+the trade between the hard queries' count and the vote's noise (issue 45, third round).
 """
 from __future__ import annotations
 
@@ -56,10 +60,11 @@ def split(s: D.Stream):
     return X[:-q], s.labels[:-q], X[-q:], s.labels[-q:]
 
 
-def predictor(X, y, Q, qy, eps, seed, generator) -> dict:
+def predictor(X, y, Q, qy, eps, seed, generator, v_max=None) -> dict:
     """One epoch with its student; without the student the same run answers the same up
-    to exhaustion and nothing after it (the ``bare`` entries)."""
-    k, m, v_max = size_predictor(epsilon=eps, delta=1e-6, examples=len(y))
+    to exhaustion and nothing after it (the ``bare`` entries). ``v_max``: a registered
+    cap (None: the automatic sizing)."""
+    k, m, v_max = size_predictor(epsilon=eps, delta=1e-6, examples=len(y), v_max=v_max)
     gen = {"logistic": lambda d: LogisticRegressions(d),
            "nearest": lambda d: NearestNeighbours(d),
            "halfspace": lambda d: Halfspaces(d, hard_weight=1.0)}[generator](X.shape[1])
@@ -102,7 +107,12 @@ def main() -> None:
     ap.add_argument("--sets", nargs="*", default=list(D.NAMES))
     ap.add_argument("--generators", nargs="+", default=["nearest"],
                     choices=["nearest", "logistic", "halfspace"])
+    ap.add_argument("--v-max", type=int, nargs="*", default=None,
+                    help="registered caps on hard queries, one row each, instead of the sizing")
     args = ap.parse_args()
+    if args.v_max:
+        caps(args)
+        return
     for eps in args.eps:
         print(f"\nepsilon = {eps:g}, delta = 1e-6 (mean of {args.seeds} keys; * imbalanced): "
               "answered / accuracy on answered / balanced error on answered [vote's answers: share, accuracy | student's: "
@@ -145,6 +155,31 @@ def main() -> None:
             print(f"  {name}: answered {r['answered']:.1%} >= 50%: {r['answered'] >= 0.5}; accuracy "
                   f"{r['acc']:.2%} >= majority {maj:.2%}: {r['acc'] >= maj}; within 3 points of "
                   f"diffprivlib {dplr:.2%}: {r['acc'] >= dplr - 0.03}")
+
+
+def caps(args) -> None:
+    """Accuracy on answered queries per registered cap (``--v-max``), first generator."""
+    gen = args.generators[0]
+    for eps in args.eps:
+        print(f"\nepsilon = {eps:g}, delta = 1e-6, {gen} blocks with the student, registered v_max "
+              f"(mean of {args.seeds} keys): answered / accuracy [vote's share, accuracy | "
+              "student's share, accuracy | hard queries] (per key)")
+        for name in args.sets:
+            X, y, Q, qy = split(D.load(name))
+            majority = float(np.mean(qy == (1 if (y == 1).mean() > 0.5 else -1)))
+            for v in args.v_max:
+                try:
+                    runs = [predictor(X, y, Q, qy, eps, s, gen, v_max=v) for s in range(args.seeds)]
+                except Exception as err:            # noqa: BLE001 - too few examples: say so
+                    print(f"| {name} | v_max {v} | infeasible: {err} |")
+                    continue
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    r = {k: float(np.nanmean([x[k] for x in runs])) for k in runs[0]}
+                print(f"| {name} | majority {majority:.1%} | v_max {v}, k x m = {r['k']:.0f} x {r['m']:.0f} | "
+                      f"{r['answered']:.0%} / {r['acc']:.1%} [{r['vote share']:.0%}, {r['vote']:.1%} | "
+                      f"{r['student share']:.0%}, {r['student']:.1%} | {r['hard']:.1f}] | "
+                      + ", ".join(f"{x['acc']:.1%}" for x in runs) + " |", flush=True)
 
 
 if __name__ == "__main__":

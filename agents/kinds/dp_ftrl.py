@@ -40,6 +40,8 @@ class DPFTRLParams(KindParams):
     prior_weight: float | None = Field(default=None, ge=0, le=1)
     # answer +1 iff P(y = +1 | x) >= 1/2 (fewest mistakes) or >= the prior (lowest balanced error)
     decision: Literal["error", "balanced"] = "error"
+    # the logistic loss as is, or each class weighted as half the stream (learners/dp_ftrl.py)
+    class_weight: Literal["none", "balanced"] = "none"
     # declared numeric fields as scaled values, one-hot bins, or both (learners/dp_ftrl.py, Rows)
     rows: Literal["values", "bins", "both"] = "values"
 
@@ -64,7 +66,8 @@ def parameters(config) -> DPFTRLParameters:
     return dp_ftrl_parameters(epsilon=b.epsilon, delta=b.delta, d=config.dimension,
                               horizon=p.horizon, block=p.block, eta=p.eta, loss=p.loss,
                               mechanism=p.mechanism, clip=p.clip, prior=p.prior,
-                              prior_weight=p.prior_weight, decision=p.decision)
+                              prior_weight=p.prior_weight, decision=p.decision,
+                              class_weight=p.class_weight)
 
 
 class DPFTRLKind(BlockReleaseKind):
@@ -107,8 +110,9 @@ class DPFTRLKind(BlockReleaseKind):
                 ("rho (zCDP) per epoch", f"{q.rho:.4g}", "dp-accounting: the largest rho meeting the budget"),
                 ("guaranteed eps per example", f"{q.epsilon:.4g}", "epochs on disjoint examples compose in parallel"),
                 ("eta", f"{q.eta:.4g}", "registration" if config.params.eta else "rule: 1 / (sigma ||C e_1||)"),
-                ("decision, rows", f"{q.decision}, {config.params.rows}",
-                 "registration (post-processing and featurisation: no privacy parameter)")]
+                ("decision, class weight, rows", f"{q.decision}, {q.class_weight}, {config.params.rows}",
+                 "registration (post-processing, weights <= 1 after the clip, featurisation: "
+                 "no privacy parameter)")]
 
     # ------------------------------------------------------------ one model
     def on_query(self, event, source, outputs) -> None:

@@ -56,14 +56,16 @@ def test_dp_ftrl_rows_and_decision_are_registration_options_reaching_the_worker(
     follows from the declaration: 4 real entries and 8 slots), a raw record is featurised so in
     the worker, and the balanced decision abstains until the first release (every x is
     then exactly at the declared prior, a tie) and answers after it; rows other than
-    "values" need declared features, and bad values are refused naming the parameter."""
+    "values" need declared features, and bad values are refused naming the parameter.
+    class_weight="balanced" (issue 45, third round) reaches the learner the worker builds."""
     from dpstream.agents.kinds.dp_ftrl import DPFTRLKind
     from dpstream.learners.dp_ftrl import featurised_row
     from dpstream.learners.features import Featuriser
     cfg = {"model_id": "rows", "budget": {"epsilon": 4.0, "delta": 1e-6}, "features": FIELDS,
            "params": {"kind": "dp_ftrl", "horizon": 100, "rows": "both", "decision": "balanced",
-                      "prior": 0.3}}
+                      "prior": 0.3, "class_weight": "balanced"}}
     config = ModelConfig.model_validate({"type": "model", **cfg})
+    assert DPFTRLKind.parameters(config).class_weight == "balanced"
     assert config.dimension == 4 + 8 and DPFTRLKind.config_problem(config) is None
     record = {"a": 0.6, "c": "v"}
     assert DPFTRLKind.featurise(config, record) == {
@@ -77,7 +79,8 @@ def test_dp_ftrl_rows_and_decision_are_registration_options_reaching_the_worker(
     assert after["label"] in (-1, 1) and after["status"] == "answered"
     raw = validate(FTRL, rows="bins")
     assert "declare the features" in DPFTRLKind.config_problem(raw)
-    for params, needle in (({"rows": "onehot"}, "rows"), ({"decision": "recall"}, "decision")):
+    for params, needle in (({"rows": "onehot"}, "rows"), ({"decision": "recall"}, "decision"),
+                           ({"class_weight": "auto"}, "class_weight")):
         with pytest.raises(ValidationError) as err:
             validate(FTRL, **params)
         assert needle in str(err.value) and list(params.values())[0] in str(err.value)
