@@ -199,16 +199,19 @@ def _value_kind(v) -> str | None:
 
 
 def _name_problem(name: str) -> str | None:
-    """Why a declaration cannot name a field ``name`` (schemas/features.py FieldName)."""
+    """Why a declaration cannot name a field ``name`` (schemas/features.py FieldName), with
+    a name it could take; the character at fault by position and code point, never the name."""
     from pydantic import TypeAdapter, ValidationError
 
     from dpstream.schemas.features import FieldName
     try:
         TypeAdapter(FieldName).validate_python(name)
-    except ValidationError:
-        fixed = re.sub(r"[\x00-\x1f\x7f]+", "_", name).strip()[:64].strip() or "field"
-        return (f"a field name has 1 to 64 printable characters, without control characters "
-                f"or whitespace at either end (rename it in the data, e.g. {fixed!r})")
+    except ValidationError as err:
+        fixed = "".join(c if c.isprintable() else "_" for c in name).strip()[:64].strip() or "field"
+        why = err.errors()[0]
+        detail = (why["msg"].removeprefix("Value error, ") if why["type"] == "value_error"
+                  else "a field name has 1 to 64 printable characters, without whitespace at either end")
+        return f"{detail} (rename it in the data, e.g. {fixed!r})"
     return None
 
 
