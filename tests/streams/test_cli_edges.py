@@ -254,3 +254,69 @@ def test_a_refused_data_dir_says_what_is_wrong_and_how_to_fix_it(capsys, tmp_pat
     assert one_line(capsys) == f"dpstream worker: --data-dir {path} " + says.format(p=path)
     if path.is_dir():
         assert stat.S_IMODE(path.stat().st_mode) == 0o777                 # never chmod-ed
+
+
+# ------------------------------------------------------------------ item 9: models register
+def registration_of(size: int) -> dict:
+    """A registration whose compact JSON (as sent) has exactly ``size`` bytes: a vocabulary
+    of 100-character values, the last one cut to fit."""
+    from dpstream.schemas import ModelConfig
+    base = {"model_id": "big", "budget": {"epsilon": 2.0, "delta": 1e-6},
+            "params": {"kind": "continual_winnow", "horizon": 1000},
+            "features": [{"type": "categorical", "name": "c", "vocabulary": []}]}
+
+    def wire(d):
+        return len(json.dumps(ModelConfig.model_validate(d).model_dump(mode="json"), separators=(",", ":")))
+    vocab = base["features"][0]["vocabulary"]
+    vocab.append("0" * 100)
+    more, rest = divmod(size - wire(base), 103)   # each further value: ',"' + 100 characters + '"'
+    vocab += [f"{i:06d}".ljust(100, "v") for i in range(1, more + 1)]
+    vocab.append("z" * 50)
+    while (off := size - wire(base)) != 0:      # the dimension's digits grow with the vocabulary too
+        vocab[-1] = "z" * (len(vocab[-1]) + off)
+    assert wire(base) == size, wire(base)
+    return base
+
+
+@pytest.mark.parametrize("over", [False, True])
+def test_a_registration_is_measured_as_it_is_sent(capsys, tmp_path, over):
+    """Before: the structural limits were checked on json.dumps' default spacing (", ",
+    ": "), so a registration of 520,281 bytes as sent (the compact JSON the worker reads,
+    under its 524,288) was refused here as "oversized payload"."""
+    from dpstream.schemas.limits import MAX_BYTES
+    path = tmp_path / "m.json"
+    path.write_text(json.dumps(registration_of(MAX_BYTES + 1 if over else MAX_BYTES), indent=2))
+    assert main(["models", "register", str(path), *NOWHERE]) == 1
+    line = one_line(capsys)
+    if over:
+        assert line == ("dpstream models: the registration of big would be dead-lettered: oversized "
+                        "payload: a record has at most 524,288 bytes (a structural limit, docs/limits.md); "
+                        "nothing sent")
+    else:                                   # checked, then on to the broker (none here)
+        assert line.startswith("dpstream models: cannot reach the Kafka broker at 127.0.0.1:1"), line
+
+
+def test_register_no_check_skips_the_broker_read_and_sends_the_compact_bytes(capsys, tmp_path, kafka_bootstrap):
+    """Before: `--no-check`, which docs/limits.md names, was an unknown flag of `models`.
+    It skips only the read of the registrations in force; the config is still validated
+    (an invalid one is refused, nothing sent)."""
+    import uuid
+
+    from dpstream.schemas.limits import MAX_BYTES
+    from dpstream.streams.tools.topicread import read_to_end
+    from dpstream.streams.worker.kafka import Kafka
+    prefix = f"edges-{uuid.uuid4().hex[:8]}-"
+    path = tmp_path / "m.json"
+    path.write_text(json.dumps({**registration_of(1000), "budget": {"epsilon": -1, "delta": 1e-6}}))
+    assert main(["models", "register", str(path), "--no-check", "--bootstrap-server", kafka_bootstrap,
+                 "--prefix", prefix]) == 1
+    assert one_line(capsys) == f"dpstream models: {path}: budget.epsilon: Input should be greater than 0 (got -1)"
+    path.write_text(json.dumps(registration_of(MAX_BYTES), indent=2))
+    assert main(["models", "register", str(path), "--no-check", "--bootstrap-server", kafka_bootstrap,
+                 "--prefix", prefix]) == 0
+    out, err = capsys.readouterr()
+    assert out == f"dpstream models: registration of big (continual_winnow) sent; refusals appear on {prefix}rejected\n"
+    assert "--no-check: the registrations in force were not read" in err
+    import asyncio
+    [record] = asyncio.run(read_to_end(Kafka(kafka_bootstrap), prefix + "models", timeout=5))
+    assert len(record.value) == MAX_BYTES and b", " not in record.value[:200]
