@@ -199,16 +199,19 @@ def _value_kind(v) -> str | None:
 
 
 def _name_problem(name: str) -> str | None:
-    """Why a declaration cannot name a field ``name`` (schemas/features.py FieldName)."""
+    """Why a declaration cannot name a field ``name`` (schemas/features.py FieldName), with
+    a name it could take; the character at fault by position and code point, never the name."""
     from pydantic import TypeAdapter, ValidationError
 
     from dpstream.schemas.features import FieldName
     try:
         TypeAdapter(FieldName).validate_python(name)
-    except ValidationError:
-        fixed = re.sub(r"[\x00-\x1f\x7f]+", "_", name).strip()[:64].strip() or "field"
-        return (f"a field name has 1 to 64 printable characters, without control characters "
-                f"or whitespace at either end (rename it in the data, e.g. {fixed!r})")
+    except ValidationError as err:
+        fixed = "".join(c if c.isprintable() else "_" for c in name).strip()[:64].strip() or "field"
+        why = err.errors()[0]
+        detail = (why["msg"].removeprefix("Value error, ") if why["type"] == "value_error"
+                  else "a field name has 1 to 64 printable characters, without whitespace at either end")
+        return f"{detail} (rename it in the data, e.g. {fixed!r})"
     return None
 
 
@@ -243,10 +246,14 @@ def suggest_declaration(records: list[dict], *, bins: int = 8, binning: str = "e
             values.setdefault(k, []).append(v)
     out, notes = [], {}
     for name, vs in values.items():
+        vs, missing_note = _not_finite_as_missing(vs)
         present = [(v, k) for v in vs if (k := _value_kind(v)) is not None]
         kinds = Counter(k for _, k in present)
         problem = _name_problem(name)
-        if problem:
+        if name == "" or _UNNAMED.fullmatch(name):
+            notes[name] = ("left out: " + ("pandas' name for " if name else "") + "a column without a "
+                           "header (a DataFrame's index? write the file with to_csv(index=False))")
+        elif problem:
             notes[name] = f"left out: {problem}"
         elif not present:
             notes[name] = "left out: no value in the sample"
@@ -266,18 +273,68 @@ def suggest_declaration(records: list[dict], *, bins: int = 8, binning: str = "e
                            "takes JSON true/false only)")
         elif set(kinds) <= {"int", "real"}:
             xs = np.array([float(v) for v, _ in present])
-            out.append(_numeric(name, xs, bins, binning))
+            field = _numeric(name, xs, bins, binning)
+            if isinstance(field, str):
+                notes[name] = f"left out: {field}"
+            else:
+                out.append(field)
         else:
             vocab = sorted({v for v, _ in present})
             out.append(CategoricalField(name=name, vocabulary=vocab) if len(vocab) <= max_vocabulary
                        else CategoricalField(name=name, hash_buckets=hash_buckets))
+        if missing_note:
+            notes[name] = f"{notes[name]}; {missing_note}" if name in notes else missing_note
     return Suggestion(out, notes)
 
 
+# pandas' name for a column whose header cell is empty (``read_csv`` of a file written with
+# ``to_csv()``, whose first column is the index): pandas.io.parsers, "Unnamed: {i}"
+_UNNAMED = re.compile(r"Unnamed: \d+")
+
+
+def _not_finite_text(v) -> bool:
+    """A string that reads as a number that is not finite ("inf", "-Infinity", "NaN": what
+    pandas and numpy write for them)."""
+    if not isinstance(v, str):
+        return False
+    try:
+        return not math.isfinite(float(v))
+    except ValueError:
+        return False
+
+
+def _not_finite_as_missing(vs: list) -> tuple[list, str | None]:
+    """A field's sample values with each not-finite number written as text turned into a
+    missing value, when every other value is a number or missing: the worker sends such a
+    value, a string, to a numeric field's missing slot. And a note that says how many."""
+    n = sum(map(_not_finite_text, vs))
+    if not n or not all(_not_finite_text(v) or _value_kind(v) in (None, "int", "real") for v in vs):
+        return vs, None
+    shown = ", ".join(sorted({repr(v.strip()[:12]) for v in vs if _not_finite_text(v)})[:3])
+    return ([None if _not_finite_text(v) else v for v in vs],
+            f"{n} value(s) {shown} read as missing (not a finite number: a numeric field sends them "
+            "to its missing slot)")
+
+
 def _numeric(name: str, xs, bins: int, binning: str):
-    """A numeric field over the sample ``xs`` (``suggest_declaration``)."""
+    """A numeric field over the sample ``xs`` (``suggest_declaration``), or why there is
+    none (a string). The mean and standard deviation of values near float64's largest
+    (1e200: their squares overflow) are taken over the values scaled by the largest
+    magnitude; bounds beyond float64's range are cut to the sample's least and greatest
+    value; a span no float64 holds leaves the field out."""
     import numpy as np
-    lower, upper = float(xs.mean() - 2 * xs.std()), float(xs.mean() + 2 * xs.std())
+    with np.errstate(over="ignore", invalid="ignore"):
+        mean, std = float(xs.mean()), float(xs.std())
+        if not (math.isfinite(mean) and math.isfinite(std)):
+            scale = float(np.abs(xs).max())
+            ys = xs / scale
+            mean, std = float(ys.mean()) * scale, float(ys.std()) * scale
+        lower, upper = mean - 2 * std, mean + 2 * std
+    if not (math.isfinite(lower) and math.isfinite(upper)):
+        lower, upper = max(lower, float(xs.min())), min(upper, float(xs.max()))
+    if not math.isfinite(upper - lower):
+        return (f"values from {xs.min():.3g} to {xs.max():.3g} span more than a float64 holds: "
+                "scale the field in the data")
     if binning == "equal_width":
         return NumericField(name=name, lower=lower, upper=upper, bins=bins)
     inner = sorted(set(float(q) for q in np.quantile(xs, np.arange(1, bins) / bins)

@@ -110,7 +110,14 @@ class KeyedRandomness:
         if st.st_mode & 0o077:
             raise MissingKeyError(f"secret key file {str(p)!r} is open to other users (mode "
                                   f"{st.st_mode & 0o777:04o}): chmod 600 it")
-        return cls(_decode_key(p.read_text().strip()))
+        try:
+            text = p.read_bytes().decode("ascii")
+        except UnicodeDecodeError as err:      # a raw binary key, or another file: never shown
+            raise MissingKeyError(
+                f"secret key file {str(p)!r} is not text (byte {err.start + 1} is not ASCII): it "
+                f"holds the key as {2 * MIN_KEY_BYTES}+ hex digits, e.g. python3 -c 'import secrets; "
+                "print(secrets.token_hex(32))'") from None
+        return cls(_decode_key(text.strip()))
 
     def fingerprint(self) -> str:
         """A public, non-invertible identifier of the key (ledger entries carry it so that

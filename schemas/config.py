@@ -160,8 +160,10 @@ def config_error_text(err: ValidationError, raw: object = None) -> str:
                          f"'{str(loc[-1])[:40]}' ({hint}allowed: {', '.join(fields)})")
             continue
         text = "missing (required)" if e["type"] == "missing" else e["msg"].removeprefix("Value error, ")
+        # a feature's name is never quoted: its error names the character at fault, and
+        # what it cannot show (schemas/features.py FieldName) must not reach a terminal
         shown = e["type"] != "missing" and all(str(p) in known for p in loc) and \
-            isinstance(value, (int, float, str, bool))
+            isinstance(value, (int, float, str, bool)) and not (loc[:1] == ["features"] and loc[-1:] == ["name"])
         got = repr(value[:40]) if isinstance(value, str) else repr(value)
         parts.append(f"{where}: {text}" + (f" (got {got})" if shown else ""))
     return "; ".join(dict.fromkeys(parts))

@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 from typing import Annotated, Literal
 
-from pydantic import (AfterValidator, BaseModel, ConfigDict, Field, JsonValue, WithJsonSchema,
+from pydantic import (AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, JsonValue, WithJsonSchema,
                       field_validator, model_validator)
 from pydantic import Strict as PydanticStrict
 
@@ -28,8 +28,20 @@ def _is_label(v: int) -> int:
     return v
 
 
-# A JSON integer -1 or +1: strict, so true, 1.0 and "1" are refused, not coerced.
-Label = Annotated[int, PydanticStrict(), AfterValidator(_is_label),
+def _whole_label(v):
+    """A JSON number equal to -1 or +1 written with a fraction (``1.0``, ``-1.0``: what
+    Java's Jackson writes for a double) as the integer it equals; anything else as it is,
+    for the strict check."""
+    return int(v) if type(v) is float and v in (-1.0, 1.0) else v
+
+
+# A JSON number equal to -1 or +1, as the exported JSON Schema says: since draft 6 a
+# number with a zero fractional part is an "integer", and ``enum`` compares numbers by
+# value, so {"type": "integer", "enum": [-1, 1]} takes 1.0 (json-schema.org, Validation
+# 6.1.1 and 6.1.2; Core 4.2.2). Strict otherwise: true, "1", 2, 2.0, 0.5 are refused, not
+# coerced (0/1 and true/false files are mapped at the CLI's edge only,
+# streams/tools/userfiles.py ``map_labels``).
+Label = Annotated[int, BeforeValidator(_whole_label), PydanticStrict(), AfterValidator(_is_label),
                   WithJsonSchema({"type": "integer", "enum": [-1, 1]})]
 
 

@@ -12,7 +12,7 @@ import math
 import sys
 from typing import Annotated, Literal, Union
 
-from pydantic import BeforeValidator, Field, model_validator
+from pydantic import AfterValidator, BeforeValidator, Field, model_validator
 
 from .events import Strict
 from .limits import clean_text
@@ -23,11 +23,39 @@ def _cleaned(value):
     return clean_text(value) if isinstance(value, str) else value
 
 
-# A field name as data frames name columns ("mean radius", "worst area (mm^2)"): 1 to 64
-# printable characters, no control character (a name is quoted in errors and reports, on
-# one line), no leading or trailing whitespace (which a reader could not see).
-FieldName = Annotated[str, Field(min_length=1, max_length=64,
-                                 pattern=r"^[^\s\x00-\x1f\x7f](?:[^\x00-\x1f\x7f]*[^\s\x00-\x1f\x7f])?$")]
+# A field name as data frames name columns ("mean radius", "worst area (mm^2)", "naïve
+# café"): 1 to 64 printable characters of any script, spaces inside it (U+0020) but not at
+# either end, where a reader could not see them. Nothing a reader cannot see or that reorders
+# what they see: a name is quoted in errors, reports and the published declaration, so a
+# control character (category Cc), a format character (Cf: U+202E RIGHT-TO-LEFT OVERRIDE
+# would show "evil" as "live", U+200B ZERO WIDTH SPACE would make two names look alike), a
+# lone surrogate, a private-use or unassigned code point, a line or paragraph separator, or
+# any space but U+0020 is refused (``str.isprintable``: Unicode's "Other" and "Separator"
+# categories except the ASCII space, docs.python.org/3/library/stdtypes.html#str.isprintable).
+# The exported JSON Schema keeps the coarser ASCII pattern (a JSON Schema regex has no
+# Unicode categories without the "u" flag).
+_NAME_PATTERN = r"^[^\s\x00-\x1f\x7f](?:[^\x00-\x1f\x7f]*[^\s\x00-\x1f\x7f])?$"
+
+
+def _printable_name(name: str) -> str:
+    """``name`` if a reader sees exactly what it holds (above); else ValueError naming the
+    first offending character's position and code point, never the rest of the name."""
+    for i, ch in enumerate(name, 1):
+        if not (ch.isprintable() or ch == " ") or (ch.isspace() and i in (1, len(name))):
+            raise ValueError(f"a field name holds printable characters, with spaces only inside it: "
+                             f"character {i} of {len(name)} is {_code_point(ch)}")
+    return name
+
+
+def _code_point(ch: str) -> str:
+    """'U+202E (RIGHT-TO-LEFT OVERRIDE, category Cf)'."""
+    import unicodedata
+    name = unicodedata.name(ch, "")
+    return f"U+{ord(ch):04X} (" + (f"{name}, " if name else "") + f"category {unicodedata.category(ch)})"
+
+
+FieldName = Annotated[str, Field(min_length=1, max_length=64, json_schema_extra={"pattern": _NAME_PATTERN}),
+                      AfterValidator(_printable_name)]
 MAX_FIELDS = 500
 
 

@@ -36,6 +36,7 @@ import argparse
 import asyncio
 import json
 import logging
+import math
 import os
 import sys
 from collections import Counter
@@ -70,9 +71,11 @@ def _kafka(args) -> Kafka:
     """The connection settings of a command (module docstring; streams/worker/kafka.py)."""
     from dpstream.streams.worker.kafka import ClientConfigError
     try:
-        return Kafka.from_settings(args.broker, getattr(args, "client_config", None))
+        kafka = Kafka.from_settings(args.broker, getattr(args, "client_config", None))
+        kafka.check_files()              # a missing CA file: said now, not as an unreachable broker
     except ClientConfigError as err:
         raise Failed(str(err), 2) from None
+    return kafka
 
 
 def _broker_call(kafka: Kafka, coro, doing: str = "talk to", passing: tuple = ()):
@@ -209,15 +212,16 @@ def cmd_run(args) -> int:
     _strict(args, report)
     rng = _key()
     out = out_dir(args.out)                   # refused before the run, not after it
-    state = SqliteState(args.state) if args.state else None
-    rt = EmbeddedRuntime(rng, state)
-    progress = Progress("dpstream run", len(items), quiet=args.quiet)
-    asyncio.run(rt.feed_all(items, progress.advance))
-    progress.done()
-    if state is not None:
-        state.commit()
-    with refused_out():
-        write_export(out, rt.log, rt.outputs)
+    with out:                                 # a directory made here and left empty is removed on failure
+        state = SqliteState(args.state) if args.state else None
+        rt = EmbeddedRuntime(rng, state)
+        progress = Progress("dpstream run", len(items), quiet=args.quiet)
+        asyncio.run(rt.feed_all(items, progress.advance))
+        progress.done()
+        if state is not None:
+            state.commit()
+        with refused_out():
+            write_export(out, rt.log, rt.outputs)
     print(f"dpstream run: {len(items)} inputs -> "
           + ", ".join(f"{len(rt.outputs[t])} {t}" for t in topics.OUTPUTS) + f" in {out.path}")
     for line in report.lines("run"):
@@ -257,11 +261,13 @@ def out_dir(path: str, *, private: bool = True):
 def write_export(out, log: list[dict], outputs: dict) -> None:
     """The layout `dpstream export` and `dpstream run` write and `dpstream replay --dir`
     reads, into ``out`` (an open ``out_dir`` or a path). ``model-events.jsonl`` holds raw
-    features and labels: the directory is created 0700 and every file is 0600."""
+    features and labels: the directory is created 0700 and every file is 0600. Staged
+    (streams/tools/outdir.py ``OutDir.staged``): interrupted, it leaves the previous export
+    or none, never a truncated one; ``model-events.jsonl`` is the marker, put in place last."""
     from dpstream.streams.tools.outdir import OutDir
     names = [f"{topics.MODEL_EVENTS}.jsonl", *(f"{t}.jsonl" for t in topics.OUTPUTS)]
     with (OutDir(out, private=True) if isinstance(out, (str, Path)) else out) as where, \
-            where.files(names) as files:
+            where.staged(names) as files:
         fh = files[f"{topics.MODEL_EVENTS}.jsonl"]
         for rec in log:
             fh.write(json.dumps(rec).encode() + b"\n")
@@ -305,11 +311,11 @@ async def _export_kafka(kafka: Kafka, prefix: str, timeout: float) -> tuple[list
 
 def cmd_export(args) -> int:
     kafka = _kafka(args)
-    out = out_dir(args.out)
-    log, outputs = _broker_call(kafka, _export_kafka(kafka, args.prefix, args.timeout),
-                                f"Read topic {args.prefix}{topics.MODEL_EVENTS} and the output topics")
-    with refused_out():
-        write_export(out, log, outputs)
+    with out_dir(args.out) as out:          # a directory made here and left empty is removed on failure
+        log, outputs = _broker_call(kafka, _export_kafka(kafka, args.prefix, args.timeout),
+                                    f"Read topic {args.prefix}{topics.MODEL_EVENTS} and the output topics")
+        with refused_out():
+            write_export(out, log, outputs)
     print(f"dpstream export: {len(log)} model events, "
           + ", ".join(f"{len(v)} {k}" for k, v in outputs.items()) + f" -> {args.out}")
     return 0
@@ -400,14 +406,22 @@ def cmd_worker(args) -> int:
 
     from dpstream.streams.worker.app import WorkerApp, keep_secrets_from_children
     from dpstream.streams.worker.faust_seam import contract
-    from dpstream.streams.worker.observe import exposed, quiet_startup_logs, web_bind
+    from dpstream.streams.worker.observe import exposed, quiet_startup_logs, web_bind, web_port_problem
     from dpstream.streams.worker.topics import ensure_topics
     from dpstream.streams.worker.tuning import hold_full_collections, shorten_thread_switches
+    from dpstream.streams.tools.acls import check_names
     from dpstream.streams.tools.outdir import UnsafeOut, private_dir
     rng = _key()
     bind = web_bind(args.web_bind)
+    app_id = args.app_id or args.prefix + "dpstream"
     try:                                  # before any connection: a refusal changes nothing
-        data_dir = private_dir(args.data_dir or _default_data_dir(args.app_id or args.prefix + "dpstream"))
+        check_names(args.prefix, app_id)  # its group and changelogs within its tenant's prefix
+    except ValueError as err:
+        raise Failed(str(err), 2) from None
+    if args.web_port is not None and (problem := web_port_problem(bind, args.web_port)):
+        raise Failed(problem, 2)
+    try:
+        data_dir = private_dir(args.data_dir or _default_data_dir(app_id))
     except UnsafeOut as err:
         raise Failed(f"--data-dir {err}", 2) from None
     problems = contract()
@@ -451,7 +465,7 @@ def cmd_worker(args) -> int:
                     "keeps them on this machine)", bind, args.web_port)
 
     worker_app = WorkerApp(kafka=kafka, rng=rng, partitions=args.partitions,
-                           app_id=args.app_id or args.prefix + "dpstream",
+                           app_id=app_id,
                            data_dir=data_dir, web_port=args.web_port, web_bind=bind,
                            prefix=args.prefix,
                            latency_metrics=args.latency_metrics, consumer_thread=args.consumer_thread)
@@ -698,6 +712,9 @@ async def read_topic(kafka: Kafka, topic: str, *, timeout: float = 5.0, limit: i
 
 def cmd_consume(args) -> int:
     from dpstream.streams.tools.topicread import TopicMissing, check_topic_name, follow
+    timeout = _consume_timeout(args)
+    if args.max_messages is not None and args.max_messages < 0:
+        raise Failed(f"--max-messages {args.max_messages}: a number of records, 0 or more", 2)
     kafka = _kafka(args)
     topic = args.prefix + args.topic
     counted = [0]
@@ -708,7 +725,7 @@ def cmd_consume(args) -> int:
 
     async def consume():
         await check_topic_name(kafka, topic, args.prefix)
-        await follow(kafka, topic, write, from_beginning=args.from_beginning, timeout=args.timeout,
+        await follow(kafka, topic, write, from_beginning=args.from_beginning, timeout=timeout,
                      limit=args.max_messages, counted=counted)
     try:
         _broker_call(kafka, consume(), f"Read topic {topic}", passing=(TopicMissing,))
@@ -720,9 +737,26 @@ def cmd_consume(args) -> int:
     return 0
 
 
+def _consume_timeout(args) -> float | None:
+    """``consume``'s idle timeout in seconds, from --timeout or --timeout-ms (Kafka's console
+    consumer: "If specified, exit if no message is available for consumption for the
+    specified interval", ConsoleConsumerOptions); None: follow until interrupted."""
+    if args.timeout is not None and args.timeout_ms is not None:
+        raise Failed("--timeout and --timeout-ms: give one of them", 2)
+    if args.timeout_ms is not None:
+        if args.timeout_ms < 0:
+            raise Failed(f"--timeout-ms {args.timeout_ms}: milliseconds, 0 or more", 2)
+        return args.timeout_ms / 1000
+    if args.timeout is not None and not (math.isfinite(args.timeout) and args.timeout >= 0):
+        raise Failed(f"--timeout {args.timeout:g}: seconds, a finite number 0 or more", 2)
+    return args.timeout
+
+
 def cmd_models(args) -> int:
     if args.action == "register":
         return _register(args)
+    if args.no_check:
+        raise Failed(f"--no-check: only `models register` takes it, not `models {args.action}`", 2)
     if args.action == "show" and not args.target:
         raise Failed("name the model id", 2)
     # Configs come from the `models` topic (registrations only, never the model-events log,
@@ -836,20 +870,31 @@ def _differs(config, known) -> str:
             "it under a new model id")
 
 
+def _wire(config) -> bytes:
+    """A registration as it is sent, and so as the worker measures it against the structural
+    limits: compact JSON (no space after ',' and ':'; before, the limits were checked on
+    json.dumps' default spacing, about 2% more, and a registration the worker would take
+    was refused here as oversized)."""
+    return json.dumps(config.model_dump(mode="json"), separators=(",", ":")).encode()
+
+
 def _register(args) -> int:
-    """Validate registrations locally (schema and feasibility, as the worker will), read
-    the registrations in force, and send only what the worker would accept and is new:
-    an id in force with another config is refused here, an identical one is skipped."""
+    """Validate registrations locally (schema, feasibility and the structural limits, as the
+    worker will), read the registrations in force (not with --no-check), and send only what
+    the worker would accept and is new: an id in force with another config is refused
+    here, an identical one is skipped."""
     if not args.target:
         raise Failed("name a model config file (JSON, a list, or JSONL; - for standard input)", 2)
     configs = parse_registrations(args.target)
     for config in configs:                # as sent, under the worker's structural limits
-        reason = check_record(topics.MODELS, json.dumps(config.model_dump(mode="json")).encode())
+        reason = check_record(topics.MODELS, _wire(config))
         if reason:
             raise Failed(f"the registration of {config.model_id} would be dead-lettered: "
                          f"{reason}; nothing sent")
     kafka = _kafka(args)
-    in_force, unchecked = _in_force(kafka, args, "sent")
+    in_force, unchecked = (({}, "--no-check: the registrations in force were not read, so an id "
+                            f"registered with another config is refused on {args.prefix}{topics.REJECTED} "
+                            "only") if args.no_check else _in_force(kafka, args, "sent"))
     new = []
     for config in configs:
         known = (in_force or {}).get(config.model_id)
@@ -858,8 +903,7 @@ def _register(args) -> int:
         elif known.model_dump(mode="json") != config.model_dump(mode="json"):
             raise Failed(f"{_differs(config, known)}; nothing sent")
     from dpstream.streams.tools.userfiles import Row
-    lines = [Row(c.model_id, json.dumps(c.model_dump(mode="json")).encode(), {"model_id": c.model_id})
-             for c in new]
+    lines = [Row(c.model_id, _wire(c), {"model_id": c.model_id}) for c in new]
     if lines:
         _broker_call(kafka, _produce(kafka, args.prefix + topics.MODELS, lines, Delivery(len(lines))),
                      f"Write topic {args.prefix}{topics.MODELS}")
@@ -1008,6 +1052,18 @@ def _version() -> str:
         return "unknown (not installed)"
 
 
+class _CommandParser(argparse.ArgumentParser):
+    """A command's parser: an unknown flag is refused with this command's usage. (argparse
+    hands what a subparser does not know back to the top-level parser, whose error shows
+    ``dpstream [-h] [--version] COMMAND ...``, which says nothing of the command's flags.)"""
+
+    def parse_known_args(self, args=None, namespace=None):
+        namespace, extras = super().parse_known_args(args, namespace)
+        if extras:
+            self.error(f"unrecognized arguments: {' '.join(extras)}")
+        return namespace, extras
+
+
 def build_parser() -> argparse.ArgumentParser:
     """Every command and flag (each with its help: tests/streams/test_cli_contract.py)."""
     from dpstream.streams.tools.userfiles import FORMATS, LABEL_COLUMN
@@ -1017,7 +1073,7 @@ def build_parser() -> argparse.ArgumentParser:
         "file named by $DPSTREAM_SECRET_KEY_FILE (64+ hex digits), never from a flag.")
     ap.add_argument("--version", action="version", version=f"dpstream {_version()}",
                     help="print the installed version and exit")
-    sub = ap.add_subparsers(dest="cmd", required=True, metavar="COMMAND")
+    sub = ap.add_subparsers(dest="cmd", required=True, metavar="COMMAND", parser_class=_CommandParser)
     p = sub.add_parser("demo", help="the main job on the embedded runtime (no Kafka)",
                        description="Three models fed generated raw records on the embedded runtime, "
                        "with the baselines a user would compare them with.")
@@ -1119,6 +1175,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--timeout", type=float, metavar="SECONDS",
                    help="stop after this many seconds without a new record (default: follow until "
                         "interrupted)")
+    p.add_argument("--timeout-ms", type=int, metavar="MS",
+                   help="--timeout in milliseconds, as Kafka's console consumer takes it")
     p.set_defaults(fn=cmd_consume)
 
     p = sub.add_parser("models", help="register, list or show models",
@@ -1132,6 +1190,9 @@ def build_parser() -> argparse.ArgumentParser:
     broker(p)
     p.add_argument("--timeout", type=float, default=3.0,
                    help="seconds to wait for a record while reading a topic (default: %(default)s)")
+    p.add_argument("--no-check", action="store_true",
+                   help="register: send without reading the registrations in force (the config "
+                        "itself is still validated as the worker will)")
     p.set_defaults(fn=cmd_models)
     p = sub.add_parser("export", help="write the log and output topics to JSONL files",
                        description="Read model-events and the output topics from the start into an "

@@ -23,6 +23,15 @@ root, ``export`` overwrote a file outside the directory). The rules now:
   with one link, before it is truncated and written. A symbolic link, another user's
   file or a hard link to elsewhere at a target name is refused with one line; files are
   opened before any is written, so a refusal leaves what was there unchanged.
+* Its parent must belong to the caller or to root, and when others may write to it,
+  carry the sticky bit (as /tmp does): whoever may write a parent without it could move
+  the directory away once written and put their own in its place.
+* An export (``OutDir.staged``) is written to hidden ``.NAME.partial`` files and renamed
+  into place once every file is written, its marker file (``model-events.jsonl``, what
+  ``replay --dir`` looks for) removed first and renamed last: a run interrupted at any
+  point leaves the previous export, or a directory without the marker ("not an export
+  directory"), never a truncated export that reads as complete. A directory the command
+  created is removed again when the command fails before writing anything.
 """
 from __future__ import annotations
 
@@ -36,7 +45,12 @@ OTHERS_WRITE = stat.S_IWGRP | stat.S_IWOTH
 
 
 class UnsafeOut(Exception):
-    """An ``--out`` directory or target file that would expose or redirect the output."""
+    """An ``--out`` directory or target file that would expose or redirect the output:
+    ``problem`` (what is wrong) and ``fix`` (what to do), one line together."""
+
+    def __init__(self, problem: str, fix: str = ""):
+        super().__init__(f"{problem}: {fix}" if fix else problem)
+        self.problem, self.fix = problem, fix
 
 
 class OutDir:
@@ -46,16 +60,22 @@ class OutDir:
     def __init__(self, path: str | Path, *, private: bool):
         self.path, self.private = Path(path), private
         self.fd: int | None = None
+        self.created = False
 
     def __enter__(self) -> "OutDir":
         if self.fd is None:                 # entered once: the directory checked once
-            self.fd = _open_dir(self.path, self.private)
+            self.fd, self.created = _open_dir(self.path, self.private, with_created=True)
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, exc_type, *exc) -> None:
         if self.fd is not None:
             os.close(self.fd)
             self.fd = None
+        if exc_type is not None and self.created:
+            try:                            # made for this command, which failed: not left behind
+                os.rmdir(self.path)         # (only if still empty)
+            except OSError:
+                pass
 
     @contextmanager
     def files(self, names):
@@ -86,6 +106,44 @@ class OutDir:
                 else:
                     os.close(fd)
 
+    @contextmanager
+    def staged(self, names):
+        """Binary files for writing, one per name, that take their names only once all are
+        written (module docstring): the first name is the marker, removed first and put in
+        place last. Every target is checked as ``files`` checks it before anything is
+        written; on any failure the hidden files are removed and the targets left as they
+        were (or without the marker, if the renames had begun)."""
+        mode = 0o600 if self.private else 0o644
+        for name in names:
+            _check_target(self.fd, self.path, name)
+        handles = {}
+        try:
+            for name in names:
+                handles[name] = os.fdopen(_open_partial(self.fd, self.path, name, mode), "wb")
+            yield handles
+            for fh in handles.values():
+                fh.flush()
+                os.fsync(fh.fileno())
+                fh.close()
+            marker, *rest = names
+            try:
+                os.unlink(marker, dir_fd=self.fd)
+            except FileNotFoundError:
+                pass
+            for name in [*rest, marker]:
+                os.rename(_partial(name), name, src_dir_fd=self.fd, dst_dir_fd=self.fd)
+            os.fsync(self.fd)
+        except OSError as err:
+            raise UnsafeOut(f"cannot write {self.path} ({err.strerror})", "nothing of this run kept "
+                            "(the directory has no model-events.jsonl if it had to be replaced)") from None
+        finally:
+            for name, fh in handles.items():
+                fh.close()
+                try:
+                    os.unlink(_partial(name), dir_fd=self.fd)
+                except FileNotFoundError:
+                    pass
+
     def write_all(self, files: dict[str, bytes]) -> None:
         """Write every file (name -> content)."""
         with self.files(files) as handles:
@@ -93,52 +151,115 @@ class OutDir:
                 handles[name].write(data)
 
 
-def _open_dir(path: Path, private: bool) -> int:
+def _open_dir(path: Path, private: bool, *, with_created: bool = False):
     """The directory's descriptor, created if missing, after the checks of the module
-    docstring."""
+    docstring (and whether it was created, ``with_created``)."""
     uid = os.geteuid()
     try:
         link = os.lstat(path)
     except FileNotFoundError:
         link = None
     except OSError as err:
-        raise UnsafeOut(f"{path}: {err.strerror}") from None
+        raise UnsafeOut(f"{path}: {err.strerror}", "choose another directory") from None
     created = link is None
     if created:
         try:
             if path.parent != path:
                 path.parent.mkdir(parents=True, exist_ok=True)
+            _check_parent(path)
             os.mkdir(path, 0o700 if private else 0o777)
         except FileExistsError:             # appeared meanwhile: judged as any existing one
-            return _open_dir(path, private)
+            return _open_dir(path, private, with_created=with_created)
         except OSError as err:
-            raise UnsafeOut(f"cannot create {path}: {err.strerror}") from None
+            raise UnsafeOut(f"cannot create {path} ({err.strerror})",
+                            "choose a directory you may create") from None
     elif stat.S_ISLNK(link.st_mode) and link.st_uid != uid:
-        raise UnsafeOut(f"{path} is a symbolic link owned by uid {link.st_uid}, not by you: "
+        raise UnsafeOut(f"{path} is a symbolic link owned by uid {link.st_uid}, not by you",
                         "nothing written through it; choose another directory")
+    else:
+        _check_parent(path)
     try:
         fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     except NotADirectoryError:
-        raise UnsafeOut(f"{path} exists and is not a directory") from None
+        raise UnsafeOut(f"{path} exists and is not a directory", "choose a directory") from None
     except OSError as err:
-        raise UnsafeOut(f"cannot open {path}: {err.strerror}") from None
+        raise UnsafeOut(f"cannot open {path} ({err.strerror})", "choose another directory") from None
     st = os.fstat(fd)
     problem = None
     if st.st_uid != uid:
-        problem = (f"{path} belongs to uid {st.st_uid}, not to you: its owner could read or "
-                   "swap what is written there; choose a new directory (it is created 0700)")
+        problem = UnsafeOut(f"{path} belongs to uid {st.st_uid}, not to you", "its owner could read or "
+                            "swap what is written there; choose a new directory (it is created 0700)")
     elif st.st_mode & OTHERS_WRITE and not created:
-        problem = (f"{path} is writable by other users (mode {stat.S_IMODE(st.st_mode):04o}): "
-                   "they could plant links or swap files in it; choose a new directory (it "
-                   "is created 0700) or one only you can write (it is never chmod-ed here)")
+        problem = UnsafeOut(f"{path} is writable by other users (mode {stat.S_IMODE(st.st_mode):04o})",
+                            "they could plant links or swap files in it; choose a new directory (it "
+                            "is created 0700) or one only you can write (it is never chmod-ed here)")
     if problem is not None:
         os.close(fd)
-        raise UnsafeOut(problem)
+        raise problem
     if created:                              # ours, just made: never wider than the rules say
         wanted = 0o700 if private else stat.S_IMODE(st.st_mode) & ~OTHERS_WRITE
         if stat.S_IMODE(st.st_mode) != wanted:
             os.fchmod(fd, wanted)
-    return fd
+    return (fd, created) if with_created else fd
+
+
+def _check_parent(path: Path) -> None:
+    """UnsafeOut unless ``path``'s parent belongs to the caller or root and, when others may
+    write to it, has the sticky bit (module docstring)."""
+    parent = path.absolute().parent
+    try:
+        st = os.stat(parent)
+    except OSError as err:
+        raise UnsafeOut(f"cannot reach {parent} ({err.strerror})", "choose another directory") from None
+    if st.st_uid not in (0, os.geteuid()):
+        raise UnsafeOut(f"{path}'s parent {parent} belongs to uid {st.st_uid}", "its owner could move "
+                        "the directory away and put theirs in its place; choose a directory under "
+                        "one of yours")
+    if st.st_mode & OTHERS_WRITE and not st.st_mode & stat.S_ISVTX:
+        raise UnsafeOut(f"{path}'s parent {parent} is writable by other users without the sticky "
+                        f"bit (mode {stat.S_IMODE(st.st_mode):04o})", "they could move the directory "
+                        "away and put theirs in its place; choose a directory under one of yours")
+
+
+def _partial(name: str) -> str:
+    return f".{name}.partial"
+
+
+def _check_target(dir_fd: int, path: Path, name: str) -> None:
+    """UnsafeOut when what is at ``name`` may not be replaced (``_open_file``'s rules; a
+    missing target is fine)."""
+    shown = path / name
+    try:
+        st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+    except FileNotFoundError:
+        return
+    problem = None
+    if stat.S_ISLNK(st.st_mode):
+        problem = f"{shown} is a symbolic link"
+    elif not stat.S_ISREG(st.st_mode):
+        problem = f"{shown} is not a regular file"
+    elif st.st_uid != os.geteuid():
+        problem = f"{shown} belongs to uid {st.st_uid}, not to you"
+    elif st.st_nlink != 1:
+        problem = f"{shown} has {st.st_nlink} hard links (it is also a file elsewhere)"
+    if problem is not None:
+        raise UnsafeOut(problem, "nothing written; remove it or choose a new --out directory")
+
+
+def _open_partial(dir_fd: int, path: Path, name: str, mode: int) -> int:
+    """A new hidden file for ``name`` (a stale one from a killed run removed first)."""
+    try:
+        os.unlink(_partial(name), dir_fd=dir_fd)
+    except FileNotFoundError:
+        pass
+    except OSError as err:
+        raise UnsafeOut(f"cannot write {path / _partial(name)} ({err.strerror})", "remove it") from None
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+    try:
+        return os.open(_partial(name), flags, mode, dir_fd=dir_fd)
+    except OSError as err:
+        raise UnsafeOut(f"cannot write {path / _partial(name)} ({err.strerror})",
+                        "choose a new --out directory") from None
 
 
 def _open_file(dir_fd: int, path: Path, name: str, mode: int) -> tuple[int, bool]:
@@ -156,9 +277,9 @@ def _open_file(dir_fd: int, path: Path, name: str, mode: int) -> tuple[int, bool
             fd = os.open(name, flags, dir_fd=dir_fd)
     except OSError as err:
         if os.path.islink(shown) or err.errno == errno.ELOOP:           # ELOOP: O_NOFOLLOW met a link
-            raise UnsafeOut(f"{shown} is a symbolic link: nothing written through it; "
+            raise UnsafeOut(f"{shown} is a symbolic link", "nothing written through it; "
                             "remove it or choose a new --out directory") from None
-        raise UnsafeOut(f"cannot write {shown}: {err.strerror}") from None
+        raise UnsafeOut(f"cannot write {shown} ({err.strerror})", "choose a new --out directory") from None
     st = os.fstat(fd)
     problem = None
     if not stat.S_ISREG(st.st_mode):
@@ -169,7 +290,7 @@ def _open_file(dir_fd: int, path: Path, name: str, mode: int) -> tuple[int, bool
         problem = f"{shown} has {st.st_nlink} hard links (it is also a file elsewhere)"
     if problem is not None:
         os.close(fd)
-        raise UnsafeOut(f"{problem}: nothing written; remove it or choose a new --out directory")
+        raise UnsafeOut(problem, "nothing written; remove it or choose a new --out directory")
     os.set_blocking(fd, True)
     return fd, created
 
@@ -178,15 +299,27 @@ def private_dir(path: str | Path) -> Path:
     """A directory only the caller may use (the worker's ``--data-dir``: faust's local table
     files, as sensitive as the changelogs): created 0700 when missing; an existing one must
     be the caller's, and neither readable nor writable by anyone else (never chmod-ed
-    here), else UnsafeOut. Before, a /tmp/dpstream-worker another user made was used,
-    with a warning at most."""
+    here), else UnsafeOut, whose one line says what is wrong and how to fix it. Before, a
+    /tmp/dpstream-worker another user made was used, with a warning at most."""
     path = Path(path).expanduser()
-    fd = _open_dir(path, private=True)
+    fix = ("give --data-dir a directory of your own (a missing one is created 0700), or leave "
+           "it out for the default under ~/.local/state")
+    try:
+        st = os.stat(path)
+    except OSError:
+        st = None
+    if st is not None and stat.S_ISDIR(st.st_mode) and st.st_uid == os.geteuid() and st.st_mode & 0o077:
+        raise UnsafeOut(f"{path} is open to other users (mode {stat.S_IMODE(st.st_mode):04o}) and the "
+                        f"worker keeps its table files there", f"chmod 700 {path}, or {fix}")
+    try:
+        fd = _open_dir(path, private=True)
+    except UnsafeOut as err:
+        raise UnsafeOut(err.problem, fix) from None
     try:
         mode = stat.S_IMODE(os.fstat(fd).st_mode)
     finally:
         os.close(fd)
     if mode & 0o077:
-        raise UnsafeOut(f"{path} is open to other users (mode {mode:04o}): the worker keeps its "
-                        f"table files there; chmod 700 {path}, or choose a new --data-dir")
+        raise UnsafeOut(f"{path} is open to other users (mode {mode:04o}) and the worker keeps its "
+                        f"table files there", f"chmod 700 {path}, or {fix}")
     return path

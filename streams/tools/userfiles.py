@@ -87,16 +87,44 @@ def read_table(path: str, fmt: str) -> list[dict]:
     needs pyarrow: ``pip install 'dpstream[parquet]'``), as dicts by column name."""
     if fmt == "csv":
         text = read_bytes(path).decode("utf-8-sig", errors="replace")
-        return list(csv.DictReader(io.StringIO(text)))
+        reader = csv.reader(io.StringIO(text))
+        rows = []
+        try:
+            header = next(reader, [])
+            _distinct_columns(path, header)
+            for cells in reader:
+                if not cells:           # a blank line, as csv.DictReader skips it
+                    continue
+                if len(cells) != len(header):
+                    raise FileError(f"{path} line {reader.line_num} has {len(cells)} cells and the "
+                                    f"header {len(header)}: quote a cell that holds a comma, and give "
+                                    "every column a cell (an empty one is a missing value)")
+                rows.append(dict(zip(header, cells)))
+        except csv.Error as err:
+            raise FileError(f"{path} line {reader.line_num}: not CSV ({err})") from None
+        return rows
     try:
         import pyarrow.parquet as pq
     except ImportError:
         raise FileError(f"{path}: reading Parquet needs pyarrow (pip install 'dpstream[parquet]')") from None
     source = io.BytesIO(read_bytes(path)) if path == "-" else path
     try:
-        return pq.read_table(source).to_pylist()
+        table = pq.read_table(source)
     except Exception as err:           # noqa: BLE001 - pyarrow's errors: one line, never a traceback
         raise FileError(f"cannot read {path} as Parquet: {str(err)[:200]}") from None
+    _distinct_columns(path, table.column_names)
+    return table.to_pylist()
+
+
+def _distinct_columns(path: str, names: list[str]) -> None:
+    """FileError when two columns share a name: a record holds one value per name, and
+    which one a dict of the row keeps (the last) is no choice to make silently."""
+    first: dict[str, int] = {}
+    for i, name in enumerate(names, 1):
+        if name in first:
+            raise FileError(f"{path}: columns {first[name]} and {i} are both named {name[:64]!r}: "
+                            "rename one (a record holds one value per name)")
+        first[name] = i
 
 
 _TRUTH = {"true": True, "t": True, "yes": True, "false": False, "f": False, "no": False}
@@ -149,13 +177,15 @@ def label_cell(value):
 
 def column_kinds(table: list[dict]) -> dict[str, str]:
     """A guess at each text column's kind, from all its cells (no declaration at hand):
-    "numeric" when every cell reads as a number, "boolean" when every cell is
-    true/false/yes/no (or 0/1 beside them), else "categorical"."""
+    "numeric" when every cell reads as a number (``inf``, ``NaN`` and the like too, as
+    pandas writes them: such a cell stays text, which a numeric field sends to its missing
+    slot), "boolean" when every cell is true/false/yes/no (or 0/1 beside them), else
+    "categorical"."""
     kinds = {}
     for column in (table[0] if table else {}):
         cells = {v.strip().lower() for r in table if isinstance(v := r.get(column), str) and v.strip()}
         try:
-            numeric = bool(cells) and all(_number(c) is not None for c in cells)
+            numeric = bool(cells) and all(float(c) is not None for c in cells)
         except ValueError:
             numeric = False
         if cells and not numeric and cells <= set(_TRUTH) | {"0", "1"}:

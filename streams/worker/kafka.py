@@ -130,7 +130,7 @@ class Kafka:
         username, password = props.get("sasl.username"), props.get("sasl.password")
         jaas = props.get("sasl.jaas.config")
         if jaas:
-            found = dict(re.findall(r'(username|password)\s*=\s*"([^"]*)"', jaas))
+            found = _jaas_options(jaas, config_file or "the client config")
             username, password = found.get("username", username), found.get("password", password)
         if (password or props.get("ssl.key.password")) and config_file:
             mode = os.stat(config_file).st_mode
@@ -162,11 +162,29 @@ class Kafka:
         """The TLS context: the CA bundle (else the system's), an optional client
         certificate, hostname verification unless turned off explicitly."""
         import ssl
-        context = ssl.create_default_context(cafile=self.ca_file)
+        try:
+            context = ssl.create_default_context(cafile=self.ca_file)
+        except OSError as err:             # ssl.SSLError is one: a file OpenSSL cannot read
+            raise ClientConfigError(_unreadable("ssl.ca.location", self.ca_file, err) +
+                                    ": give the PEM file of the CA that signed the broker's "
+                                    "certificate (a Java truststore: export it to PEM)") from None
         if self.cert_file:
-            context.load_cert_chain(self.cert_file, self.key_file, self.key_password)
+            try:
+                context.load_cert_chain(self.cert_file, self.key_file, self.key_password)
+            except OSError as err:
+                raise ClientConfigError(
+                    _unreadable("ssl.certificate.location", self.cert_file, err) + " with ssl.key.location="
+                    f"{self.key_file}: give PEM files of the client certificate and its key (an "
+                    "encrypted key: its password in $DPSTREAM_KAFKA_SSL_KEY_PASSWORD)") from None
         context.check_hostname = self.check_hostname
         return context
+
+    def check_files(self) -> None:
+        """ClientConfigError, before any connection, when the TLS files cannot be loaded (a
+        missing CA file, a certificate or key that is not PEM): one line naming the
+        setting, instead of a connection failure that blames the broker."""
+        if self.tls:
+            self.ssl_context()
 
     def client_args(self) -> dict:
         """Keyword arguments every aiokafka client takes."""
@@ -212,6 +230,12 @@ class Kafka:
         if "Authentication" in name or "Sasl" in name or "SaslAuthenticationFailed" in said:
             return (f"the broker at {self.bootstrap} refused the login of {self.principal} ({name}): "
                     "check sasl.username, the password and sasl.mechanism")
+        if isinstance(err, ClientConfigError):
+            return str(err)
+        if isinstance(err, (E.KafkaConnectionError, ConnectionError, OSError, asyncio.TimeoutError,
+                            E.KafkaTimeoutError)) and _listener_mismatch(self.security_protocol, said):
+            return (f"the broker at {self.bootstrap} answered but dropped the connection ({name}): "
+                    f"{_listener_mismatch(self.security_protocol, said)}")
         if isinstance(err, (E.KafkaConnectionError, ConnectionError, OSError, asyncio.TimeoutError,
                             E.KafkaTimeoutError)):
             hint = (" (a plaintext client on a TLS listener? check security.protocol)"
@@ -268,8 +292,9 @@ def _protocol(props: dict[str, str], where: str) -> str:
                 "(or SSL, or SASL_PLAINTEXT)")
         return "PLAINTEXT"
     protocol = protocol.strip().upper()
-    if protocol not in PROTOCOLS:
-        raise ClientConfigError(f"security.protocol={protocol!r}: one of {', '.join(PROTOCOLS)}")
+    if protocol not in PROTOCOLS:                 # the value is not shown: a password pasted on
+        raise ClientConfigError(f"{where}: security.protocol is none of {', '.join(PROTOCOLS)} "
+                                "(its value is not shown: it could be a misplaced secret)")
     if sasl and not protocol.startswith("SASL"):
         raise ClientConfigError(f"{where}: {sasl[0]} is set but security.protocol={protocol} makes no "
                                 "SASL login (the credentials would be ignored): use SASL_SSL")
@@ -287,7 +312,11 @@ def _mechanism(props: dict[str, str], protocol: str, where: str) -> str | None:
             f"{where}: security.protocol={protocol} but no sasl.mechanism, and Kafka clients then "
             f"use GSSAPI (Kerberos), which dpstream does not speak: set sasl.mechanism to one of "
             f"{', '.join(MECHANISMS)} (SCRAM never sends the password itself)")
-    return mechanism.strip().upper() if mechanism else None
+    mechanism = mechanism.strip().upper() if mechanism else None
+    if mechanism is not None and mechanism not in MECHANISMS:
+        raise ClientConfigError(f"{where}: sasl.mechanism is none of {', '.join(MECHANISMS)} (its value "
+                                "is not shown: it could be a misplaced secret)")
+    return mechanism
 
 
 def _hostname_check(props: dict[str, str], where: str) -> bool:
@@ -305,14 +334,59 @@ def _hostname_check(props: dict[str, str], where: str) -> bool:
         "librdkafka's 'none' is not taken, so a typo can never turn it off")
 
 
+def _jaas_options(jaas: str, where: str) -> dict[str, str]:
+    """``username`` and ``password`` of a Java client's ``sasl.jaas.config`` line
+    (``<LoginModule> required username="u" password="p";``). Refused, without showing the
+    line (it holds the password): a quote that is not closed, or no ``;`` at the end (Kafka's
+    JaasConfig parser refuses both: "Expected ';'"); before, an unclosed quote made the
+    password silently missing and the error blamed a missing sasl.username/password."""
+    if jaas.count('"') % 2:
+        raise ClientConfigError(f"{where}: sasl.jaas.config has a quote that is not closed (the line is "
+                                'not shown: it holds the password): username="..." password="...";')
+    if not jaas.rstrip().endswith(";"):
+        raise ClientConfigError(f"{where}: sasl.jaas.config does not end with ';' (Kafka's clients "
+                                'refuse it too): ... required username="..." password="...";')
+    return dict(re.findall(r'(username|password)\s*=\s*"([^"]*)"', jaas))
+
+
+def _unreadable(setting: str, path: str | None, err: OSError) -> str:
+    """'<setting>=<path>: <why>' for a TLS file OpenSSL could not load (never its content)."""
+    import ssl
+    if isinstance(err, ssl.SSLError):
+        why = f"not PEM that OpenSSL reads ({err.reason or err.strerror or 'unreadable'})"
+    else:
+        why = err.strerror or type(err).__name__
+    return f"{setting}={path}: {why}"
+
+
+def _listener_mismatch(protocol: str, said: str) -> str | None:
+    """What to check when the broker took the TCP connection and dropped it at once (aiokafka
+    logs "Unable connect" with no OS error): a client whose ``security.protocol`` is not
+    the listener's. Kafka answers a TLS handshake on a plaintext listener, or a SASL
+    handshake on a listener without SASL, by closing the connection."""
+    if "Unable connect" not in said or "Errno" in said or "imeout" in said or protocol == "PLAINTEXT":
+        return None
+    if "IllegalSaslState" in said:
+        return (f"security.protocol={protocol} logs in with SASL, and this listener takes no SASL "
+                f"login: set security.protocol to the listener's ({'SSL' if protocol == 'SASL_SSL' else 'PLAINTEXT'}?)")
+    return (f"security.protocol={protocol} starts TLS; is this listener plaintext? set security.protocol "
+            "to the listener's (PLAINTEXT or SASL_PLAINTEXT?)")
+
+
 def read_properties(path: str) -> dict[str, str]:
     """A Java-style properties file: ``key=value`` or ``key: value`` lines, ``#`` and ``!``
     comments. ClientConfigError on an unreadable file or an unknown key (a typo must not
     silently fall back to PLAINTEXT)."""
     try:
-        text = Path(path).read_text()
+        data = Path(path).read_bytes()
     except OSError as err:
         raise ClientConfigError(f"cannot read the client config {path}: {err.strerror}") from None
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as err:      # a key or a keystore given by mistake: never shown
+        raise ClientConfigError(f"{path} is not a client properties file: byte {err.start + 1} is not "
+                                "UTF-8 text (a key, a certificate or a Java keystore? those are named "
+                                "inside the file: ssl.key.location=..., ssl.ca.location=...)") from None
     props = {}
     for n, line in enumerate(text.splitlines(), 1):
         line = line.strip()

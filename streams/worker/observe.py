@@ -20,6 +20,7 @@ turns on a coarse one (buckets 10 ms, 100 ms, 1 s, 10 s) for operators who accep
 from __future__ import annotations
 
 import contextlib
+import errno
 import logging
 import time
 
@@ -40,6 +41,35 @@ def web_bind(given: str | None = None, environ=None) -> str:
     import os
     environ = os.environ if environ is None else environ
     return (given or environ.get(WEB_BIND_ENV) or WEB_BIND).strip()
+
+
+def web_port_problem(bind: str, port: int) -> str | None:
+    """Why the worker's pages could not listen on ``bind``:``port``, found before the worker
+    connects (faust's web server would otherwise fail mid-start with a traceback): the
+    address's every resolved socket is bound and closed again, as aiohttp's ``TCPSite``
+    binds them (``loop.create_server``: getaddrinfo with AI_PASSIVE, SO_REUSEADDR on
+    POSIX, docs.python.org/3/library/asyncio-eventloop.html#asyncio.loop.create_server).
+    None when it can; a port taken between this check and the start still fails there."""
+    import socket
+    if not 0 <= port <= 65535:
+        return f"--web-port {port}: a TCP port is 0 to 65535"
+    try:
+        infos = socket.getaddrinfo(bind, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except (socket.gaierror, UnicodeError) as err:
+        return (f"--web-bind {bind[:64]!r}: not an address of this machine ({getattr(err, 'strerror', err)}): "
+                "give one of its addresses, or 127.0.0.1")
+    for family, kind_, proto, _, address in infos:
+        with socket.socket(family, kind_, proto) as sock:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                sock.bind(address)
+            except OSError as err:
+                if err.errno == errno.EADDRINUSE:
+                    return (f"--web-port {port}: {address[0]}:{port} is in use (another worker's "
+                            "pages?): give another --web-port, or stop what listens there")
+                return (f"--web-bind {bind[:64]!r}: cannot listen on {address[0]}:{port} ({err.strerror}): "
+                        "give an address of this machine, or 127.0.0.1")
+    return None
 
 
 def exposed(bind: str) -> bool:

@@ -321,8 +321,8 @@ def test_features_sample_says_which_fields_it_leaves_out_and_why(tmp_path, capsy
     out, err = capsys.readouterr()
     fields = {f["name"]: f for f in json.loads(out)}
     assert set(fields) == {"mean radius", "flag", "ok"}
-    assert "'two\\nlines': left out: a field name has 1 to 64 printable characters, without " \
-           "control characters or whitespace at either end (rename it in the data, e.g. " \
+    assert "'two\\nlines': left out: a field name holds printable characters, with spaces only " \
+           "inside it: character 4 of 9 is U+000A (category Cc) (rename it in the data, e.g. " \
            "'two_lines')" in err
     assert "'constant': left out: constant (every value is '3')" in err
     assert "'mixed': left out: mixed types (20 int, 20 str)" in err

@@ -201,6 +201,9 @@ def test_consume(deployment):
     line = one_line(d.cli("consume", "--topic", "exampels", "--timeout", "1"), 2)
     assert f"did you mean {d.prefix}examples?" in line and "no topic created" in line
     assert d.prefix + "exampels" not in d.topics()
+    # Kafka's console consumer's --timeout-ms (before: an unknown flag, refused with the
+    # top-level usage): from the end, nothing new within 500 ms, so it ends with nothing
+    assert ok(d.cli("consume", "--topic", "predictions", "--timeout-ms", "500")) == ""
 
 
 def test_export_and_replay_of_the_topics(deployment):

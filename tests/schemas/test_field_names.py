@@ -1,0 +1,53 @@
+"""A declared field's name is what a reader sees: printable characters of any script, spaces
+inside it (schemas/features.py FieldName)."""
+import asyncio
+
+import pytest
+from pydantic import ValidationError
+
+from dpstream.mechanisms.randomness import KeyedRandomness
+from dpstream.schemas.features import BooleanField, NumericField
+from dpstream.streams.cli.commands import check_record
+from dpstream.streams.tools.embedded import EmbeddedRuntime
+
+RNG = KeyedRandomness(b"field-names-test-key-00000000000")
+
+
+def registration(name: str) -> bytes:
+    return ('{"model_id": "m", "budget": {"epsilon": 2, "delta": 1e-6}, "params": {"kind": '
+            '"continual_winnow", "horizon": 1000}, "features": [{"type": "boolean", "name": "%s"}, '
+            '{"type": "boolean", "name": "y2"}]}' % name).encode()
+
+
+@pytest.mark.parametrize("escaped, shown", [
+    (r"\u202eevil", "character 1 of 5 is U+202E (RIGHT-TO-LEFT OVERRIDE, category Cf)"),
+    (r"a\u200bb", "character 2 of 3 is U+200B (ZERO WIDTH SPACE, category Cf)"),
+    (r"a\u2028b", "character 2 of 3 is U+2028 (LINE SEPARATOR, category Zl)"),
+    (r"a\u00a0b", "character 2 of 3 is U+00A0 (NO-BREAK SPACE, category Zs)"),
+    (r"secret\ue000", "character 7 of 7 is U+E000 (category Co)"),
+])
+def test_a_field_name_with_an_invisible_character_is_refused_naming_only_that_character(escaped, shown):
+    """Before: the pattern refused ASCII control characters only, so a registration whose
+    field was named "\\u202eevil" (shown as "live" by a terminal) or "a\\u200bb" (looks
+    like "ab") was accepted by the worker and published in its declaration."""
+    rt = EmbeddedRuntime(RNG)
+    asyncio.run(rt.feed_all([("models", registration(escaped))]))
+    [rejected] = rt.outputs["rejected"]
+    assert rejected["reason"] == ("invalid registration: features.boolean.name: a field name holds "
+                                  f"printable characters, with spaces only inside it: {shown}")
+    assert check_record("models", registration(escaped)) == rejected["reason"].removeprefix(
+        "invalid registration: ")
+    assert "evil" not in rejected["reason"] and "secret" not in rejected["reason"]
+
+
+@pytest.mark.parametrize("name", ["mean radius", "worst area (mm^2)", "naïve café", "Größe", "価格",
+                                  "دخل", "x"])
+def test_names_of_any_script_with_spaces_inside_stay_accepted(name):
+    assert NumericField(name=name, lower=0, upper=1).name == name
+    assert BooleanField(name=name).name == name
+
+
+@pytest.mark.parametrize("name", [" x", "x ", "\tx", "x\n", ""])
+def test_whitespace_at_either_end_and_the_empty_name_stay_refused(name):
+    with pytest.raises(ValidationError):
+        BooleanField(name=name)

@@ -1,0 +1,322 @@
+"""Edges of the CLI a user meets by mistake: each answered by one line (exit 2 for a usage
+error), never a traceback or a silent wrong result. No broker unless a test names
+``kafka_bootstrap``: the others point at 127.0.0.1:1, where nothing listens, and are
+refused before any connection."""
+import json
+import os
+import socket
+import stat
+from pathlib import Path
+
+import pytest
+
+from dpstream.streams.cli.commands import main, write_export
+
+from .kafka_helpers import KEY_HEX
+
+NOWHERE = ["--bootstrap-server", "127.0.0.1:1"]
+
+
+@pytest.fixture(autouse=True)
+def key(monkeypatch):
+    monkeypatch.setenv("DPSTREAM_SECRET_KEY", KEY_HEX)
+    monkeypatch.delenv("DPSTREAM_SECRET_KEY_FILE", raising=False)
+    monkeypatch.delenv("DPSTREAM_KAFKA_CONFIG", raising=False)
+
+
+def one_line(capsys) -> str:
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert len(lines) == 1 and "Traceback" not in err, err
+    return lines[0]
+
+
+def props(tmp_path, text: str) -> str:
+    path = tmp_path / "client.properties"
+    path.write_text(text)
+    path.chmod(0o600)
+    return str(path)
+
+
+# ------------------------------------------------------------------ item 10: argparse, worker start
+@pytest.mark.parametrize("argv, unknown", [(["consume", "--topic", "answers", "--bogus"], "--bogus"),
+                                          (["models", "list", "--frob", "1"], "--frob 1")])
+def test_an_unknown_flag_is_refused_with_the_commands_usage(capsys, argv, unknown):
+    """Before: argparse handed the unknown flag back to the top-level parser, whose usage
+    (`dpstream [-h] [--version] COMMAND ...`) says nothing of the command's flags."""
+    with pytest.raises(SystemExit) as exit:
+        main(argv)
+    err = capsys.readouterr().err.splitlines()
+    assert exit.value.code == 2
+    assert err[0].startswith(f"usage: dpstream {argv[0]} [-h]")
+    assert err[-1] == f"dpstream {argv[0]}: error: unrecognized arguments: {unknown}"
+
+
+def test_a_worker_app_id_outside_its_prefix_is_refused_before_connecting(capsys, tmp_path):
+    """Before: the worker took any app id and went on to connect (its group and changelogs
+    then sat outside its tenant's prefix); `dpstream acls` refused the same names."""
+    argv = ["worker", *NOWHERE, "--prefix", "a-", "--app-id", "b-x", "--data-dir", str(tmp_path / "w")]
+    assert main(argv) == 2
+    assert one_line(capsys) == (
+        "dpstream worker: --app-id 'b-x': the worker's app id must start with the topic prefix 'a-' and "
+        "go on with a name (default 'a-dpstream'), so that its group and internal topics stay in its tenant")
+    assert not (tmp_path / "w").exists()
+
+
+def test_a_web_port_in_use_or_an_address_not_of_this_machine_is_one_line(capsys, tmp_path):
+    """Before: the worker connected, created its topics, started, and then faust's web
+    server ended it with an OSError traceback (errno 98, or 99 for --web-bind 192.0.2.1)."""
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        assert main(["worker", *NOWHERE, "--web-port", str(port), "--data-dir", str(tmp_path / "w")]) == 2
+        assert one_line(capsys) == (f"dpstream worker: --web-port {port}: 127.0.0.1:{port} is in use "
+                                    "(another worker's pages?): give another --web-port, or stop what "
+                                    "listens there")
+    assert main(["worker", *NOWHERE, "--web-port", str(port), "--web-bind", "192.0.2.1",
+                 "--data-dir", str(tmp_path / "w")]) == 2       # TEST-NET-1: no machine's address
+    line = one_line(capsys)
+    assert line.startswith(f"dpstream worker: --web-bind '192.0.2.1': cannot listen on 192.0.2.1:{port} (")
+    assert line.endswith("): give an address of this machine, or 127.0.0.1")
+
+
+# ------------------------------------------------------------------ item 12: client configs
+def test_a_missing_or_unreadable_ca_file_is_named_before_connecting(capsys, tmp_path):
+    """Before: "cannot reach the Kafka broker at ... (FileNotFoundError); is it running?"
+    for a CA file that does not exist, and "TLS with the broker ... failed (SSLError: [SSL]
+    PEM lib ...)" for a client key that is not PEM: both blamed the broker."""
+    path = props(tmp_path, f"security.protocol=SSL\nssl.ca.location={tmp_path}/nope.pem\n")
+    assert main(["consume", *NOWHERE, "--command-config", path, "--topic", "answers"]) == 2
+    assert one_line(capsys) == (f"dpstream consume: ssl.ca.location={tmp_path}/nope.pem: No such file or "
+                                "directory: give the PEM file of the CA that signed the broker's "
+                                "certificate (a Java truststore: export it to PEM)")
+    (tmp_path / "client.key").write_bytes(bytes(range(256)))
+    path = props(tmp_path, f"security.protocol=SSL\nssl.certificate.location={tmp_path}/client.key\n"
+                 f"ssl.key.location={tmp_path}/client.key\n")
+    assert main(["consume", *NOWHERE, "--command-config", path, "--topic", "answers"]) == 2
+    line = one_line(capsys)
+    assert line.startswith(f"dpstream consume: ssl.certificate.location={tmp_path}/client.key: not PEM "
+                           "that OpenSSL reads (")
+    assert line.endswith(f") with ssl.key.location={tmp_path}/client.key: give PEM files of the client "
+                         "certificate and its key (an encrypted key: its password in "
+                         "$DPSTREAM_KAFKA_SSL_KEY_PASSWORD)")
+
+
+@pytest.mark.parametrize("jaas, says", [
+    ('required username="u" password="pw-9;', "has a quote that is not closed (the line is not shown: "
+                                              'it holds the password): username="..." password="...";'),
+    ('required username="u" password="pw-9"', "does not end with ';' (Kafka's clients refuse it too): ... "
+                                              'required username="..." password="...";'),
+])
+def test_a_jaas_line_kafka_would_refuse_is_refused_without_showing_it(capsys, tmp_path, jaas, says):
+    """Before: an unclosed quote left the password unread, and the error said "SASL needs
+    sasl.username and a password", which the line held."""
+    path = props(tmp_path, "security.protocol=SASL_PLAINTEXT\nsasl.mechanism=SCRAM-SHA-512\n"
+                 f"sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule {jaas}\n")
+    assert main(["consume", *NOWHERE, "--command-config", path, "--topic", "answers"]) == 2
+    assert one_line(capsys) == f"dpstream consume: {path}: sasl.jaas.config {says}"
+
+
+@pytest.mark.parametrize("setting", ["security.protocol", "sasl.mechanism"])
+def test_an_unknown_protocol_or_mechanism_is_refused_without_echoing_its_value(capsys, tmp_path, setting):
+    """Before: the error quoted the value, so a password pasted on the wrong line (as one
+    attacker-run config had) was printed to the terminal and its scrollback."""
+    values = {"security.protocol": "SASL_SSL", "sasl.mechanism": "SCRAM-SHA-512", setting: "Sup3rSecretPW"}
+    path = props(tmp_path, "".join(f"{k}={v}\n" for k, v in values.items()) +
+                 "sasl.username=u\nsasl.password=p\n")
+    assert main(["consume", *NOWHERE, "--command-config", path, "--topic", "answers"]) == 2
+    line = one_line(capsys)
+    assert f"{setting} is none of" in line and "sup3rsecretpw" not in line.lower(), line
+
+
+def test_binary_files_given_as_a_config_or_a_key_are_one_line(capsys, tmp_path, monkeypatch):
+    """Before: a UnicodeDecodeError traceback, for a binary file given as --command-config
+    and for one named by $DPSTREAM_SECRET_KEY_FILE (a raw 32-byte key)."""
+    binary = tmp_path / "raw.key"
+    binary.write_bytes(b"\x00\xfe" + os.urandom(30))
+    binary.chmod(0o600)
+    assert main(["consume", *NOWHERE, "--command-config", str(binary), "--topic", "answers"]) == 2
+    assert one_line(capsys) == (f"dpstream consume: {binary} is not a client properties file: byte 2 is "
+                                "not UTF-8 text (a key, a certificate or a Java keystore? those are named "
+                                "inside the file: ssl.key.location=..., ssl.ca.location=...)")
+    monkeypatch.delenv("DPSTREAM_SECRET_KEY")
+    monkeypatch.setenv("DPSTREAM_SECRET_KEY_FILE", str(binary))
+    assert main(["worker", *NOWHERE, "--data-dir", str(tmp_path / "w")]) == 2
+    assert one_line(capsys) == (f"dpstream worker: secret key file '{binary}' is not text (byte 2 is not "
+                                "ASCII): it holds the key as 64+ hex digits, e.g. python3 -c 'import "
+                                "secrets; print(secrets.token_hex(32))'")
+
+
+@pytest.mark.parametrize("config, says", [
+    ("security.protocol=SSL\n", "security.protocol=SSL starts TLS; is this listener plaintext? set "
+                                "security.protocol to the listener's (PLAINTEXT or SASL_PLAINTEXT?)"),
+    ("security.protocol=SASL_PLAINTEXT\nsasl.mechanism=SCRAM-SHA-512\nsasl.username=u\nsasl.password=p\n",
+     "security.protocol=SASL_PLAINTEXT logs in with SASL, and this listener takes no SASL login: set "
+     "security.protocol to the listener's (PLAINTEXT?)"),
+])
+def test_a_protocol_the_listener_does_not_speak_gets_a_hint(capsys, tmp_path, kafka_bootstrap, config, says):
+    """Before: "cannot reach the Kafka broker at ...; is it running?", of a broker that was
+    running and had answered (on its plaintext listener, which closed the connection)."""
+    path = props(tmp_path, config)
+    assert main(["consume", "--bootstrap-server", kafka_bootstrap, "--command-config", path,
+                 "--topic", "answers", "--timeout", "1"]) == 1
+    assert one_line(capsys) == (f"dpstream consume: the broker at {kafka_bootstrap} answered but dropped "
+                                f"the connection (KafkaConnectionError): {says}")
+
+
+# ------------------------------------------------------------------ item 13: consume's bounds
+@pytest.mark.parametrize("flags, says", [
+    (["--max-messages", "-1"], "--max-messages -1: a number of records, 0 or more"),
+    (["--timeout", "-5"], "--timeout -5: seconds, a finite number 0 or more"),
+    (["--timeout", "nan"], "--timeout nan: seconds, a finite number 0 or more"),
+    (["--timeout-ms", "-1"], "--timeout-ms -1: milliseconds, 0 or more"),
+    (["--timeout-ms", "500", "--timeout", "1"], "--timeout and --timeout-ms: give one of them"),
+])
+def test_consume_refuses_negative_bounds_before_connecting(capsys, flags, says):
+    """Before: --max-messages -1 read nothing and exited 0; --timeout -5 went to aiokafka as
+    a negative wait; --timeout-ms (Kafka's console consumer's flag) was an unknown flag."""
+    assert main(["consume", *NOWHERE, "--topic", "answers", *flags]) == 2
+    assert one_line(capsys) == f"dpstream consume: {says}"
+
+
+# ------------------------------------------------------------------ item 15: --out and --data-dir
+def test_an_export_that_cannot_read_its_topics_leaves_no_directory_behind(capsys, tmp_path):
+    """Before: --out was created (0700, empty) before the topics were read, and stayed
+    there when the read failed or was interrupted: an empty export directory."""
+    out = tmp_path / "new" / "audit"
+    assert main(["export", *NOWHERE, "--out", str(out)]) == 1
+    assert "cannot reach the Kafka broker at 127.0.0.1:1" in one_line(capsys)
+    assert not out.exists()
+
+
+class Interrupted:
+    """Records that end in a Ctrl-C after ``n`` of them."""
+
+    def __init__(self, n: int):
+        self.n = n
+
+    def __iter__(self):
+        for i in range(self.n):
+            yield {"seq": i}
+        raise KeyboardInterrupt
+
+
+def test_an_interrupted_export_keeps_the_previous_one_or_leaves_none(tmp_path):
+    """Before: every file was truncated first and written one after another, so a Ctrl-C
+    mid-write left model-events.jsonl whole beside an empty or cut ledger.jsonl: an
+    export that `replay --dir` took as complete."""
+    log = [{"partition": 0, "offset": i, "value": {"seq": i}} for i in range(3)]
+    out = tmp_path / "audit"
+    write_export(str(out), log, {"ledger": [{"seq": 0}], "predictions": [{"seq": 0}]})
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    with pytest.raises(KeyboardInterrupt):
+        write_export(str(out), log + log, {"predictions": [{"seq": 1}], "ledger": Interrupted(5)})
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before      # no .partial file left
+    new = tmp_path / "new"
+    with pytest.raises(KeyboardInterrupt):
+        write_export(str(new), log, {"ledger": Interrupted(5)})
+    assert not new.exists()
+
+
+def test_an_out_whose_parent_others_may_write_without_the_sticky_bit_is_refused(capsys, tmp_path):
+    """Before: taken; whoever could write the parent could move the finished export away and
+    put theirs in its place for `replay --dir` to read."""
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o777)
+    assert main(["export", *NOWHERE, "--out", str(shared / "audit")]) == 2
+    assert one_line(capsys) == (
+        f"dpstream export: --out {shared}/audit's parent {shared} is writable by other users without "
+        "the sticky bit (mode 0777): they could move the directory away and put theirs in its place; "
+        "choose a directory under one of yours")
+    shared.chmod(0o1777)                                 # as /tmp: the sticky bit is enough
+    assert main(["export", *NOWHERE, "--out", str(shared / "audit")]) == 1
+    assert "cannot reach the Kafka broker" in one_line(capsys)
+
+
+@pytest.mark.parametrize("make, says", [
+    (lambda p: p.write_text("x"), "exists and is not a directory: give --data-dir a directory of your own "
+                                  "(a missing one is created 0700), or leave it out for the default under "
+                                  "~/.local/state"),
+    (lambda p: (p.mkdir(), p.chmod(0o777)),
+     "is open to other users (mode 0777) and the worker keeps its table files there: chmod 700 {p}, or "
+     "give --data-dir a directory of your own (a missing one is created 0700), or leave it out for the "
+     "default under ~/.local/state"),
+])
+def test_a_refused_data_dir_says_what_is_wrong_and_how_to_fix_it(capsys, tmp_path, make, says):
+    """Before: "--data-dir X exists and is not a directory" (no way out), and for a
+    directory others may write, the --out text ("plant links or swap files ... never
+    chmod-ed here") without the chmod that fixes it."""
+    path = tmp_path / "w"
+    make(path)
+    assert main(["worker", *NOWHERE, "--data-dir", str(path)]) == 2
+    assert one_line(capsys) == f"dpstream worker: --data-dir {path} " + says.format(p=path)
+    if path.is_dir():
+        assert stat.S_IMODE(path.stat().st_mode) == 0o777                 # never chmod-ed
+
+
+# ------------------------------------------------------------------ item 9: models register
+def registration_of(size: int) -> dict:
+    """A registration whose compact JSON (as sent) has exactly ``size`` bytes: a vocabulary
+    of 100-character values, the last one cut to fit."""
+    from dpstream.schemas import ModelConfig
+    base = {"model_id": "big", "budget": {"epsilon": 2.0, "delta": 1e-6},
+            "params": {"kind": "continual_winnow", "horizon": 1000},
+            "features": [{"type": "categorical", "name": "c", "vocabulary": []}]}
+
+    def wire(d):
+        return len(json.dumps(ModelConfig.model_validate(d).model_dump(mode="json"), separators=(",", ":")))
+    vocab = base["features"][0]["vocabulary"]
+    vocab.append("0" * 100)
+    more, rest = divmod(size - wire(base), 103)   # each further value: ',"' + 100 characters + '"'
+    vocab += [f"{i:06d}".ljust(100, "v") for i in range(1, more + 1)]
+    vocab.append("z" * 50)
+    while (off := size - wire(base)) != 0:      # the dimension's digits grow with the vocabulary too
+        vocab[-1] = "z" * (len(vocab[-1]) + off)
+    assert wire(base) == size, wire(base)
+    return base
+
+
+@pytest.mark.parametrize("over", [False, True])
+def test_a_registration_is_measured_as_it_is_sent(capsys, tmp_path, over):
+    """Before: the structural limits were checked on json.dumps' default spacing (", ",
+    ": "), so a registration of 520,281 bytes as sent (the compact JSON the worker reads,
+    under its 524,288) was refused here as "oversized payload"."""
+    from dpstream.schemas.limits import MAX_BYTES
+    path = tmp_path / "m.json"
+    path.write_text(json.dumps(registration_of(MAX_BYTES + 1 if over else MAX_BYTES), indent=2))
+    assert main(["models", "register", str(path), *NOWHERE]) == 1
+    line = one_line(capsys)
+    if over:
+        assert line == ("dpstream models: the registration of big would be dead-lettered: oversized "
+                        "payload: a record has at most 524,288 bytes (a structural limit, docs/limits.md); "
+                        "nothing sent")
+    else:                                   # checked, then on to the broker (none here)
+        assert line.startswith("dpstream models: cannot reach the Kafka broker at 127.0.0.1:1"), line
+
+
+def test_register_no_check_skips_the_broker_read_and_sends_the_compact_bytes(capsys, tmp_path, kafka_bootstrap):
+    """Before: `--no-check`, which docs/limits.md names, was an unknown flag of `models`.
+    It skips only the read of the registrations in force; the config is still validated
+    (an invalid one is refused, nothing sent)."""
+    import uuid
+
+    from dpstream.schemas.limits import MAX_BYTES
+    from dpstream.streams.tools.topicread import read_to_end
+    from dpstream.streams.worker.kafka import Kafka
+    prefix = f"edges-{uuid.uuid4().hex[:8]}-"
+    path = tmp_path / "m.json"
+    path.write_text(json.dumps({**registration_of(1000), "budget": {"epsilon": -1, "delta": 1e-6}}))
+    assert main(["models", "register", str(path), "--no-check", "--bootstrap-server", kafka_bootstrap,
+                 "--prefix", prefix]) == 1
+    assert one_line(capsys) == f"dpstream models: {path}: budget.epsilon: Input should be greater than 0 (got -1)"
+    path.write_text(json.dumps(registration_of(MAX_BYTES), indent=2))
+    assert main(["models", "register", str(path), "--no-check", "--bootstrap-server", kafka_bootstrap,
+                 "--prefix", prefix]) == 0
+    out, err = capsys.readouterr()
+    assert out == f"dpstream models: registration of big (continual_winnow) sent; refusals appear on {prefix}rejected\n"
+    assert "--no-check: the registrations in force were not read" in err
+    import asyncio
+    [record] = asyncio.run(read_to_end(Kafka(kafka_bootstrap), prefix + "models", timeout=5))
+    assert len(record.value) == MAX_BYTES and b", " not in record.value[:200]
