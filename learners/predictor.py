@@ -155,18 +155,19 @@ def smallest_k(*, epsilon: float, delta: float, v_max: int, accounting: str = "e
             "predictor may have (a structural limit, docs/limits.md): raise epsilon or delta, "
             "or lower v_max") from None
     k = math.ceil(4 * gap * b)
-    while True:
+    while k <= MAX_BLOCKS:
         try:
             PredictorConfig(k=k, epsilon=epsilon, delta=delta, v_max=v_max,
                             accounting=accounting, gap=gap).calibration()
             return k
         except ThresholdsTooClose:
-            if k >= MAX_BLOCKS:
-                raise InfeasibleParameters(
-                    f"(eps={epsilon}, delta={delta}) with up to v_max={v_max} hard queries needs "
-                    f"more blocks than the {MAX_BLOCKS:,} a predictor may have (a structural "
-                    "limit, docs/limits.md): raise epsilon or delta, or lower v_max") from None
+            if k == MAX_BLOCKS:
+                break
             k = min(math.ceil(k * 1.02) + 1, MAX_BLOCKS)
+    raise InfeasibleParameters(
+        f"(eps={epsilon}, delta={delta}) with up to v_max={v_max} hard queries needs more "
+        f"blocks than the {MAX_BLOCKS:,} a predictor may have (a structural limit, "
+        "docs/limits.md): raise epsilon or delta, or lower v_max")
 
 
 V_MAX_LADDER = (64, 32, 16, 8, 4, 2, 1)     # the caps ``size_predictor`` chooses from

@@ -285,9 +285,9 @@ def _first_fitting(fits, step: Fraction, *, good: Fraction | None, bad: Fraction
     ``end``; None if none fits up to it). Galloping (1, 2, 4, ... steps from the known
     scale), then bisecting: O(log n) evaluations of ``fits`` where a walk of one step at a
     time took n (at a noise scale of thousands, the secant's last fraction of a percent
-    is hundreds of steps). The answer is the walk's whenever ``fits`` is monotone (as a
-    certified epsilon is: more noise, less loss); either way only a scale ``fits``
-    accepted is returned."""
+    is hundreds of steps). The answer is the walk's whenever ``fits`` is monotone (more
+    noise, less loss: what the secant steps assume too); either way only a scale
+    ``fits`` accepted is returned, so privacy never rests on the assumption."""
     n, start = 1, good if good is not None else bad
     while good is None or bad is None:
         if good is not None:                 # going down

@@ -53,7 +53,8 @@ def cfg(kind_params: dict, epsilon: float, delta: float, dimension: int = 3, **e
 WORST = {
     "predictor": [
         cfg({"kind": "predictor", "examples": 100_000_000, "v_max": 997}, 0.049, 1e-12),  # the attack
-        cfg({"kind": "predictor", "examples": 100_000_000}, 0.0294, 1e-6),    # largest b that fits
+        cfg({"kind": "predictor", "examples": 100_000_000}, 0.0294, 1e-6),    # large b, v_max ladder
+        cfg({"kind": "predictor", "examples": 100_000_000, "v_max": 1}, 0.0249, 1e-6),  # k = MAX_BLOCKS
         cfg({"kind": "predictor", "examples": 100_000_000}, 0.0636, 1e-12),
         cfg({"kind": "predictor", "k": MAX_BLOCKS, "m": 10}, 0.0636, 1e-12),  # v_max from the ladder
         cfg({"kind": "predictor", "examples": 100_000_000, "v_max": 100_000}, 2.04, 1e-12),
