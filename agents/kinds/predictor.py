@@ -22,7 +22,7 @@ from dpstream.learners.predictor import (EPOCH_MECHANISM, EXHAUSTED, HARD, NO_EP
                                          V_MAX_LADDER, PredictorConfig, PredictorState,
                                          PrivatePredictor, size_predictor, smallest_k, MAX_BLOCKS,
                                          MIN_BLOCK)
-from dpstream.mechanisms.errors import DPStreamError, InfeasibleParameters
+from dpstream.mechanisms.errors import DPStreamError, InfeasibleParameters, ThresholdsTooClose
 from dpstream.schemas.config import KindParams
 
 from .base import BINARY, REAL, Handler
@@ -140,6 +140,18 @@ def _cap(config) -> int:
     return V_MAX_LADDER[-1]
 
 
+def _beyond_max_blocks(config) -> str | None:
+    """For a registered k the budget's noise does not fit: the refusal naming MAX_BLOCKS
+    when no k up to it would (the calibration's own message then asks for more blocks
+    than a registration may give), else None."""
+    p, b = config.params, config.budget
+    try:
+        smallest_k(epsilon=b.epsilon, delta=b.delta, v_max=shape(config)[2], accounting=p.accounting)
+    except InfeasibleParameters as err:
+        return str(err)
+    return None
+
+
 def predictor_config(config) -> PredictorConfig:
     p, b = config.params, config.budget
     k, _, v_max = shape(config)
@@ -211,6 +223,8 @@ class PredictorKind(Handler):
         try:
             predictor_config(config).calibration()
         except DPStreamError as err:
+            if p.k is not None and isinstance(err, ThresholdsTooClose):
+                return _beyond_max_blocks(config) or str(err)
             return str(err)
         return None
 

@@ -144,3 +144,11 @@ def test_the_attackers_predictor_is_refused_at_once_naming_the_limit():
     assert f"more blocks than the {MAX_BLOCKS:,} a predictor may have" in work.problem
     assert "docs/limits.md" in work.problem
     assert work.steps <= 20_000, work
+
+
+def test_a_registered_k_whose_budget_needs_more_than_the_limit_is_told_the_limit():
+    """Without the limit named, the calibration's own refusal asked for "k >= about
+    29940", which the schema no longer takes."""
+    work = registration_work(cfg({"kind": "predictor", "k": MAX_BLOCKS, "m": 10, "v_max": 64}, 0.05, 1e-6))
+    assert f"more blocks than the {MAX_BLOCKS:,} a predictor may have" in work.problem
+    assert work.steps <= MAX_STEPS and work.peak_bytes <= MAX_PEAK_BYTES, work
