@@ -19,15 +19,18 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from dpstream.learners.predictor import PredictorConfig, smallest_k  # noqa: E402
-from dpstream.mechanisms.errors import ThresholdsTooClose  # noqa: E402
+from dpstream.learners.predictor import MAX_BLOCKS, PredictorConfig, smallest_k  # noqa: E402
+from dpstream.mechanisms.errors import InfeasibleParameters  # noqa: E402
 
 
 def main() -> None:
     rows = []
     for eps, v_max, accounting in itertools.product([0.25, 1, 4, 10], [1, 8, 64], ["epoch", "instance"]):
-        k_min = smallest_k(epsilon=eps, delta=1e-6, v_max=v_max, accounting=accounting)
-        for k in sorted({k_min, 2_000, 20_000}):
+        try:
+            k_min = smallest_k(epsilon=eps, delta=1e-6, v_max=v_max, accounting=accounting)
+        except InfeasibleParameters:        # more blocks than MAX_BLOCKS (docs/limits.md)
+            continue
+        for k in sorted({k_min, 2_000, MAX_BLOCKS - 1}):
             if k < k_min:
                 continue
             config = PredictorConfig(k=k + 1, epsilon=eps, delta=1e-6, v_max=v_max,
@@ -35,7 +38,7 @@ def main() -> None:
             t0 = time.perf_counter()
             try:
                 scale = float(config.calibration().scale)
-            except ThresholdsTooClose:
+            except InfeasibleParameters:
                 continue
             rows.append((time.perf_counter() - t0, eps, v_max, accounting, k + 1, scale))
     rows.sort(reverse=True)

@@ -57,7 +57,7 @@ from dpstream.mechanisms.between_thresholds import (L, MIN_GAP_IN_SCALES, R, TOP
                                                     calibrate_between_thresholds)
 from dpstream.mechanisms.bt_epoch import EpochCalibration, calibrate_epoch
 from dpstream.mechanisms.errors import (BudgetExhausted, InfeasibleParameters, ParameterError,
-                                        ThresholdsTooClose)
+                                        ScaleAboveLimit, ThresholdsTooClose)
 from dpstream.mechanisms.params import PredictorBudget, predictor_instance_budget
 from dpstream.mechanisms.randomness import KeyedRandomness
 
@@ -74,6 +74,7 @@ STUDENT = "student"           # answered by the student after the epoch's budget
 
 
 GAP_SCALES = 2.0    # noise scales the vote's gap k/4 must hold ("epoch" accounting; ``size_predictor``)
+MAX_BLOCKS = 8_192   # the most blocks k a predictor has (docs/limits.md): see ``PredictorConfig``
 
 
 @dataclass(frozen=True)
@@ -81,7 +82,14 @@ class PredictorConfig:
     """The private predictor's public shape (seed 001 Sec. 3.3): k blocks, the budget, the cap
     v_max on hard queries, the accounting, and ``gap``: the noise scales the thresholds'
     gap k/4 must hold (an accuracy floor, ``size_predictor``; the "instance"
-    accounting keeps the single-instance calibration's 3)."""
+    accounting keeps the single-instance calibration's 3).
+
+    The noise scale b is at most MAX_BLOCKS / (4 gap) votes: a vote of at most MAX_BLOCKS
+    blocks could not hold more (its gap k/4 must be ``gap`` b), so nothing a registration
+    can use is lost, and it bounds the calibration's work, which grows with b
+    (mechanisms.between_thresholds.neighbour_lanes: about 2 (k/4 + 160 b) lanes per
+    evaluation; issue 43: a registration whose budget needed b ~ 30,000 held the
+    worker's event loop for 18 s and 2.5 GB)."""
     k: int
     epsilon: float
     delta: float
@@ -93,16 +101,24 @@ class PredictorConfig:
         """Per-instance (eps_BT, delta_BT) of the "instance" accounting."""
         return predictor_instance_budget(epsilon=self.epsilon, delta=self.delta, v_max=self.v_max)
 
+    @property
+    def max_scale(self) -> float:
+        """The largest noise scale a vote of MAX_BLOCKS blocks holds (class docstring)."""
+        gap = self.gap if self.accounting == "epoch" else MIN_GAP_IN_SCALES
+        return MAX_BLOCKS / (4 * gap)
+
     def calibration(self) -> BetweenThresholdsCalibration | EpochCalibration:
         """The noise scale (and thresholds 3k/8, 5k/8) under the chosen accounting."""
         if self.accounting == "epoch":
             return calibrate_epoch(epsilon=self.epsilon, delta=self.delta, lower=3 * self.k / 8,
-                                   upper=5 * self.k / 8, v_max=self.v_max, min_gap=self.gap)
+                                   upper=5 * self.k / 8, v_max=self.v_max, min_gap=self.gap,
+                                   max_scale=self.max_scale)
         if self.accounting != "instance":
             raise ParameterError("accounting", self.accounting, "'epoch' or 'instance'")
         b = self.budget()
         return calibrate_between_thresholds(epsilon=b.eps_bt, delta=b.delta_bt,
-                                            lower=3 * self.k / 8, upper=5 * self.k / 8)
+                                            lower=3 * self.k / 8, upper=5 * self.k / 8,
+                                            max_scale=self.max_scale)
 
     def accuracy_margin(self, T: int, beta: float) -> float:
         """3k/8 - b ln(T/beta), in votes: when positive, with probability 1 - beta no noise
@@ -121,20 +137,37 @@ def smallest_k(*, epsilon: float, delta: float, v_max: int, accounting: str = "e
     """The fewest blocks whose vote thresholds (3k/8, 5k/8) leave room for the noise the
     budget needs (gap k/4 >= ``gap`` b; 3 b under the "instance" accounting). b hardly
     depends on k once the gap is wide, so it is computed at a wide gap, then k is raised
-    until the calibration accepts it."""
+    until the calibration accepts it. A narrower gap needs more noise (b psi grows as
+    the gap shrinks: mechanisms/between_thresholds.py), so when the wide gap already needs
+    more than the MAX_BLOCKS blocks can hold, no k can do: InfeasibleParameters then,
+    after one calibration whose scales stay below ``PredictorConfig.max_scale``."""
     if accounting != "epoch":
         gap = MIN_GAP_IN_SCALES
     probe = 400_000
-    b = float(PredictorConfig(k=probe, epsilon=epsilon, delta=delta, v_max=v_max,
-                              accounting=accounting, gap=gap).calibration().scale)
+    config = PredictorConfig(k=probe, epsilon=epsilon, delta=delta, v_max=v_max,
+                             accounting=accounting, gap=gap)
+    try:
+        b = float(config.calibration().scale)
+    except ScaleAboveLimit:
+        raise InfeasibleParameters(
+            f"(eps={epsilon}, delta={delta}) with up to v_max={v_max} hard queries needs a noise "
+            f"scale above {config.max_scale:g} votes: more blocks than the {MAX_BLOCKS:,} a "
+            "predictor may have (a structural limit, docs/limits.md): raise epsilon or delta, "
+            "or lower v_max") from None
     k = math.ceil(4 * gap * b)
-    while True:
+    while k <= MAX_BLOCKS:
         try:
             PredictorConfig(k=k, epsilon=epsilon, delta=delta, v_max=v_max,
                             accounting=accounting, gap=gap).calibration()
             return k
         except ThresholdsTooClose:
-            k = math.ceil(k * 1.02) + 1
+            if k == MAX_BLOCKS:
+                break
+            k = min(math.ceil(k * 1.02) + 1, MAX_BLOCKS)
+    raise InfeasibleParameters(
+        f"(eps={epsilon}, delta={delta}) with up to v_max={v_max} hard queries needs more "
+        f"blocks than the {MAX_BLOCKS:,} a predictor may have (a structural limit, "
+        "docs/limits.md): raise epsilon or delta, or lower v_max")
 
 
 V_MAX_LADDER = (64, 32, 16, 8, 4, 2, 1)     # the caps ``size_predictor`` chooses from
@@ -175,18 +208,21 @@ def size_predictor(*, epsilon: float, delta: float, examples: int, v_max: int | 
     Raises InfeasibleParameters with the numbers needed when the examples are too few
     even for v_max = 1 (or the given cap)."""
     caps = V_MAX_LADDER if v_max is None else (v_max,)
-    k_min = {v: smallest_k(epsilon=epsilon, delta=delta, v_max=v, accounting=accounting) for v in caps}
-    fits = [v for v in caps if k_min[v] * MIN_BLOCK <= examples]
-    if not fits:
-        v = caps[-1]
-        need = k_min[v] * MIN_BLOCK
-        raise InfeasibleParameters(
-            f"(eps={epsilon}, delta={delta}) with up to v_max={v} hard queries needs k >= "
-            f"{k_min[v]:,} blocks of at least {MIN_BLOCK} examples, i.e. {need:,} examples per epoch; "
-            f"you have {examples:,}: raise epsilon, lower v_max, or gather more examples")
-    v = fits[0]
-    k = max(k_min[v], min(CLEAR * k_min[v], examples // MIN_BLOCK))
-    return k, examples // k, v
+    for v in caps:                    # from the largest cap: the first that fits is the answer
+        try:
+            k_min = smallest_k(epsilon=epsilon, delta=delta, v_max=v, accounting=accounting)
+        except InfeasibleParameters:  # more blocks than MAX_BLOCKS: a smaller cap may do
+            if v == caps[-1]:
+                raise
+            continue
+        if k_min * MIN_BLOCK <= examples:
+            k = max(k_min, min(CLEAR * k_min, examples // MIN_BLOCK, MAX_BLOCKS))
+            return k, examples // k, v
+    need = k_min * MIN_BLOCK
+    raise InfeasibleParameters(
+        f"(eps={epsilon}, delta={delta}) with up to v_max={v} hard queries needs k >= "
+        f"{k_min:,} blocks of at least {MIN_BLOCK} examples, i.e. {need:,} examples per epoch; "
+        f"you have {examples:,}: raise epsilon, lower v_max, or gather more examples")
 
 
 @dataclass

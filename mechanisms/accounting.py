@@ -32,7 +32,7 @@ from dataclasses import asdict, dataclass, field
 from functools import lru_cache
 from typing import Literal
 
-from .errors import BudgetExhausted, ParameterError
+from .errors import BudgetExhausted, InfeasibleParameters, ParameterError
 
 Rule = Literal["basic", "advanced", "best"]
 
@@ -108,6 +108,9 @@ def zcdp_rho(epsilon: float, delta: float) -> float:
     for _ in range(200):
         mid = (lo + hi) / 2
         lo, hi = (mid, hi) if zcdp_epsilon(mid, delta) <= epsilon else (lo, mid)
+    if lo <= 0:         # before: rho 0, then a division by zero wherever sigma was derived
+        raise InfeasibleParameters(f"epsilon={epsilon} at delta={delta} allows no zCDP rho above "
+                                   f"{hi:.3g}: raise epsilon or delta")
     return lo * (1 - 1e-12)
 
 
@@ -123,8 +126,10 @@ def advanced_composition(epsilon: float, delta: float, k: int, delta_prime: floa
         raise ParameterError("k", k, ">= 0")
     if not 0 < delta_prime < 1:
         raise ParameterError("delta_prime", delta_prime, "in (0, 1)")
-    eps = math.sqrt(2 * k * math.log(1 / delta_prime)) * epsilon \
-        + k * epsilon * (math.exp(epsilon) - 1) / (math.exp(epsilon) + 1)
+    # (e^eps - 1)/(e^eps + 1) is tanh(eps/2); written as the theorem has it where e^eps is
+    # finite, and as 1.0 (its value to double precision) beyond: e^eps overflowed there
+    ratio = (math.exp(epsilon) - 1) / (math.exp(epsilon) + 1) if epsilon < 700 else 1.0
+    eps = math.sqrt(2 * k * math.log(1 / delta_prime)) * epsilon + k * epsilon * ratio
     return PrivacyCost(eps, min(1.0, k * delta + delta_prime))
 
 

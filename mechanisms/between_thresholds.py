@@ -33,7 +33,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from .errors import MechanismHalted, ParameterError, ThresholdsTooClose
+from .errors import MechanismHalted, ParameterError, ScaleAboveLimit, ThresholdsTooClose
 from .noise_tape import NoiseTape
 from .randomness import KeyedRandomness
 from .samplers import fraction_at_least
@@ -105,9 +105,14 @@ def threshold_windows(scale: float, lower: float, upper: float,
     return [lo_win, hi_win]
 
 
+@lru_cache(maxsize=2)
 def neighbour_lanes(scale: float, lower: float, upper: float, span_in_scales: float = WINDOW_IN_SCALES):
     """One lane per (count c, shift s in {+1, -1}) on the threshold windows, as arrays
-    (log P_L, log P_R, log P_TOP, l_L, l_R, l_TOP, c) with l_o = ln(P_c(o) / P_{c+s}(o))."""
+    (log P_L, log P_R, log P_TOP, l_L, l_R, l_TOP, c) with l_o = ln(P_c(o) / P_{c+s}(o)).
+    There are at most 2 (gap + 160 b + 10) of them (``threshold_windows``): the work and
+    memory of a calibration grow with b. The last two grids are cached (read-only arrays):
+    the single-instance profile and the epoch charge of one scale share them, and a cache
+    of more would hold hundreds of MB at large scales."""
     parts = []
     for counts in threshold_windows(scale, lower, upper, span_in_scales):
         ll, lr, lt = outcome_log_probs(counts, scale, lower, upper)
@@ -116,7 +121,10 @@ def neighbour_lanes(scale: float, lower: float, upper: float, span_in_scales: fl
             b = slice(1, None) if shift == +1 else slice(0, -1)
             parts.append((ll[a], lr[a], lt[a], ll[a] - ll[b], lr[a] - lr[b], lt[a] - lt[b],
                           counts[a]))
-    return [np.concatenate(column) for column in zip(*parts)]
+    lanes = tuple(np.concatenate(column) for column in zip(*parts))
+    for column in lanes:
+        column.flags.writeable = False           # shared by the cache's callers
+    return lanes
 
 
 def near_thresholds(counts: np.ndarray, scale: float, lower: float, upper: float) -> np.ndarray:
@@ -243,9 +251,10 @@ def smallest_fitting_scale(eps_of, epsilon: float, *, start: float, b_max: float
     none up to the gap's limit b_max fits), for a certified epsilon eps_of(b) that falls
     as b grows and is close to proportional to 1/b once the gap is wide (b psi, b eps_top
     and b c_top settle). So a few secant steps b <- b eps(b) / epsilon from ``start``
-    land within a fraction of a percent of the answer, and a walk on the grid from its
-    rounding ends it: about six evaluations instead of a 40-step bisection. Only the
-    grid walk, on the certified ``eps_of``, decides; the secant steps just choose where
+    land within a fraction of a percent of the answer, and a search on the grid from its
+    rounding ends it (``_first_fitting``: a few evaluations, at most 2 log2 of the
+    distance in grid steps): about six evaluations instead of a 40-step bisection. Only
+    the grid search, on the certified ``eps_of``, decides; the secant steps just choose where
     it starts, so they may use a cheaper estimate ``guess_of`` (default ``eps_of``).
     ``guess_of`` must never exceed ``eps_of`` (a lower bound): then a guess above
     epsilon shows a scale does not fit without the exact evaluation (rounding in the
@@ -263,21 +272,53 @@ def smallest_fitting_scale(eps_of, epsilon: float, *, start: float, b_max: float
         return None
     step = Fraction(1, 64)
     scale = fraction_at_least(b, 64)
-    if fits(float(scale)):
-        while scale > step and fits(float(scale - step)):
-            scale -= step
-        return scale
-    while not fits(float(scale)):
-        scale += step
-        if scale > b_max + 1:
-            return None
-    return scale
+    if fits(float(scale)):                   # the smallest fitting scale at or below it
+        return _first_fitting(fits, step, good=scale, bad=None, end=step)
+    top = Fraction(math.floor(Fraction(b_max + 1) * 64), 64)   # the last scale tried
+    return _first_fitting(fits, step, good=None, bad=scale, end=top) if scale < top else None
 
 
-def calibrate_between_thresholds(*, epsilon: float, delta: float, lower: float,
-                                 upper: float) -> BetweenThresholdsCalibration:
+def _first_fitting(fits, step: Fraction, *, good: Fraction | None, bad: Fraction | None,
+                   end: Fraction) -> Fraction | None:
+    """The smallest scale on the grid of ``step`` that ``fits``, next to a scale known to
+    fit (``good``: searched down to ``end``) or known not to (``bad``: searched up to
+    ``end``; None if none fits up to it). Galloping (1, 2, 4, ... steps from the known
+    scale), then bisecting: O(log n) evaluations of ``fits`` where a walk of one step at a
+    time took n (at a noise scale of thousands, the secant's last fraction of a percent
+    is hundreds of steps). The answer is the walk's whenever ``fits`` is monotone (more
+    noise, less loss: what the secant steps assume too); either way only a scale
+    ``fits`` accepted is returned, so privacy never rests on the assumption."""
+    n, start = 1, good if good is not None else bad
+    while good is None or bad is None:
+        if good is not None:                 # going down
+            trial = max(start - n * step, end)
+            if not fits(float(trial)):
+                bad = trial
+            elif trial == end:
+                return end
+            else:
+                good = trial
+        else:                                # going up
+            trial = min(start + n * step, end)
+            if fits(float(trial)):
+                good = trial
+            elif trial == end:
+                return None
+            else:
+                bad = trial
+        n *= 2
+    while good - bad > step:                 # fits(good), not fits(bad)
+        mid = bad + ((good - bad) / step // 2) * step
+        good, bad = (mid, bad) if fits(float(mid)) else (good, mid)
+    return good
+
+
+def calibrate_between_thresholds(*, epsilon: float, delta: float, lower: float, upper: float,
+                                 max_scale: float = math.inf) -> BetweenThresholdsCalibration:
     """The smallest noise scale b (to 1/64 of a count) with eps_top(b) + psi(b) ln(1/delta)
-    <= epsilon; raises :class:`ThresholdsTooClose` when the gap B - A is below 3b."""
+    <= epsilon; raises :class:`ThresholdsTooClose` when the gap B - A is below 3b, and
+    :class:`ScaleAboveLimit` when b would be above ``max_scale`` (a bound on the work,
+    which grows with b: ``neighbour_lanes``)."""
     if not epsilon > 0:
         raise ParameterError("epsilon", epsilon, "> 0")
     if not 0 < delta < 1:
@@ -290,11 +331,14 @@ def calibrate_between_thresholds(*, epsilon: float, delta: float, lower: float,
         return eps_top + psi * math.log(1.0 / delta)
 
     gap = upper - lower
-    b_max = gap / MIN_GAP_IN_SCALES          # any usable scale leaves a gap of 3b
+    b_max = min(gap / MIN_GAP_IN_SCALES, max_scale)   # any usable scale leaves a gap of 3b
     # b psi ~ 1.5 and eps_top <= 1/b for wide gaps (docs/privacy.md, "BetweenThresholds")
     scale = smallest_fitting_scale(eps_of, epsilon, b_max=b_max,
                                    start=(1.5 * math.log(1.0 / delta) + 1.0) / epsilon,
                                    guess_of=lambda b: eps_of(b, _guessed_profile))
+    if scale is None and max_scale < gap / MIN_GAP_IN_SCALES:
+        raise ScaleAboveLimit(f"(eps={epsilon}, delta={delta}) needs a noise scale above "
+                              f"max_scale={max_scale:g} counts")
     if scale is None:
         raise ThresholdsTooClose(
             f"thresholds ({lower}, {upper}) have gap {gap:.4g} counts but (eps={epsilon}, "

@@ -34,8 +34,8 @@ P_TOP + P_R (1 - e^{u l_R}) - P_L expm1(u l_L) (u = 1/psi) so that far counts, w
 term is tiny, keep their precision; the code checks that the maximum is not at the grid
 edge (far counts tend to a limit from below). psi must exceed the single-instance psi*
 (the denominator must stay positive); eps is minimised over psi by a log-spaced search
-refined by golden section on the lanes within 2 b of a threshold (where the maximum
-sits), and the c_top returned for the chosen psi is the maximum over every lane, so the
+refined by golden section on the lanes within 8 counts of a threshold (where the maximum
+sits: ``_grid``), and the c_top returned for the chosen psi is the maximum over every lane, so the
 search's shortcut can cost tightness, never validity. A c_top below 0 would also meet (*)
 at 0 (raising c_top only lowers the left side), so the code uses max(c_top, 0): the
 claim's precondition holds by construction (``top_charge``). Exact checks:
@@ -51,18 +51,33 @@ from functools import lru_cache
 
 import numpy as np
 
-from .between_thresholds import (MIN_GAP_IN_SCALES, between_thresholds_privacy, near_thresholds,
+from .between_thresholds import (MIN_GAP_IN_SCALES, NEAR_IN_SCALES, between_thresholds_privacy,
                                  neighbour_lanes, smallest_fitting_scale)
-from .errors import ParameterError, ThresholdsTooClose
+from .errors import ParameterError, ScaleAboveLimit, ThresholdsTooClose
 
 
-@lru_cache(maxsize=64)
+SEARCH_REACH = 8    # counts from a threshold whose lanes the psi search reads (``_grid``)
+
+
+@lru_cache(maxsize=2)
 def _grid(scale: float, lower: float, upper: float):
-    """The lanes of between_thresholds.neighbour_lanes with P_L, P_R, P_TOP precomputed,
-    and the mask of the lanes near a threshold."""
+    """The lanes of between_thresholds.neighbour_lanes with P_L, P_R, P_TOP precomputed
+    (without the counts), the same for the lanes the psi search reads, and the counts.
+
+    The search reads the lanes within SEARCH_REACH counts of a threshold (within
+    between_thresholds.near_thresholds's 2 b + 2 when that is narrower). The lane of the
+    largest c_top sat within 1 count of a threshold for every psi from 1.0005 to 30 psi*,
+    k from 104 to 16,384 and b from 1 to 2,000 (swept for issue 43), so the search sees
+    the values it saw over 2 b + 2 counts, at a cost that does not grow with b (it reads
+    them some sixty times per scale: at b = 2,000 that was 90% of a registration's
+    work). Either way the charge returned is the maximum over every lane
+    (``top_charge``): the band can cost tightness, never validity.
+    Two grids are kept: each holds ~8 arrays of up to 2 (gap + 160 b) floats."""
     log_pl, log_pr, log_pt, l_l, l_r, l_t, counts = neighbour_lanes(scale, lower, upper)
-    lanes = (np.exp(log_pl), np.exp(log_pr), np.exp(log_pt), log_pt, l_l, l_r, l_t, counts)
-    return lanes, near_thresholds(counts, scale, lower, upper)
+    lanes = (np.exp(log_pl), np.exp(log_pr), np.exp(log_pt), log_pt, l_l, l_r, l_t)
+    reach = min(SEARCH_REACH, NEAR_IN_SCALES * scale + 2)
+    mask = (np.abs(counts - lower) <= reach) | (np.abs(counts - upper) <= reach)
+    return lanes, tuple(x[mask] for x in lanes), counts
 
 
 def _top_lanes(psi: float, p_l, p_r, p_t, log_pt, l_l, l_r, l_t) -> np.ndarray | None:
@@ -78,11 +93,8 @@ def _top_lanes(psi: float, p_l, p_r, p_t, log_pt, l_l, l_r, l_t) -> np.ndarray |
 def top_charge(scale: float, lower: float, upper: float, psi: float, *, near: bool = False) -> float:
     """The smallest c_top meeting (*) for this psi (inf if psi is below psi*), over every
     lane, or (``near=True``, for searching psi only) over the lanes near a threshold."""
-    lanes, mask = _grid(float(scale), float(lower), float(upper))
-    counts = lanes[-1]
-    if near:
-        lanes = tuple(x[mask] for x in lanes)
-    values = _top_lanes(psi, *lanes[:-1])
+    every, near_lanes, counts = _grid(float(scale), float(lower), float(upper))
+    values = _top_lanes(psi, *(near_lanes if near else every))
     if values is None:
         return math.inf
     worst = int(np.argmax(values))
@@ -145,7 +157,8 @@ class EpochCalibration:
 
 @lru_cache(maxsize=256)
 def calibrate_epoch(*, epsilon: float, delta: float, lower: float, upper: float,
-                    v_max: int, min_gap: float = MIN_GAP_IN_SCALES) -> EpochCalibration:
+                    v_max: int, min_gap: float = MIN_GAP_IN_SCALES,
+                    max_scale: float = math.inf) -> EpochCalibration:
     """The smallest noise scale b (to 1/64 of a count) whose epoch guarantee fits
     (epsilon, delta); :class:`ThresholdsTooClose` when the gap is below ``min_gap`` b
     (3 by default, as the single-instance calibration).
@@ -156,7 +169,11 @@ def calibrate_epoch(*, epsilon: float, delta: float, lower: float, upper: float,
     unanimous votes: a count of 0 or k sits 1.5 gap from the nearer threshold, so a
     unanimous vote comes out TOP with probability about e^{-1.5 min_gap}/2 and on the
     wrong side with about e^{-2.5 min_gap}/2 (0.6% and 0.03% at 3; 2.5% and 0.3% at 2).
-    The predictor's sizing chooses it (learners/predictor.py, ``GAP_SCALES``)."""
+    The predictor's sizing chooses it (learners/predictor.py, ``GAP_SCALES``).
+
+    ``max_scale``: no scale above it is tried (:class:`ScaleAboveLimit` when the budget
+    needs more). The work of a calibration grows with the scale (``neighbour_lanes``:
+    lanes over 40 b around each threshold), so this is how a caller bounds it."""
     if not (epsilon > 0 and math.isfinite(epsilon)):
         raise ParameterError("epsilon", epsilon, "a finite number > 0")
     if not upper > lower:
@@ -167,10 +184,14 @@ def calibrate_epoch(*, epsilon: float, delta: float, lower: float, upper: float,
     def eps_of(b: float) -> float:
         return epoch_epsilon(b, lower, upper, v_max, delta)[0]
 
-    b_max = (upper - lower) / min_gap
+    b_max = min((upper - lower) / min_gap, max_scale)
     # b psi ~ 2 and b c_top ~ 1.5 once the gap is wide
     scale = smallest_fitting_scale(eps_of, epsilon, b_max=b_max,
                                    start=(2.0 * math.log(1 / delta) + 1.5 * v_max) / epsilon)
+    if scale is None and max_scale < (upper - lower) / min_gap:
+        raise ScaleAboveLimit(
+            f"an epoch of up to v_max={v_max} hard queries at (eps={epsilon}, delta={delta}) "
+            f"needs a noise scale above max_scale={max_scale:g} counts")
     if scale is None:
         need = math.ceil(4 * min_gap * (1.5 * math.log(1 / delta) + 2.6 * v_max) / epsilon)
         raise ThresholdsTooClose(

@@ -26,6 +26,11 @@ class ThresholdsTooClose(InfeasibleParameters):
     """BetweenThresholds: the gap between the thresholds is too small for the noise scale."""
 
 
+class ScaleAboveLimit(InfeasibleParameters):
+    """BetweenThresholds: the budget needs more noise than the caller's ``max_scale`` (a
+    bound on the calibration's work, which grows with the scale)."""
+
+
 class MissingKeyError(DPStreamError, RuntimeError):
     """No secret key is configured; privacy-relevant randomness refuses to fall back to the OS."""
 

@@ -55,7 +55,11 @@ def dp_winnow_sample_size(T: int, beta: float, c: float, rho: float) -> int:
         raise ParameterError("c", c, "in (0, 1/2)")
     if not 0 < rho <= 1:
         raise ParameterError("rho", rho, "in (0, 1]")
-    return math.ceil(2 * math.log(2 * T / beta) / (c * rho) ** 2)
+    m = 2 * math.log(2 * T / beta) / (c * rho) ** 2 if (c * rho) ** 2 > 0 else math.inf
+    if not math.isfinite(m):            # before: ZeroDivisionError or OverflowError
+        raise ParameterError("rho", rho, f"large enough that m = 2 ln(2T/beta) / (c rho)^2 is finite "
+                                         f"(c={c}, T={T}, beta={beta})")
+    return math.ceil(m)
 
 
 def dp_winnow_threshold(T: int, beta: float, eps_hat: float) -> float:

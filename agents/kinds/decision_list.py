@@ -75,8 +75,9 @@ class DecisionListKind(Handler):
         problem = rules_problem(d, p)
         if problem:
             return problem
+        rules = feature_count(d, p.max_conjunction, p.negations)   # |F|, without building F
         try:          # a round's epsilon the exponential mechanism's sampler can use
-            exact_epsilon(round_epsilon(p.accounting, b.epsilon, b.delta, len(family(config))))
+            exact_epsilon(round_epsilon(p.accounting, b.epsilon, b.delta, rules))
         except DPStreamError as err:
             return str(err)
         return None
@@ -89,7 +90,8 @@ class DecisionListKind(Handler):
     @classmethod
     def parameter_rows(cls, config):
         p, b = config.params, config.budget
-        eps_r = round_epsilon(p.accounting, b.epsilon, b.delta, len(family(config)))
+        eps_r = round_epsilon(p.accounting, b.epsilon, b.delta,
+                              feature_count(config.dimension, p.max_conjunction, p.negations))
         return [("window", str(p.window), "registration"),
                 ("per-round eps", f"{eps_r:.4g}", f"{p.accounting} analysis (mechanisms.params)")]
 

@@ -20,8 +20,9 @@ from dpstream.learners.generators import (DecisionLists, FiniteClass, Halfspaces
                                           NearestNeighbours, Thresholds)
 from dpstream.learners.predictor import (EPOCH_MECHANISM, EXHAUSTED, HARD, NO_EPOCH, STUDENT,
                                          V_MAX_LADDER, PredictorConfig, PredictorState,
-                                         PrivatePredictor, size_predictor, smallest_k, MIN_BLOCK)
-from dpstream.mechanisms.errors import DPStreamError
+                                         PrivatePredictor, size_predictor, smallest_k, MAX_BLOCKS,
+                                         MIN_BLOCK)
+from dpstream.mechanisms.errors import DPStreamError, InfeasibleParameters, ThresholdsTooClose
 from dpstream.schemas.config import KindParams
 
 from .base import BINARY, REAL, Handler
@@ -52,7 +53,7 @@ class PredictorParams(KindParams):
     kind: Literal["predictor"] = "predictor"
     generator: Literal[GENERATORS] = "halfspace"
     adaptive: bool = False                    # halfspaces only: the seed's adaptive generator
-    k: int | None = Field(default=None, ge=1, le=1_000_000)   # blocks
+    k: int | None = Field(default=None, ge=1, le=MAX_BLOCKS)  # blocks (learners.predictor.MAX_BLOCKS)
     m: int | None = Field(default=None, ge=1, le=100_000)     # examples per block; an epoch needs k * m
     examples: int | None = Field(default=None, ge=1, le=100_000_000)  # or: examples per epoch
     v_max: int | None = Field(default=None, ge=1, le=100_000)   # hard queries per epoch
@@ -131,9 +132,24 @@ def _cap(config) -> int:
     (the smallest cap when none does: the calibration then says what is missing)."""
     p, b = config.params, config.budget
     for v in V_MAX_LADDER:
-        if smallest_k(epsilon=b.epsilon, delta=b.delta, v_max=v, accounting=p.accounting) <= p.k:
-            return v
+        try:
+            if smallest_k(epsilon=b.epsilon, delta=b.delta, v_max=v, accounting=p.accounting) <= p.k:
+                return v
+        except InfeasibleParameters:     # more than MAX_BLOCKS blocks: a smaller cap may do
+            continue
     return V_MAX_LADDER[-1]
+
+
+def _beyond_max_blocks(config) -> str | None:
+    """For a registered k the budget's noise does not fit: the refusal naming MAX_BLOCKS
+    when no k up to it would (the calibration's own message then asks for more blocks
+    than a registration may give), else None."""
+    p, b = config.params, config.budget
+    try:
+        smallest_k(epsilon=b.epsilon, delta=b.delta, v_max=shape(config)[2], accounting=p.accounting)
+    except InfeasibleParameters as err:
+        return str(err)
+    return None
 
 
 def predictor_config(config) -> PredictorConfig:
@@ -207,6 +223,8 @@ class PredictorKind(Handler):
         try:
             predictor_config(config).calibration()
         except DPStreamError as err:
+            if p.k is not None and isinstance(err, ThresholdsTooClose):
+                return _beyond_max_blocks(config) or str(err)
             return str(err)
         return None
 

@@ -203,7 +203,9 @@ class BulkPath:
         or the worker stops (None: left unacked, so read again by the partitions' next
         owner, or by this worker after a restart). An error the broker or an admin can end
         is retried for as long as it lasts, anything else for GIVE_UP_AFTER seconds, then
-        the app is crashed for the supervisor to restart it (``keeps_trying``)."""
+        the app is crashed for the supervisor to restart it (``keeps_trying``). A failure
+        once the worker is stopping is expected (its producer stops under the batch:
+        NotReady) and logged as a warning, not an error: the batch stays unacked."""
         app, first_failure = self._app, None
         while app.consumer_generation_id == generation:
             if self._ending():
@@ -215,6 +217,12 @@ class BulkPath:
             except asyncio.CancelledError:
                 raise
             except Exception as err:            # noqa: BLE001 - retried, or the worker restarts
+                if self._ending():              # a stop closes the producer under the batch
+                    log.warning("stopping: %s; a batch of %d record(s) is left unapplied; the "
+                                "next worker reads it again, nothing is lost",
+                                self.say(err, "Write", "the batch's outputs and state"),
+                                self.batch_records)
+                    return None
                 now = time.monotonic()
                 first_failure = first_failure or now
                 if not keeps_trying(err) and now - first_failure >= GIVE_UP_AFTER:

@@ -25,6 +25,18 @@ What each part replaces, and why:
   Records of a partition that left faust's active set while the fetch waited are given
   back (``_seek`` to the first of them), where faust's ``getmany`` drops them: that lost
   table changelog records and left a worker in recovery forever (``unread``).
+* **Inbound times** (in ``install_drain``): faust's livelock check
+  (``AIOKafkaConsumerThread.verify_event_path``, every 2.5 commit intervals) logs
+  "Stream has not started processing TP(...)" at ERROR for a partition with records
+  past its position and no time in ``Monitor.stream_inbound_time``, which faust's stream
+  sets per record (``Monitor.on_stream_event_in``, with ``monotonic()``). Records handed
+  over in bulk never pass there, so once a worker had run ``stream_processing_timeout``
+  (5 min) every partition with a backlog was reported, at every check, in normal work
+  (issue 43). The drain notes each handed-over partition's time as faust's stream would:
+  the check stays silent while batches flow and still says "Stream stopped processing,
+  or is slow" when a partition with a backlog gets none for that long.
+  A partition no batch has taken yet (one a rebalance brought, while tables recover) is
+  reported at WARNING, INFO during recovery (``QuietIdleStreams``).
 * **Acks** (``ack``): what ``Consumer.ack`` does per message (``faust.types.tuples.ack_lock``,
   ``_committed_offset``, ``_acked_index``, ``_acked``, ``_n_acked``, ``_waiting_for_ack``),
   per partition, without building a message per record; commits (``commit_due``) as
@@ -84,6 +96,7 @@ import asyncio
 import contextlib
 import inspect
 import logging
+import re
 from collections.abc import Awaitable, Callable
 from itertools import islice
 from operator import lt
@@ -95,7 +108,7 @@ from aiokafka.errors import (CommitFailedError, GroupAuthorizationFailedError,
                              TopicAuthorizationFailedError, UnsupportedCodecError)
 from aiokafka.structs import OffsetAndMetadata
 from faust.transport.consumer import Consumer as FaustConsumer
-from faust.transport.drivers.aiokafka import AIOKafkaConsumerThread
+from faust.transport.drivers.aiokafka import SLOW_PROCESSING_STREAM_IDLE_SINCE_START, AIOKafkaConsumerThread
 from faust.transport.drivers.aiokafka import Consumer as AIOKafkaDriverConsumer
 from faust.transport.drivers.aiokafka import Producer as AIOKafkaDriverProducer
 from faust.transport.drivers.aiokafka import ensure_aiokafka_TP
@@ -199,6 +212,9 @@ def install_drain(app, topics: dict[str, str], handover: Handover,
                     RawRecord(name, r.partition, r.offset, r.key, r.value) if r.value else
                     raw_record(name, r) for r in kept)
             if batch:
+                now, inbound = monotonic(), app.monitor.stream_inbound_time
+                for tp in offsets:                 # as faust's stream would (module
+                    inbound[tp] = now              # docstring: "Inbound times")
                 await handover(generation, batch, offsets)
 
     consumer._drain_messages = drain
@@ -551,11 +567,34 @@ class RefusedCommits:
         return True
 
 
-class ThreadConsumerThread(RefusedCommits, AIOKafkaConsumerThread):
+class QuietIdleStreams:
+    """faust's aiokafka consumer service (a mixin before ``AIOKafkaConsumerThread``) whose
+    livelock check reports a partition this worker has not handed over once since it
+    started ("Stream has not started processing TP(...)") as WARNING, and as INFO while
+    tables recover, instead of ERROR.
+
+    With the drain's inbound times (module docstring) the check only says so for a
+    partition with a backlog that no batch of this process has taken yet: in normal work,
+    one assigned by a rebalance whose tables are still recovering (faust pauses every
+    partition meanwhile, and skips the check only while the rebalance itself runs).
+    Nothing is lost there (its offsets are not committed) and the recovery watchdog
+    (streams/worker/watchdog.py) stops a recovery that stalls, so it is not an error;
+    outside a recovery it is worth a look, so it stays a warning. Every other message of
+    the check keeps faust's ERROR ("Stream stopped processing, or is slow" included)."""
+
+    def _log_slow_processing_stream(self, msg: str, *args) -> None:
+        if msg != SLOW_PROCESSING_STREAM_IDLE_SINCE_START:
+            return super()._log_slow_processing_stream(msg, *args)
+        level = logging.INFO if in_recovery(self.consumer.app) else logging.WARNING
+        self.log.log(level, f"{msg} No batch of this worker has taken it yet; nothing is "
+                            "lost (its offsets are not committed).", *args)
+
+
+class ThreadConsumerThread(QuietIdleStreams, RefusedCommits, AIOKafkaConsumerThread):
     """faust's aiokafka consumer service in its own thread (``--consumer-thread``)."""
 
 
-class InLoopConsumerThread(RefusedCommits, AIOKafkaConsumerThread):
+class InLoopConsumerThread(QuietIdleStreams, RefusedCommits, AIOKafkaConsumerThread):
     """faust's aiokafka consumer service, served on the caller's loop (no thread)."""
 
     def __init__(self, consumer, *, loop=None, **kwargs):
@@ -836,6 +875,7 @@ _METHODS = [
     (AIOKafkaDriverProducer, "_ensure_producer", ("self",)),
     (AIOKafkaConsumerThread, "_ensure_consumer", ("self",)),
     (AIOKafkaConsumerThread, "call_thread", None),
+    (AIOKafkaConsumerThread, "_log_slow_processing_stream", ("self", "msg", "args")),
     (ServiceThread, "_serve", ("self",)),
     (ServiceThread, "_gather_remaining_tasks", ("self",)),
 ]
@@ -886,6 +926,19 @@ def contract() -> list[str]:
                  "if tp in self.assignment()", '"already rebalanced" in str(exc)'):
         if line not in commit:
             problems.append(f"faust AIOKafkaConsumerThread._commit no longer has {line!r}")
+    from faust.sensors.monitor import Monitor
+    if "self.stream_inbound_time[tp] = monotonic()" not in inspect.getsource(Monitor.on_stream_event_in):
+        problems.append("faust Monitor.on_stream_event_in no longer sets stream_inbound_time[tp] "
+                        "to monotonic()")
+    verify = inspect.getsource(AIOKafkaConsumerThread.verify_event_path)
+    for line in ("inbound = monitor.stream_inbound_time.get(tp)", "secs_since_stream = now - inbound"):
+        if line not in verify:
+            problems.append(f"faust AIOKafkaConsumerThread.verify_event_path no longer has {line!r}")
+    if not re.search(r"self\._log_slow_processing_stream\(\s*SLOW_PROCESSING_STREAM_IDLE_SINCE_START,", verify):
+        problems.append("faust AIOKafkaConsumerThread.verify_event_path no longer reports an idle "
+                        "stream with _log_slow_processing_stream(SLOW_PROCESSING_STREAM_IDLE_SINCE_START")
+    if "now = monotonic()" not in inspect.getsource(FaustConsumer.verify_all_partitions_active):
+        problems.append("faust Consumer.verify_all_partitions_active no longer uses monotonic()")
     if hasattr(FaustConsumer, "_new_offset") and \
             "next(consecutive_numbers(acked))" not in inspect.getsource(FaustConsumer._new_offset):
         problems.append("faust Consumer._new_offset no longer takes next(consecutive_numbers(acked))")

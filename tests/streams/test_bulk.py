@@ -70,6 +70,40 @@ async def test_an_error_waiting_cannot_change_crashes_the_app_instead_of_retryin
     assert "stopping the worker so that its supervisor restarts it" in line
 
 
+async def test_a_batch_that_fails_because_the_worker_is_stopping_is_a_warning_not_an_error(caplog):
+    """Before: at SIGTERM faust stops the producer under the batch being written, and the
+    worker logged "failed to Write the batch's outputs and state (NotReady)" at ERROR
+    while stopping as asked (nothing is lost: its offsets are not committed). Now one
+    warning that says so, and no retry; the same failure while running stays an ERROR."""
+    class NotReady(Exception):                  # faust.exceptions.NotReady
+        pass
+
+    app, p = path(lambda batch: None)
+
+    async def apply(batch):
+        p.stop()                                # SIGTERM arrives while the batch is written
+        raise NotReady("Producer service not yet started")
+    p._apply = apply
+    p.batch_records = 7
+    assert await asyncio.wait_for(p._retry(3, {"examples": []}), 30) is None
+    [record] = caplog.records
+    assert record.levelname == "WARNING" and app.crashes == []
+    assert record.getMessage() == ("stopping: failed to Write the batch's outputs and state "
+                                   "(NotReady); a batch of 7 record(s) is left unapplied; the next "
+                                   "worker reads it again, nothing is lost")
+    running, q = path(lambda batch: None)
+    calls = []
+
+    async def fails_once(batch):
+        calls.append(1)
+        if len(calls) == 1:
+            raise NotReady("Producer service not yet started")
+        return True
+    q._apply = fails_once
+    assert await asyncio.wait_for(q._retry(3, {"examples": []}), 30) is True
+    assert caplog.records[-1].levelname == "ERROR"
+
+
 async def test_a_broker_gone_is_waited_for_and_a_stop_ends_the_wait():
     async def apply(batch):
         raise KafkaTimeoutError()

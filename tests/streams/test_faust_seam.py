@@ -1,5 +1,7 @@
 """The faust / mode / aiokafka internals the worker relies on exist, with the signatures
 relied on, in the installed versions (streams/worker/faust_seam.py ``contract``; no broker)."""
+import pytest
+
 from dpstream.streams.worker.faust_seam import contract
 
 
@@ -280,3 +282,73 @@ async def test_an_error_the_group_coordination_holds_is_taken_so_that_it_tries_a
     coordinator._coordination_task = dead
     assert await take_group_error(app) == (refused, True)
     running.cancel()
+
+
+def _checked_partition(monkeypatch, in_recovery=False):
+    """A worker-style app (our consumer service, no broker) whose one partition has
+    records past its position, started long enough ago for faust's livelock check
+    (``verify_event_path``) to judge it; returns (app, thread, tp, check)."""
+    from time import monotonic
+    from types import SimpleNamespace
+
+    import faust
+    from faust.types import TP
+
+    from dpstream.streams.worker import faust_seam
+    app = faust.App("dpstream-seam-idle", broker="kafka://127.0.0.1:1")
+    app.finalize()
+    faust_seam.use_consumer(app, in_loop=True, on_refused=lambda err: None)
+    thread, tp = app.consumer._thread, TP("t-examples", 0)
+    state = SimpleNamespace(timestamp=monotonic() * 1000, highwater=10, position=5)
+    assignment = SimpleNamespace(active=True, state_value=lambda aiotp: state)
+    fetcher = SimpleNamespace(_subscriptions=SimpleNamespace(subscription=SimpleNamespace(assignment=assignment)))
+    monkeypatch.setattr(thread, "_ensure_consumer", lambda: SimpleNamespace(_fetcher=fetcher))
+    monkeypatch.setattr(app.topics, "acks_enabled_for", lambda topic: True)
+    monkeypatch.setattr(type(app.tables.recovery), "in_recovery", property(lambda self: in_recovery))
+    thread.time_started = monotonic() - 2 * app.conf.stream_processing_timeout
+    return app, thread, tp, lambda: thread.verify_event_path(monotonic(), tp)
+
+
+async def test_a_partition_the_drain_handed_over_is_not_reported_as_never_processed(monkeypatch, caplog):
+    """Before: faust's livelock check logged "Stream has not started processing TP(...)"
+    at ERROR, every 7 s, for every partition with a backlog once a worker had run 5 min:
+    records handed over in bulk never set faust's inbound time. Now the drain sets it."""
+    import asyncio
+    from time import monotonic
+    from types import SimpleNamespace
+
+    from dpstream.streams.worker import faust_seam
+    app, thread, tp, check = _checked_partition(monkeypatch)
+    consumer, fetches = app.consumer, []
+
+    async def wait_next_records(timeout):
+        fetches.append(timeout)
+        if len(fetches) > 1:
+            consumer._stopped.set()
+            return {}, {tp}
+        return {tp: [SimpleNamespace(partition=0, offset=5, key=b"k", value=b"v")]}, {tp}
+
+    async def handover(generation, batch, offsets):
+        pass
+
+    consumer._wait_next_records = wait_next_records
+    faust_seam.install_drain(app, {"t-examples": "examples"}, handover)
+    await asyncio.wait_for(consumer._drain_messages(SimpleNamespace(_stopped=asyncio.Event())), 5)
+    thread.tp_last_committed_at[tp] = monotonic()       # and its offsets commit, as they do
+    caplog.set_level("INFO")
+    check()
+    assert caplog.records == []
+
+
+@pytest.mark.parametrize("recovering, level", [(False, "WARNING"), (True, "INFO")])
+def test_a_partition_no_batch_has_taken_yet_is_a_warning_or_info_not_an_error(monkeypatch, caplog,
+                                                                            recovering, level):
+    """Before: ERROR (with faust's advice to raise stream_processing_timeout), also for a
+    partition a rebalance brought while its tables recover, which is expected. Now one
+    WARNING line, INFO while tables recover; faust's other messages keep their ERROR."""
+    app, thread, tp, check = _checked_partition(monkeypatch, in_recovery=recovering)
+    caplog.set_level("INFO")
+    check()
+    [record] = [r for r in caplog.records if "Stream has not started processing" in r.getMessage()]
+    assert record.levelname == level and str(tp) in record.getMessage()
+    assert "nothing is lost" in record.getMessage() and "stream_processing_timeout" not in record.getMessage()
