@@ -1089,7 +1089,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     def inputs(parser, what: str):
         parser.add_argument("--format", choices=FORMATS,
-                            help=f"the {what}' format (default: by extension: .csv, .parquet; else JSONL)")
+                            help=f"the {what} format (default: by extension: .csv, .parquet; else JSONL)")
         parser.add_argument("--model-id", metavar="ID",
                             help="CSV/Parquet: the model of every row (default: a model_id column"
                                  + (", else the only model of --models)" if what == "files" else ")"))
@@ -1111,7 +1111,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", required=True, help="export directory written (0700, files 0600)")
     p.add_argument("--state", metavar="FILE", help="SQLite file for state that survives restarts")
     p.add_argument("--quiet", action="store_true", help="no progress output")
-    inputs(p, "files")
+    inputs(p, "files'")
     p.set_defaults(fn=cmd_run)
 
     def broker(parser):
@@ -1159,7 +1159,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="skip the first N records (resume: N is what an interrupted run acknowledged)")
     p.add_argument("--no-check", action="store_true",
                    help="send without checking records and model ids locally first")
-    inputs(p, "file")
+    inputs(p, "file's")
     p.set_defaults(fn=cmd_produce)
 
     p = sub.add_parser("consume", help="print a topic's records as they arrive",
