@@ -46,6 +46,13 @@ from .inputs import BinaryInput, active_matrix, embed, project, sign
 from .protocol import Step
 from .winnow import decode_array, encode_array
 
+# A public, structural limit on m (docs/limits.md): a re-sample holds about a dozen
+# m-long 8-byte arrays at its peak (the draws and the sampler's temporaries), ~100 MB at
+# the limit. Theorem 11's m grows as 1/rho^2 (149,584 at rho = 0.1, 1.5e7 at 0.01 for
+# eps 0.5, d 1000), so without it one registration could ask the worker for terabytes
+# at its first update.
+MAX_DRAWS = 1 << 20
+
 AT_PURPOSE = "dp_winnow/above_threshold"
 SAMPLE_PURPOSE = "dp_winnow/sample"
 

@@ -10,7 +10,7 @@ from typing import Literal
 import numpy as np
 from pydantic import Field, model_validator
 
-from dpstream.learners.dp_winnow import DPWinnow, DPWinnowState
+from dpstream.learners.dp_winnow import MAX_DRAWS, DPWinnow, DPWinnowState
 from dpstream.learners.inputs import active_matrix
 from dpstream.mechanisms.accounting import Ledger
 from dpstream.mechanisms.errors import BudgetExhausted, DPStreamError
@@ -35,7 +35,7 @@ class WinnowParams(KindParams):
     signed: bool = False
     eps_hat: float | None = Field(default=None, gt=0)
     eta: float | None = Field(default=None, gt=0)
-    m: int | None = Field(default=None, ge=1)
+    m: int | None = Field(default=None, ge=1, le=MAX_DRAWS)
     K: int | None = Field(default=None, ge=1)
     L: float | None = Field(default=None, gt=0)
 
@@ -89,6 +89,10 @@ class WinnowKind(Handler):
             return str(err)
         if w.note:
             return w.note
+        if w.m > MAX_DRAWS:
+            return (f"these settings need m={w.m:.4g} weight draws per update: more than the "
+                    f"{MAX_DRAWS:,} DP-Winnow may draw (a structural limit, docs/limits.md): "
+                    "raise rho, or use practical mode with m at most the limit")
         # The first AboveThreshold instance, one update's draws and the next instance must
         # fit the budget (charged as the learner will charge them), or the model is
         # exhausted before it can learn anything.

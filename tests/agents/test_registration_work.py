@@ -34,7 +34,10 @@ import dpstream.learners.predictor as predictor_learner
 import dpstream.mechanisms.between_thresholds as bt
 import dpstream.mechanisms.bt_epoch as bt_epoch
 from dpstream.agents.kinds import KINDS, kind
+from dpstream.learners.dp_winnow import MAX_DRAWS, DPWinnow
 from dpstream.learners.predictor import MAX_BLOCKS
+from dpstream.mechanisms.params import dp_winnow_practical_parameters
+from dpstream.mechanisms.randomness import KeyedRandomness
 from dpstream.schemas import ModelConfig
 
 ROOT = str(Path(bt.__file__).resolve().parents[1])      # dpstream's own sources
@@ -65,7 +68,7 @@ WORST = {
         cfg({"kind": "winnow", "mode": "theory", "rho": 1e-3, "T": 10 ** 18}, 0.99, 1e-300, 16_000),
         cfg({"kind": "winnow", "mode": "theory", "rho": 0.5, "T": 10 ** 18, "c": 0.49}, 1e-9, 1e-300),
         cfg({"kind": "winnow", "mode": "theory", "rho": 1e-300, "T": 10 ** 21}, 1e-9, 1e-300),
-        cfg({"kind": "winnow", "eps_hat": 1e-9, "eta": 1e-9, "m": 10 ** 12, "K": 10 ** 12,
+        cfg({"kind": "winnow", "eps_hat": 1e-9, "eta": 1e-9, "m": MAX_DRAWS, "K": 10 ** 12,
              "L": 1.0}, 10.0, 1e-6, 16_000),
     ],
     "continual_winnow": [
@@ -152,3 +155,34 @@ def test_a_registered_k_whose_budget_needs_more_than_the_limit_is_told_the_limit
     work = registration_work(cfg({"kind": "predictor", "k": MAX_BLOCKS, "m": 10, "v_max": 64}, 0.05, 1e-6))
     assert f"more blocks than the {MAX_BLOCKS:,} a predictor may have" in work.problem
     assert work.steps <= MAX_STEPS and work.peak_bytes <= MAX_PEAK_BYTES, work
+
+
+def test_winnow_draws_are_a_public_limit_in_both_modes():
+    """Before: practical mode took any m (10^12 registered, and the first update asked
+    numpy for 8 TB of draws: a dead letter for a valid example, or the host's memory at
+    m ~ 10^9); theory mode's m grows with log(1/rho) (8e14 at rho = 1e-6)."""
+    with pytest.raises(ValueError, match="less than or equal to 1048576"):
+        ModelConfig.model_validate(cfg({"kind": "winnow", "eps_hat": 1e-9, "eta": 1e-9, "m": MAX_DRAWS + 1,
+                                        "K": 10, "L": 1.0}, 10.0, 1e-6))
+    work = registration_work(cfg({"kind": "winnow", "mode": "theory", "rho": 0.01, "T": 10 ** 18},
+                                 0.5, 1e-12, 1000))       # Theorem 11's m: 14,958,352
+    assert f"more than the {MAX_DRAWS:,} DP-Winnow may draw" in work.problem, work
+    assert registration_work(cfg({"kind": "winnow", "mode": "theory", "rho": 0.1, "T": 10 ** 18},
+                                 0.5, 1e-12, 1000)).problem is None
+
+
+def test_an_update_at_the_draw_limit_takes_bounded_memory():
+    """One re-sample of MAX_DRAWS draws: about a dozen m-long 8-byte arrays at its peak
+    (~100 MB, docs/limits.md); the limit is what keeps that bounded."""
+    params = dp_winnow_practical_parameters(eps_hat=1.0, eta=0.01, m=MAX_DRAWS, K=3, L=1.0,
+                                            delta=1e-6, rho=0.1, c=0.25, T=1000, beta=0.01)
+    model = DPWinnow(params=params, d=1000, rng=KeyedRandomness(b"draw-limit-key-0123456789abcdef!"),
+                     model_id="draws", budget=(1e9, 1e-6))
+    tracemalloc.start()
+    try:
+        model._resample()
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert int(model.state.tilde_cnt.sum()) == MAX_DRAWS
+    assert peak <= 16 * 8 * MAX_DRAWS, peak
