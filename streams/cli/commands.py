@@ -254,17 +254,17 @@ def out_dir(path: str, *, private: bool = True):
         return OutDir(path, private=private).__enter__()
 
 
-def write_export(out, log: list[dict], outputs: dict) -> None:
+def write_export(out, log: list[dict], outputs: dict, *, public: bool = False) -> None:
     """The layout `dpstream export` and `dpstream run` write and `dpstream replay --dir`
     reads, into ``out`` (an open ``out_dir`` or a path). ``model-events.jsonl`` holds raw
-    features and labels: the directory is created 0700 and every file is 0600."""
+    features and labels: the directory is created 0700 and every file is 0600. ``public``
+    (``export --public``): the output topics only, no model-events.jsonl."""
     from dpstream.streams.tools.outdir import OutDir
-    names = [f"{topics.MODEL_EVENTS}.jsonl", *(f"{t}.jsonl" for t in topics.OUTPUTS)]
+    names = ([] if public else [f"{topics.MODEL_EVENTS}.jsonl"]) + [f"{t}.jsonl" for t in topics.OUTPUTS]
     with (OutDir(out, private=True) if isinstance(out, (str, Path)) else out) as where, \
             where.files(names) as files:
-        fh = files[f"{topics.MODEL_EVENTS}.jsonl"]
-        for rec in log:
-            fh.write(json.dumps(rec).encode() + b"\n")
+        for rec in [] if public else log:
+            files[f"{topics.MODEL_EVENTS}.jsonl"].write(json.dumps(rec).encode() + b"\n")
         for topic in topics.OUTPUTS:
             fh = files[f"{topic}.jsonl"]
             for value in outputs.get(topic, []):
@@ -275,43 +275,87 @@ class NothingToAudit(Exception):
     """An audit was asked of an export that holds no model events."""
 
 
-def read_export(src: Path) -> tuple[list[dict], dict]:
+def read_export(src: Path, *, public: bool = False) -> tuple[list[dict], dict]:
     """The log and outputs of an export directory; :class:`NothingToAudit` when it is
-    missing or holds no model event (an audit of nothing must not say OK)."""
-    if not (src / f"{topics.MODEL_EVENTS}.jsonl").is_file():
-        raise NothingToAudit(f"{src} is not an export directory (no {topics.MODEL_EVENTS}.jsonl)")
+    missing or holds no model event (an audit of nothing must not say OK). ``public``
+    (``replay --no-key``): the log is not needed (an export of the public topics, as
+    ``export --public`` writes, has none), but some output record is. Every record keeps
+    its file and line (replay.Located): a line that is not JSON or not a record of its
+    topic is reported by them, never a traceback."""
+    from dpstream.streams.tools.replay import Located, parse_json
 
     def load(name):
+        """The file's records, each with its line; a line that is not JSON (or not UTF-8)
+        becomes parse_json's marker, which replay counts and names by its line."""
         path = src / f"{name}.jsonl"
-        return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] \
-            if path.exists() else []
-    log = load(topics.MODEL_EVENTS)
-    if not log:
+        if not path.exists():
+            return []
+        try:
+            data = path.read_bytes()
+        except OSError as err:
+            raise NothingToAudit(f"{path}: cannot be read ({err.strerror or err})") from None
+        lines = [(n, line) for n, line in enumerate(data.splitlines(), 1) if line.strip()]
+        return Located([parse_json(line) for _, line in lines], [f"{path.name} line {n}" for n, _ in lines])
+    if not src.is_dir():
+        raise NothingToAudit(f"{src} is not an export directory")
+    if not public and not (src / f"{topics.MODEL_EVENTS}.jsonl").is_file():
+        raise NothingToAudit(f"{src} is not an export directory (no {topics.MODEL_EVENTS}.jsonl; "
+                             "`dpstream replay --no-key` checks an export of the public topics)")
+    log = [] if public else load(topics.MODEL_EVENTS)
+    if not log and not public:
         raise NothingToAudit(f"{src}/{topics.MODEL_EVENTS}.jsonl holds no model events")
-    return log, {t: load(t) for t in topics.OUTPUTS      # answers.jsonl: since issue 41
-                 if t != topics.ANSWERS or (src / f"{t}.jsonl").exists()}
+    outputs = {t: load(t) for t in topics.OUTPUTS      # answers.jsonl: since issue 41
+               if t != topics.ANSWERS or (src / f"{t}.jsonl").exists()}
+    if public and not any(outputs.values()):
+        raise NothingToAudit(f"{src} holds no published record ({', '.join(topics.OUTPUTS)})")
+    return log, outputs
 
 
-async def _export_kafka(kafka: Kafka, prefix: str, timeout: float) -> tuple[list[dict], dict]:
+async def _export_kafka(kafka: Kafka, prefix: str, timeout: float, *, public: bool = False
+                        ) -> tuple[list[dict], dict]:
     """The log and the output topics as they are: a record that is not JSON is kept as a
-    marker, so that replay (now, or on the export later) counts it (replay.screen)."""
+    marker, so that replay (now, or on the export later) counts it (replay.screen).
+    ``public``: the output topics only (what an auditor may read; the log stays empty)."""
     from dpstream.streams.tools.replay import parse_json
-    log = [{"partition": r.partition, "offset": r.offset, "value": parse_json(r.value)}
-           for r in await read_topic(kafka, prefix + topics.MODEL_EVENTS, timeout=timeout)]
+    log = [] if public else [
+        {"partition": r.partition, "offset": r.offset, "value": parse_json(r.value)}
+        for r in await read_topic(kafka, prefix + topics.MODEL_EVENTS, timeout=timeout)]
     outputs = {t: [parse_json(r.value) for r in await read_topic(kafka, prefix + t, timeout=timeout)]
                for t in topics.OUTPUTS}
     return log, outputs
 
 
+def _reading(prefix: str, public: bool) -> str:
+    """What an export reads, for the line that names a missing right."""
+    return (f"Read the output topics ({prefix}{', '.join(topics.OUTPUTS)})" if public else
+            f"Read topic {prefix}{topics.MODEL_EVENTS} and the output topics")
+
+
+AUDITOR_HINT = ("; an auditor, who may not read the private log, exports the public topics "
+                "with --public and checks them with `dpstream replay --no-key`")
+
+
+def _read_deployment(kafka: Kafka, args, public: bool):
+    """export / replay from Kafka: the topics read, or Failed naming the missing right (and,
+    for the private log, what an auditor runs instead)."""
+    try:
+        return _broker_call(kafka, _export_kafka(kafka, args.prefix, args.timeout, public=public),
+                            _reading(args.prefix, public))
+    except Failed as err:
+        if not public and f"may not Read topic {args.prefix}{topics.MODEL_EVENTS}" in str(err):
+            raise Failed(f"{err}{AUDITOR_HINT}", err.code) from None
+        raise
+
+
 def cmd_export(args) -> int:
     kafka = _kafka(args)
     out = out_dir(args.out)
-    log, outputs = _broker_call(kafka, _export_kafka(kafka, args.prefix, args.timeout),
-                                f"Read topic {args.prefix}{topics.MODEL_EVENTS} and the output topics")
+    log, outputs = _read_deployment(kafka, args, args.public)
     with refused_out():
-        write_export(out, log, outputs)
-    print(f"dpstream export: {len(log)} model events, "
-          + ", ".join(f"{len(v)} {k}" for k, v in outputs.items()) + f" -> {args.out}")
+        write_export(out, log, outputs, public=args.public)
+    print("dpstream export: " + (f"{len(log)} model events, " if not args.public else "")
+          + ", ".join(f"{len(v)} {k}" for k, v in outputs.items()) + f" -> {args.out}"
+          + (" (public topics only: `dpstream replay --no-key --dir` checks it)" if args.public else ""))
     return 0
 
 
@@ -319,14 +363,17 @@ def cmd_replay(args) -> int:
     from dpstream.streams.tools.replay import WrongKeyError, replay, verify_public
     try:
         if args.dir:
-            log, outputs = read_export(Path(args.dir))
+            log, outputs = read_export(Path(args.dir), public=args.no_key)
         else:
             kafka = _kafka(args)
-            log, outputs = _broker_call(kafka, _export_kafka(kafka, args.prefix, args.timeout),
-                                        f"Read topic {args.prefix}{topics.MODEL_EVENTS} and the output topics")
-            if not log:
+            # without the key nothing is recomputed: the private log is not read (an auditor
+            # has no right to it), only the output topics
+            log, outputs = _read_deployment(kafka, args, args.no_key)
+            if not log and not args.no_key:
                 raise NothingToAudit(f"no model events on {args.prefix}{topics.MODEL_EVENTS} at "
                                      f"{kafka.bootstrap}")
+            if args.no_key and not any(outputs.values()):
+                raise NothingToAudit(f"no published record on the output topics at {kafka.bootstrap}")
     except NothingToAudit as err:
         raise Failed(f"{err}: nothing verified", 2) from None
     if args.no_key:
@@ -1135,11 +1182,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(fn=cmd_models)
     p = sub.add_parser("export", help="write the log and output topics to JSONL files",
                        description="Read model-events and the output topics from the start into an "
-                       "export directory that replay and audit-report read.")
+                       "export directory that replay and audit-report read (--public: the output "
+                       "topics only, what an auditor may read).")
     broker(p)
     p.add_argument("--timeout", type=float, default=5.0,
                    help="stop reading a topic after this many seconds without a record (default: %(default)s)")
     p.add_argument("--out", required=True, help="export directory written (0700, files 0600)")
+    p.add_argument("--public", action="store_true",
+                   help="the output topics only, not the private model-events log: what an auditor "
+                        "may read, for `dpstream replay --no-key --dir`")
     p.set_defaults(fn=cmd_export)
     p = sub.add_parser("replay", help="recompute every release with the key and compare",
                        description="Exit 0: every release reproduced; 1: mismatches, located; 2: "
@@ -1149,7 +1200,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--timeout", type=float, default=5.0,
                    help="stop reading a topic after this many seconds without a record (default: %(default)s)")
     p.add_argument("--model", action="append", help="only these model ids (repeatable)")
-    p.add_argument("--no-key", action="store_true", help="verify only the public record")
+    p.add_argument("--no-key", action="store_true",
+                   help="verify only the public record (reads the output topics, not model-events: "
+                        "an auditor's rights suffice)")
     p.set_defaults(fn=cmd_replay)
     p = sub.add_parser("audit-report", help="HTML report and PNG figures per model",
                        description="The public report (or, with --internal, the data owner's) of an "
