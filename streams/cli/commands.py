@@ -313,21 +313,26 @@ def read_export(src: Path, *, public: bool = False) -> tuple[list[dict], dict]:
 
 async def _export_kafka(kafka: Kafka, prefix: str, timeout: float, *, public: bool = False
                         ) -> tuple[list[dict], dict]:
-    """The log and the output topics as they are: a record that is not JSON is kept as a
+    """The log and the output topics as they are, each read to the end it had when the read
+    began (topicread.read_to_end: no idle wait per topic, and a topic that does not exist
+    is not created by asking): a record that is not JSON is kept as a
     marker, so that replay (now, or on the export later) counts it (replay.screen).
     ``public``: the output topics only (what an auditor may read; the log stays empty)."""
     from dpstream.streams.tools.replay import parse_json
+    from dpstream.streams.tools.topicread import check_topic_name, read_to_end
+    for t in ([] if public else [topics.MODEL_EVENTS]) + list(topics.OUTPUTS):
+        await check_topic_name(kafka, prefix + t, prefix)       # TopicMissing: says what creates it
     log = [] if public else [
         {"partition": r.partition, "offset": r.offset, "value": parse_json(r.value)}
-        for r in await read_topic(kafka, prefix + topics.MODEL_EVENTS, timeout=timeout)]
-    outputs = {t: [parse_json(r.value) for r in await read_topic(kafka, prefix + t, timeout=timeout)]
+        for r in await read_to_end(kafka, prefix + topics.MODEL_EVENTS, timeout=timeout)]
+    outputs = {t: [parse_json(r.value) for r in await read_to_end(kafka, prefix + t, timeout=timeout)]
                for t in topics.OUTPUTS}
     return log, outputs
 
 
 def _reading(prefix: str, public: bool) -> str:
     """What an export reads, for the line that names a missing right."""
-    return (f"Read the output topics ({prefix}{', '.join(topics.OUTPUTS)})" if public else
+    return (f"Read topic {prefix}{topics.PREDICTIONS} and the other output topics" if public else
             f"Read topic {prefix}{topics.MODEL_EVENTS} and the output topics")
 
 
@@ -338,9 +343,12 @@ AUDITOR_HINT = ("; an auditor, who may not read the private log, exports the pub
 def _read_deployment(kafka: Kafka, args, public: bool):
     """export / replay from Kafka: the topics read, or Failed naming the missing right (and,
     for the private log, what an auditor runs instead)."""
+    from dpstream.streams.tools.topicread import TopicMissing
     try:
         return _broker_call(kafka, _export_kafka(kafka, args.prefix, args.timeout, public=public),
-                            _reading(args.prefix, public))
+                            _reading(args.prefix, public), passing=(TopicMissing,))
+    except TopicMissing as err:
+        raise Failed(f"{err}: nothing read") from None
     except Failed as err:
         if not public and f"may not Read topic {args.prefix}{topics.MODEL_EVENTS}" in str(err):
             raise Failed(f"{err}{AUDITOR_HINT}", err.code) from None
