@@ -782,26 +782,32 @@ def cmd_models(args) -> int:
         raise Failed("name the model id", 2)
     # Configs come from the `models` topic (registrations only, never the model-events log,
     # which holds raw features): the registrations in force, as the worker decides them.
-    from dpstream.streams.tools.topicread import read_to_end, registrations
+    # Each registration is judged by the worker's own code (topicread.decide): one it
+    # dead-lettered is listed as refused, with its reason, never as in force.
+    from dpstream.streams.tools.topicread import read_registrations, read_to_end
     kafka = _kafka(args)
 
     async def read():
-        models = await registrations(kafka, args.prefix, timeout=args.timeout)
-        return models, await read_to_end(kafka, args.prefix + topics.LEDGER, timeout=args.timeout)
-    models, ledger = _broker_call(kafka, read(), f"Read topics {args.prefix}{topics.MODELS} and "
-                                  f"{args.prefix}{topics.LEDGER}")
+        found = await read_registrations(kafka, args.prefix, timeout=args.timeout)
+        return found, await read_to_end(kafka, args.prefix + topics.LEDGER, timeout=args.timeout)
+    found, ledger = _broker_call(kafka, read(), f"Read topics {args.prefix}{topics.MODELS} and "
+                                 f"{args.prefix}{topics.LEDGER}")
+    models = found.in_force
     from dpstream.streams.tools.replay import parse_json, screen_topic
     entries, invalid = screen_topic(topics.LEDGER, [parse_json(r.value) for r in ledger])
     if invalid:
         print(f"dpstream models: on {args.prefix}{topics.LEDGER}, {invalid.line()} (`dpstream "
               "replay --no-key` checks the rest)", file=sys.stderr)
     spent = {e["model_id"]: e for e in entries}
+    refused = [r for r in found.refused if args.action == "list" or r.model_id == args.target]
     if args.action == "show" and args.target not in models:
+        why = (f"; the worker refused its registration at {refused[0].source}: {refused[0].reason}"
+               if refused else "")
         raise Failed(f"no registration of {args.target!r} in force on {args.prefix}{topics.MODELS}"
-                     f" (registered: {', '.join(sorted(models)[:10]) or 'none'})")
+                     f" (registered: {', '.join(sorted(models)[:10]) or 'none'}){why}")
     if args.action == "list" and not models:
-        print(f"dpstream models: no registration on {args.prefix}{topics.MODELS} at {kafka.bootstrap}",
-              file=sys.stderr)
+        print(f"dpstream models: no registration in force on {args.prefix}{topics.MODELS} at "
+              f"{kafka.bootstrap}", file=sys.stderr)
     for mid, cfg in sorted(models.items()):
         if args.action == "show" and mid != args.target:
             continue
@@ -811,6 +817,9 @@ def cmd_models(args) -> int:
         print(f"{mid:24s} {cfg.kind:16s} d={cfg.dimension:<8d} {used}")
         if args.action == "show":
             print(json.dumps(cfg.model_dump(mode="json", exclude_none=True), indent=1))
+    for r in refused:               # dead-lettered by the worker: not in force
+        print(f"{r.model_id if r.model_id is not None else '(no model id)':24s} {'refused':16s} "
+              f"at {r.source}: {r.reason}")
     return 0
 
 
