@@ -23,6 +23,7 @@ earlier, so a forged record placed before the honest one passed.
 """
 from __future__ import annotations
 
+import re
 from collections import defaultdict
 from dataclasses import dataclass, field
 
@@ -39,6 +40,8 @@ SCHEMAS = {PREDICTIONS: Prediction, ANSWERS: Prediction, LEDGER: LedgerEntryEven
            REJECTED: Rejected}
 EVENT_TYPES = ("model", "example", "query")
 BATCH = 500                      # log records applied at a time (as the worker's batches)
+DIGITS = re.compile(r"[0-9]{1,18}")
+DECLARED = ("rule", "budget_epsilon", "budget_delta", "key_fingerprint")   # fixed per model
 
 
 class WrongKeyError(Exception):
@@ -325,7 +328,8 @@ def verify_public(published: dict[str, list[dict]]) -> list[str]:
     every epoch that released something has its charge; prediction seqs and hypothesis
     versions never go backwards; sources are consistent (``_check_sources``); no place
     holds two different records (``distinct``). Returns the problems found (empty: all
-    good); a record that is not valid is one (``screen``), and the checks run on the rest."""
+    good); a record that is not valid is one (``screen``), and the checks run on the rest.
+    A model's entries all carry its first entry's budget, rule and key fingerprint."""
     from dpstream.mechanisms.accounting import Ledger
     from dpstream.mechanisms.errors import BudgetExhausted
 
@@ -334,8 +338,15 @@ def verify_public(published: dict[str, list[dict]]) -> list[str]:
     published, conflicting = _distinct_topics(published)
     problems += conflicting
     ledgers: dict[tuple, dict] = {}
-    for e in published.get(LEDGER, []):
+    declared: dict[str, tuple] = {}
+    for e in sorted(published.get(LEDGER, []), key=lambda e: (e["model_id"], e["epoch"], e["charges"])):
         ledgers.setdefault((e["model_id"], e["epoch"]), {})[e["charges"]] = e
+        terms = tuple(e.get(k) for k in DECLARED)
+        if declared.setdefault(e["model_id"], terms) != terms:
+            problems.append(f"ledger {e['model_id']} epoch {e['epoch']} charge {e['charges']}: "
+                            f"{_diff(dict(zip(DECLARED, declared[e['model_id']])), dict(zip(DECLARED, terms)))} "
+                            "differs from the model's first entry (one budget, rule and key per model)")
+            declared[e["model_id"]] = terms            # said once per change
     for (model, epoch), entries in sorted(ledgers.items()):
         order = sorted(entries)
         if order != list(range(1, len(order) + 1)):
@@ -417,8 +428,10 @@ def _check_spent_against_ledger(published: dict[str, list[dict]]) -> list[str]:
     charges: dict[tuple, list] = defaultdict(list)
     for e in published.get(LEDGER, []):
         charges[(e["model_id"], e["epoch"])].append((e["seq"], e["charges"], e["spent_epsilon"]))
-    for entries in charges.values():
+    earliest: dict[str, int] = {}                  # each model's first charged epoch
+    for (model, epoch), entries in charges.items():
         entries.sort()
+        earliest[model] = min(epoch, earliest.get(model, epoch))
     first: dict[str, str] = {}
     count: dict[str, int] = defaultdict(int)
 
@@ -436,7 +449,7 @@ def _check_spent_against_ledger(published: dict[str, list[dict]]) -> list[str]:
             found(model, f"predictions {model} seq {p['seq']}: reports eps spent {p['epsilon_spent']!r} "
                          f"in epoch {epoch}, which no ledger entry shows there (epoch {epoch}'s running "
                          f"total at that seq: {shown!r})")
-        elif released and not i and not any(m == model and ep < epoch for m, ep in charges):
+        elif released and not i and not earliest.get(model, epoch) < epoch:
             found(model, f"predictions {model} seq {p['seq']}: version {p['version']} released in "
                          f"epoch {epoch} without any ledger charge of the model before it")
     for r in published.get(RELEASES, []):
@@ -462,9 +475,9 @@ def _check_sources(published: dict[str, list[dict]]) -> list[str]:
         model, seq, src = p["model_id"], p["seq"], p["source"]
         topic, partition, offset = (src.rsplit(":", 2) + ["", ""])[:3]
         wanted = {"example": EXAMPLES, "query": QUERIES}[p["kind"]]
-        if not (topic.endswith(wanted) and partition.isdigit() and offset.isdigit()):
+        if not (topic.endswith(wanted) and DIGITS.fullmatch(partition) and DIGITS.fullmatch(offset)):
             return [f"predictions {model} seq {seq}: source {src[:80]!r} is not a position on "
-                    f"{wanted} (a {p['kind']}'s record comes from {wanted})"]
+                    f"{wanted} ({'an example' if p['kind'] == 'example' else 'a query'}'s record comes from {wanted})"]
         if src in seen:
             return [f"predictions {model} seq {seq}: source {src!r} is also the source of "
                     f"{seen[src][0]} seq {seen[src][1]} (one input is one event)"]
@@ -493,6 +506,8 @@ def _check_predictions(published: dict[str, list[dict]]) -> list[str]:
         prev, exhausted_at = None, None
         for seq in sorted(by_seq):
             p = by_seq[seq]
+            if prev is not None and p["epoch"] < prev["epoch"]:
+                problems.append(f"predictions {model} seq {seq}: epoch went back to {p['epoch']}")
             if prev is not None and p["version"] < prev["version"]:
                 problems.append(f"predictions {model} seq {seq}: version went back to {p['version']}")
             elif prev is not None and winnow and \

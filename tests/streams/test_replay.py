@@ -218,3 +218,19 @@ def test_a_forged_source_is_a_discrepancy(change, needle):
     problems = verify_public(published)
     assert any(needle in p for p in problems), problems
     assert not asyncio.run(replay(KeyedRandomness(KEY), rt.log, published)).ok
+
+
+def test_no_key_checks_survive_hostile_values_and_name_them():
+    """Fields no worker writes (a unicode digit in a source, a ledger rule or count no
+    ledger takes, an epoch that jumps) are each a discrepancy line, never an exception."""
+    from dpstream.streams.tools.replay import verify_public
+    rt = run_models()
+    for topic, i, change, needle in [
+            ("predictions", 5, {"source": "queries:\u00b2:1"}, "is not a position on queries"),
+            ("predictions", 5, {"epoch": 10 ** 30}, "epoch went back"),
+            ("ledger", 1, {"rule": "bogus"}, "differs from the model's first entry"),
+            ("ledger", 0, {"rule": "bogus"}, "budget or rule not valid"),
+            ("ledger", 1, {"count": -3}, "not a valid charge")]:
+        published = copy.deepcopy(dict(rt.outputs))
+        published[topic][i].update(change)
+        assert any(needle in p for p in verify_public(published)), (change, verify_public(published))
