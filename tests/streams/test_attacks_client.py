@@ -450,7 +450,7 @@ def test_a_forged_record_in_an_export_is_a_discrepancy_not_a_traceback(tmp_path,
     capsys.readouterr()
     assert main(["replay", "--dir", str(export)]) == 1
     out = capsys.readouterr()
-    assert f"1 ledger record that is not valid (first: record {forged_at}: model_id: Field required) " \
+    assert f"1 ledger record that is not valid (first: ledger.jsonl line {forged_at + 1}: model_id: Field required) " \
            "skipped: a forged or corrupt record is a discrepancy" in out.out and "FAILED" in out.out
     assert "Traceback" not in out.err
     assert main(["replay", "--dir", str(export), "--no-key"]) == 1
