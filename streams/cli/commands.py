@@ -254,18 +254,20 @@ def out_dir(path: str, *, private: bool = True):
         return OutDir(path, private=private).__enter__()
 
 
-def write_export(out, log: list[dict], outputs: dict, *, public: bool = False) -> None:
+def write_export(out, log: list[dict], outputs: dict, *, public: bool = False,
+                 written: tuple[str, ...] = topics.OUTPUTS) -> None:
     """The layout `dpstream export` and `dpstream run` write and `dpstream replay --dir`
     reads, into ``out`` (an open ``out_dir`` or a path). ``model-events.jsonl`` holds raw
     features and labels: the directory is created 0700 and every file is 0600. ``public``
-    (``export --public``): the output topics only, no model-events.jsonl."""
+    (``export --public``): the output topics only, no model-events.jsonl. ``written``: the
+    output topics given a file (a topic a deployment does not have gets none)."""
     from dpstream.streams.tools.outdir import OutDir
-    names = ([] if public else [f"{topics.MODEL_EVENTS}.jsonl"]) + [f"{t}.jsonl" for t in topics.OUTPUTS]
+    names = ([] if public else [f"{topics.MODEL_EVENTS}.jsonl"]) + [f"{t}.jsonl" for t in written]
     with (OutDir(out, private=True) if isinstance(out, (str, Path)) else out) as where, \
             where.files(names) as files:
         for rec in [] if public else log:
             files[f"{topics.MODEL_EVENTS}.jsonl"].write(json.dumps(rec).encode() + b"\n")
-        for topic in topics.OUTPUTS:
+        for topic in written:
             fh = files[f"{topic}.jsonl"]
             for value in outputs.get(topic, []):
                 fh.write(json.dumps(value).encode() + b"\n")
@@ -319,14 +321,21 @@ async def _export_kafka(kafka: Kafka, prefix: str, timeout: float, *, public: bo
     marker, so that replay (now, or on the export later) counts it (replay.screen).
     ``public``: the output topics only (what an auditor may read; the log stays empty)."""
     from dpstream.streams.tools.replay import parse_json
-    from dpstream.streams.tools.topicread import check_topic_name, read_to_end
+    from dpstream.streams.tools.topicread import TopicMissing, check_topic_name, read_to_end
+    present = []
     for t in ([] if public else [topics.MODEL_EVENTS]) + list(topics.OUTPUTS):
-        await check_topic_name(kafka, prefix + t, prefix)       # TopicMissing: says what creates it
+        try:
+            await check_topic_name(kafka, prefix + t, prefix)    # TopicMissing: says what creates it
+        except TopicMissing:
+            if t != topics.ANSWERS:      # a deployment from before the answers topic (as read_export)
+                raise
+            continue
+        present.append(t)
     log = [] if public else [
         {"partition": r.partition, "offset": r.offset, "value": parse_json(r.value)}
         for r in await read_to_end(kafka, prefix + topics.MODEL_EVENTS, timeout=timeout)]
     outputs = {t: [parse_json(r.value) for r in await read_to_end(kafka, prefix + t, timeout=timeout)]
-               for t in topics.OUTPUTS}
+               for t in topics.OUTPUTS if t in present}
     return log, outputs
 
 
@@ -360,7 +369,7 @@ def cmd_export(args) -> int:
     out = out_dir(args.out)
     log, outputs = _read_deployment(kafka, args, args.public)
     with refused_out():
-        write_export(out, log, outputs, public=args.public)
+        write_export(out, log, outputs, public=args.public, written=tuple(outputs))
     print("dpstream export: " + (f"{len(log)} model events, " if not args.public else "")
           + ", ".join(f"{len(v)} {k}" for k, v in outputs.items()) + f" -> {args.out}"
           + (" (public topics only: `dpstream replay --no-key --dir` checks it)" if args.public else ""))
