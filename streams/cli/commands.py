@@ -746,20 +746,6 @@ def _produce_file(args) -> int:
     return 0
 
 
-async def read_topic(kafka: Kafka, topic: str, *, timeout: float = 5.0, limit: int | None = None):
-    """Every record of ``topic`` from the beginning until ``timeout`` s without news."""
-    out = []
-    async with running(kafka.consumer(topic, auto_offset_reset="earliest", enable_auto_commit=False,
-                                      group_id=None)) as consumer:
-        while limit is None or len(out) < limit:
-            batch = await consumer.getmany(timeout_ms=int(timeout * 1000))
-            if not batch:
-                break
-            for tp, records in sorted(batch.items(), key=lambda kv: kv[0].partition):
-                out.extend(records)
-    return out[:limit] if limit else out
-
-
 def cmd_consume(args) -> int:
     from dpstream.streams.tools.topicread import TopicMissing, check_topic_name, follow
     kafka = _kafka(args)

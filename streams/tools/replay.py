@@ -90,6 +90,9 @@ def _at(values, i: int) -> str:
     return where[i] if where is not None else f"record {i}"
 
 
+NOT_JSON = {"not_json": True}      # parse_json's marker for a value that is not JSON
+
+
 def parse_json(value: bytes | None):
     """A record's JSON value as read from Kafka; a value that is not JSON becomes a
     marker that no schema takes (so ``screen`` counts it, and an export keeps it)."""
@@ -98,9 +101,6 @@ def parse_json(value: bytes | None):
         return orjson.loads(value or b"")
     except orjson.JSONDecodeError:
         return dict(NOT_JSON)
-
-
-NOT_JSON = {"not_json": True}
 
 
 def screen_topic(topic: str, values: list) -> tuple[list[dict], Invalid | None]:

@@ -46,15 +46,26 @@ async def _grant(admin_kafka: Kafka, acls, remove=False) -> None:
     assert errors == []
 
 
-@pytest.fixture(scope="module")
-def tenant(secured, secure) -> Tenant:
-    """A fresh tenant for this module: a topic prefix with its own five users, its ACLs
-    (streams/tools/acls.py) applied through the CLI as an admin would, and its topics."""
+def _fresh_tenant(secured, secure):
+    """A topic prefix with its own five users, its ACLs (streams/tools/acls.py) applied
+    through the CLI as an admin would, and its topics; its ACLs removed after."""
     p = f"s{uuid.uuid4().hex[:8]}-"
     t = secured.tenant(p, app_id=p + "app")
     asyncio.run(ensure_topics(secure, prefix=p))
     yield t
     dpstream(secured, "admin", "acls", "--prefix", p, "--app-id", p + "app", "--remove")
+
+
+@pytest.fixture(scope="module")
+def tenant(secured, secure) -> Tenant:
+    """A fresh tenant for this module (``_fresh_tenant``)."""
+    yield from _fresh_tenant(secured, secure)
+
+
+@pytest.fixture
+def audit_tenant(secured, secure) -> Tenant:
+    """A tenant whose outputs no worker writes (the audit test publishes its own)."""
+    yield from _fresh_tenant(secured, secure)
 
 
 def test_the_acl_plan_grants_each_role_only_its_topics():
@@ -252,7 +263,7 @@ def test_an_acl_revoked_and_restored_while_records_flow_loses_and_changes_nothin
     assert_same_as_embedded(preds, ledger, releases)
 
 
-def test_an_auditor_checks_the_public_record_without_reading_the_private_log(secure, secured, tenant, tmp_path):
+def test_an_auditor_checks_the_public_record_without_reading_the_private_log(secure, secured, audit_tenant, tmp_path):
     """The auditor (Read on the public topics only) runs ``replay --no-key`` from Kafka
     and on an export it makes itself (``export --public``); a forged ledger charge it then
     finds. Before (issue 41): both read model-events first, which the auditor may not
@@ -266,6 +277,7 @@ def test_an_auditor_checks_the_public_record_without_reading_the_private_log(sec
     asyncio.run(rt.feed_all([("models", config)] + [("examples", e) for e in examples()
                                                     if e["model_id"] == config["model_id"]][:120]
                             + [("queries", q) for q in queries() if q["model_id"] == config["model_id"]][:20]))
+    tenant = audit_tenant
     p = tenant.prefix
     for topic, values in rt.outputs.items():
         asyncio.run(produce(secure, p + topic, values))
