@@ -194,6 +194,11 @@ class Handler:
         itself read it from the learner)."""
         return self.epoch
 
+    def spent_epoch(self) -> int:
+        """The epoch whose ledger ``spent()`` reads: a prediction's ``epoch`` (the schema's
+        "the epoch whose ledger epsilon_spent is", which ``dpstream replay --no-key`` checks)."""
+        return max(0, self.charge_epoch())
+
     def _charged(self, entry: LedgerEntry) -> None:
         """Publish a ledger entry (``Ledger.on_entry``): made before the release it pays for."""
         self.epoch = self.charge_epoch()
@@ -236,7 +241,7 @@ class Handler:
                 "query_id": event.get("query_id"), "label": None if label is None else int(label),
                 "status": status, "version": int(version), "epsilon_spent": spent_eps,
                 "epsilon_left": max(0.0, self.config.budget.epsilon - spent_eps),
-                "updated": bool(updated), "epoch": max(0, self.charge_epoch())}
+                "updated": bool(updated), "epoch": self.spent_epoch()}
 
     def _learn_in_blocks(self, items, prepared, outputs) -> None:
         """``on_examples`` for a learner that releases once per block (``blocks_left``,

@@ -159,6 +159,12 @@ class DecisionListKind(Handler):
         self.epoch += 1
         self.buffer_n = 0
 
+    def spent_epoch(self) -> int:
+        """The window the released list was trained on (its ledger is what ``spent()``
+        reads), not the window now being collected: before, a prediction said epoch 1 while
+        showing the charge of epoch 0 (and epoch 2, which had no charge yet, after)."""
+        return self.epoch - 1 if self.version else 0
+
     def on_query(self, event, source, outputs) -> None:
         self._begin(outputs)
         if self.released is None:

@@ -258,20 +258,23 @@ def out_dir(path: str, *, private: bool = True):
         return OutDir(path, private=private).__enter__()
 
 
-def write_export(out, log: list[dict], outputs: dict) -> None:
+def write_export(out, log: list[dict], outputs: dict, *, public: bool = False,
+                 written: tuple[str, ...] = topics.OUTPUTS) -> None:
     """The layout `dpstream export` and `dpstream run` write and `dpstream replay --dir`
     reads, into ``out`` (an open ``out_dir`` or a path). ``model-events.jsonl`` holds raw
     features and labels: the directory is created 0700 and every file is 0600. Staged
     (streams/tools/outdir.py ``OutDir.staged``): interrupted, it leaves the previous export
-    or none, never a truncated one; ``model-events.jsonl`` is the marker, put in place last."""
+    or none, never a truncated one; the first file (``model-events.jsonl``, or
+    ``predictions.jsonl`` for ``public``) is the marker, put in place last. ``public``
+    (``export --public``): the output topics only, no model-events.jsonl. ``written``: the
+    output topics given a file (a topic a deployment does not have gets none)."""
     from dpstream.streams.tools.outdir import OutDir
-    names = [f"{topics.MODEL_EVENTS}.jsonl", *(f"{t}.jsonl" for t in topics.OUTPUTS)]
+    names = ([] if public else [f"{topics.MODEL_EVENTS}.jsonl"]) + [f"{t}.jsonl" for t in written]
     with (OutDir(out, private=True) if isinstance(out, (str, Path)) else out) as where, \
             where.staged(names) as files:
-        fh = files[f"{topics.MODEL_EVENTS}.jsonl"]
-        for rec in log:
-            fh.write(json.dumps(rec).encode() + b"\n")
-        for topic in topics.OUTPUTS:
+        for rec in [] if public else log:
+            files[f"{topics.MODEL_EVENTS}.jsonl"].write(json.dumps(rec).encode() + b"\n")
+        for topic in written:
             fh = files[f"{topic}.jsonl"]
             for value in outputs.get(topic, []):
                 fh.write(json.dumps(value).encode() + b"\n")
@@ -281,43 +284,104 @@ class NothingToAudit(Exception):
     """An audit was asked of an export that holds no model events."""
 
 
-def read_export(src: Path) -> tuple[list[dict], dict]:
+def read_export(src: Path, *, public: bool = False) -> tuple[list[dict], dict]:
     """The log and outputs of an export directory; :class:`NothingToAudit` when it is
-    missing or holds no model event (an audit of nothing must not say OK)."""
-    if not (src / f"{topics.MODEL_EVENTS}.jsonl").is_file():
-        raise NothingToAudit(f"{src} is not an export directory (no {topics.MODEL_EVENTS}.jsonl)")
+    missing or holds no model event (an audit of nothing must not say OK). ``public``
+    (``replay --no-key``): the log is not needed (an export of the public topics, as
+    ``export --public`` writes, has none), but some output record is. Every record keeps
+    its file and line (replay.Located): a line that is not JSON or not a record of its
+    topic is reported by them, never a traceback."""
+    from dpstream.streams.tools.replay import Located, parse_json
 
     def load(name):
+        """The file's records, each with its line; a line that is not JSON (or not UTF-8)
+        becomes parse_json's marker, which replay counts and names by its line."""
         path = src / f"{name}.jsonl"
-        return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] \
-            if path.exists() else []
-    log = load(topics.MODEL_EVENTS)
-    if not log:
+        if not path.exists():
+            return []
+        try:
+            data = path.read_bytes()
+        except OSError as err:
+            raise NothingToAudit(f"{path}: cannot be read ({err.strerror or err})") from None
+        lines = [(n, line) for n, line in enumerate(data.splitlines(), 1) if line.strip()]
+        return Located([parse_json(line) for _, line in lines], [f"{path.name} line {n}" for n, _ in lines])
+    if not src.is_dir():
+        raise NothingToAudit(f"{src} is not an export directory")
+    if not public and not (src / f"{topics.MODEL_EVENTS}.jsonl").is_file():
+        raise NothingToAudit(f"{src} is not an export directory (no {topics.MODEL_EVENTS}.jsonl; "
+                             "`dpstream replay --no-key` checks an export of the public topics)")
+    if public and not (src / f"{topics.PREDICTIONS}.jsonl").is_file():     # the marker of export --public
+        raise NothingToAudit(f"{src} is not an export directory (no {topics.PREDICTIONS}.jsonl)")
+    log = [] if public else load(topics.MODEL_EVENTS)
+    if not log and not public:
         raise NothingToAudit(f"{src}/{topics.MODEL_EVENTS}.jsonl holds no model events")
-    return log, {t: load(t) for t in topics.OUTPUTS      # answers.jsonl: since issue 41
-                 if t != topics.ANSWERS or (src / f"{t}.jsonl").exists()}
-
-
-async def _export_kafka(kafka: Kafka, prefix: str, timeout: float) -> tuple[list[dict], dict]:
-    """The log and the output topics as they are: a record that is not JSON is kept as a
-    marker, so that replay (now, or on the export later) counts it (replay.screen)."""
-    from dpstream.streams.tools.replay import parse_json
-    log = [{"partition": r.partition, "offset": r.offset, "value": parse_json(r.value)}
-           for r in await read_topic(kafka, prefix + topics.MODEL_EVENTS, timeout=timeout)]
-    outputs = {t: [parse_json(r.value) for r in await read_topic(kafka, prefix + t, timeout=timeout)]
-               for t in topics.OUTPUTS}
+    outputs = {t: load(t) for t in topics.OUTPUTS      # answers.jsonl: since issue 41
+               if t != topics.ANSWERS or (src / f"{t}.jsonl").exists()}
+    if public and not any(outputs.values()):
+        raise NothingToAudit(f"{src} holds no published record ({', '.join(topics.OUTPUTS)})")
     return log, outputs
+
+
+async def _export_kafka(kafka: Kafka, prefix: str, timeout: float, *, public: bool = False
+                        ) -> tuple[list[dict], dict]:
+    """The log and the output topics as they are, each read to the end it had when the read
+    began (topicread.read_to_end: no idle wait per topic, and a topic that does not exist
+    is not created by asking): a record that is not JSON is kept as a
+    marker, so that replay (now, or on the export later) counts it (replay.screen).
+    ``public``: the output topics only (what an auditor may read; the log stays empty)."""
+    from dpstream.streams.tools.replay import parse_json
+    from dpstream.streams.tools.topicread import TopicMissing, check_topic_name, read_to_end
+    present = []
+    for t in ([] if public else [topics.MODEL_EVENTS]) + list(topics.OUTPUTS):
+        try:
+            await check_topic_name(kafka, prefix + t, prefix)    # TopicMissing: says what creates it
+        except TopicMissing:
+            if t != topics.ANSWERS:      # a deployment from before the answers topic (as read_export)
+                raise
+            continue
+        present.append(t)
+    log = [] if public else [
+        {"partition": r.partition, "offset": r.offset, "value": parse_json(r.value)}
+        for r in await read_to_end(kafka, prefix + topics.MODEL_EVENTS, timeout=timeout)]
+    outputs = {t: [parse_json(r.value) for r in await read_to_end(kafka, prefix + t, timeout=timeout)]
+               for t in topics.OUTPUTS if t in present}
+    return log, outputs
+
+
+def _reading(prefix: str, public: bool) -> str:
+    """What an export reads, for the line that names a missing right."""
+    return (f"Read topic {prefix}{topics.PREDICTIONS} and the other output topics" if public else
+            f"Read topic {prefix}{topics.MODEL_EVENTS} and the output topics")
+
+
+AUDITOR_HINT = ("; an auditor, who may not read the private log, exports the public topics "
+                "with --public and checks them with `dpstream replay --no-key`")
+
+
+def _read_deployment(kafka: Kafka, args, public: bool):
+    """export / replay from Kafka: the topics read, or Failed naming the missing right (and,
+    for the private log, what an auditor runs instead)."""
+    from dpstream.streams.tools.topicread import TopicMissing
+    try:
+        return _broker_call(kafka, _export_kafka(kafka, args.prefix, args.timeout, public=public),
+                            _reading(args.prefix, public), passing=(TopicMissing,))
+    except TopicMissing as err:
+        raise Failed(f"{err}: nothing read") from None
+    except Failed as err:
+        if not public and f"may not Read topic {args.prefix}{topics.MODEL_EVENTS}" in str(err):
+            raise Failed(f"{err}{AUDITOR_HINT}", err.code) from None
+        raise
 
 
 def cmd_export(args) -> int:
     kafka = _kafka(args)
     with out_dir(args.out) as out:          # a directory made here and left empty is removed on failure
-        log, outputs = _broker_call(kafka, _export_kafka(kafka, args.prefix, args.timeout),
-                                    f"Read topic {args.prefix}{topics.MODEL_EVENTS} and the output topics")
+        log, outputs = _read_deployment(kafka, args, args.public)
         with refused_out():
-            write_export(out, log, outputs)
-    print(f"dpstream export: {len(log)} model events, "
-          + ", ".join(f"{len(v)} {k}" for k, v in outputs.items()) + f" -> {args.out}")
+            write_export(out, log, outputs, public=args.public, written=tuple(outputs))
+    print("dpstream export: " + (f"{len(log)} model events, " if not args.public else "")
+          + ", ".join(f"{len(v)} {k}" for k, v in outputs.items()) + f" -> {args.out}"
+          + (" (public topics only: `dpstream replay --no-key --dir` checks it)" if args.public else ""))
     return 0
 
 
@@ -325,14 +389,17 @@ def cmd_replay(args) -> int:
     from dpstream.streams.tools.replay import WrongKeyError, replay, verify_public
     try:
         if args.dir:
-            log, outputs = read_export(Path(args.dir))
+            log, outputs = read_export(Path(args.dir), public=args.no_key)
         else:
             kafka = _kafka(args)
-            log, outputs = _broker_call(kafka, _export_kafka(kafka, args.prefix, args.timeout),
-                                        f"Read topic {args.prefix}{topics.MODEL_EVENTS} and the output topics")
-            if not log:
+            # without the key nothing is recomputed: the private log is not read (an auditor
+            # has no right to it), only the output topics
+            log, outputs = _read_deployment(kafka, args, args.no_key)
+            if not log and not args.no_key:
                 raise NothingToAudit(f"no model events on {args.prefix}{topics.MODEL_EVENTS} at "
                                      f"{kafka.bootstrap}")
+            if args.no_key and not any(outputs.values()):
+                raise NothingToAudit(f"no published record on the output topics at {kafka.bootstrap}")
     except NothingToAudit as err:
         raise Failed(f"{err}: nothing verified", 2) from None
     if args.no_key:
@@ -696,20 +763,6 @@ def _produce_file(args) -> int:
     return 0
 
 
-async def read_topic(kafka: Kafka, topic: str, *, timeout: float = 5.0, limit: int | None = None):
-    """Every record of ``topic`` from the beginning until ``timeout`` s without news."""
-    out = []
-    async with running(kafka.consumer(topic, auto_offset_reset="earliest", enable_auto_commit=False,
-                                      group_id=None)) as consumer:
-        while limit is None or len(out) < limit:
-            batch = await consumer.getmany(timeout_ms=int(timeout * 1000))
-            if not batch:
-                break
-            for tp, records in sorted(batch.items(), key=lambda kv: kv[0].partition):
-                out.extend(records)
-    return out[:limit] if limit else out
-
-
 def cmd_consume(args) -> int:
     from dpstream.streams.tools.topicread import TopicMissing, check_topic_name, follow
     timeout = _consume_timeout(args)
@@ -761,26 +814,32 @@ def cmd_models(args) -> int:
         raise Failed("name the model id", 2)
     # Configs come from the `models` topic (registrations only, never the model-events log,
     # which holds raw features): the registrations in force, as the worker decides them.
-    from dpstream.streams.tools.topicread import read_to_end, registrations
+    # Each registration is judged by the worker's own code (topicread.decide): one it
+    # dead-lettered is listed as refused, with its reason, never as in force.
+    from dpstream.streams.tools.topicread import read_registrations, read_to_end
     kafka = _kafka(args)
 
     async def read():
-        models = await registrations(kafka, args.prefix, timeout=args.timeout)
-        return models, await read_to_end(kafka, args.prefix + topics.LEDGER, timeout=args.timeout)
-    models, ledger = _broker_call(kafka, read(), f"Read topics {args.prefix}{topics.MODELS} and "
-                                  f"{args.prefix}{topics.LEDGER}")
+        found = await read_registrations(kafka, args.prefix, timeout=args.timeout)
+        return found, await read_to_end(kafka, args.prefix + topics.LEDGER, timeout=args.timeout)
+    found, ledger = _broker_call(kafka, read(), f"Read topics {args.prefix}{topics.MODELS} and "
+                                 f"{args.prefix}{topics.LEDGER}")
+    models = found.in_force
     from dpstream.streams.tools.replay import parse_json, screen_topic
     entries, invalid = screen_topic(topics.LEDGER, [parse_json(r.value) for r in ledger])
     if invalid:
         print(f"dpstream models: on {args.prefix}{topics.LEDGER}, {invalid.line()} (`dpstream "
               "replay --no-key` checks the rest)", file=sys.stderr)
     spent = {e["model_id"]: e for e in entries}
+    refused = [r for r in found.refused if args.action == "list" or r.model_id == args.target]
     if args.action == "show" and args.target not in models:
+        why = (f"; the worker refused its registration at {refused[0].source}: {refused[0].reason}"
+               if refused else "")
         raise Failed(f"no registration of {args.target!r} in force on {args.prefix}{topics.MODELS}"
-                     f" (registered: {', '.join(sorted(models)[:10]) or 'none'})")
+                     f" (registered: {', '.join(sorted(models)[:10]) or 'none'}){why}")
     if args.action == "list" and not models:
-        print(f"dpstream models: no registration on {args.prefix}{topics.MODELS} at {kafka.bootstrap}",
-              file=sys.stderr)
+        print(f"dpstream models: no registration in force on {args.prefix}{topics.MODELS} at "
+              f"{kafka.bootstrap}", file=sys.stderr)
     for mid, cfg in sorted(models.items()):
         if args.action == "show" and mid != args.target:
             continue
@@ -790,6 +849,9 @@ def cmd_models(args) -> int:
         print(f"{mid:24s} {cfg.kind:16s} d={cfg.dimension:<8d} {used}")
         if args.action == "show":
             print(json.dumps(cfg.model_dump(mode="json", exclude_none=True), indent=1))
+    for r in refused:               # dead-lettered by the worker: not in force
+        print(f"{r.model_id if r.model_id is not None else '(no model id)':24s} {'refused':16s} "
+              f"at {r.source}: {r.reason}")
     return 0
 
 
@@ -1196,11 +1258,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(fn=cmd_models)
     p = sub.add_parser("export", help="write the log and output topics to JSONL files",
                        description="Read model-events and the output topics from the start into an "
-                       "export directory that replay and audit-report read.")
+                       "export directory that replay and audit-report read (--public: the output "
+                       "topics only, what an auditor may read).")
     broker(p)
     p.add_argument("--timeout", type=float, default=5.0,
                    help="stop reading a topic after this many seconds without a record (default: %(default)s)")
     p.add_argument("--out", required=True, help="export directory written (0700, files 0600)")
+    p.add_argument("--public", action="store_true",
+                   help="the output topics only, not the private model-events log: what an auditor "
+                        "may read, for `dpstream replay --no-key --dir`")
     p.set_defaults(fn=cmd_export)
     p = sub.add_parser("replay", help="recompute every release with the key and compare",
                        description="Exit 0: every release reproduced; 1: mismatches, located; 2: "
@@ -1210,7 +1276,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--timeout", type=float, default=5.0,
                    help="stop reading a topic after this many seconds without a record (default: %(default)s)")
     p.add_argument("--model", action="append", help="only these model ids (repeatable)")
-    p.add_argument("--no-key", action="store_true", help="verify only the public record")
+    p.add_argument("--no-key", action="store_true",
+                   help="verify only the public record (reads the output topics, not model-events: "
+                        "an auditor's rights suffice)")
     p.set_defaults(fn=cmd_replay)
     p = sub.add_parser("audit-report", help="HTML report and PNG figures per model",
                        description="The public report (or, with --internal, the data owner's) of an "

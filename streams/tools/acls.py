@@ -15,7 +15,7 @@ with "dpstream", another tenant's ``dpstream-prod-examples`` included (issue 41,
 | producer | write ``examples``; read ``models`` (public configuration: ``dpstream produce`` checks the model ids and the declared features before sending) | read anything else |
 | querier | write ``queries``; read ``answers`` (query answers only) and ``models`` | read ``predictions`` (one record per example), ``examples``, ``model-events``, changelogs |
 | consumer | read ``predictions`` | read ``examples``, ``model-events``, changelogs; write anything |
-| auditor | read the public topics: ``models``, ``ledger``, ``predictions``, ``answers``, ``releases``, ``rejected`` | read ``examples``, ``model-events``, changelogs; write anything |
+| auditor | read the public topics: ``models``, ``ledger``, ``predictions``, ``answers``, ``releases``, ``rejected`` (all ``dpstream replay --no-key`` and ``dpstream export --public`` read) | read ``examples``, ``model-events``, changelogs; write anything |
 | admin | everything (the broker's super user): write ``models``, export the private log for a keyed replay, manage ACLs | |
 
 The private topics (``examples``, ``model-events``, the changelogs) are readable only by

@@ -12,10 +12,18 @@ its topic (``{}`` on the ledger, a payload that is not JSON, a field of the wron
 is skipped, counted and reported, and the replay fails: the ledger and the outputs are
 writable by the worker's principal, and a forged record is exactly what an audit must
 catch. Before (issue 41, item 12), one ``{}`` on the ledger ended ``replay`` (and
-``models list``) in a traceback.
+``models list``) in a traceback. A line of an export directory that is not JSON is such a
+record too, named by file and line (``read_export``).
+
+Duplicates: at-least-once delivery may publish a record twice, identically; two records
+for the same place (a prediction or answer's (model, seq), a ledger charge's (model,
+epoch, charge counter), a release's (model, seq, version)) that differ are a discrepancy,
+whichever comes first (``distinct``). Before, the later one silently replaced the
+earlier, so a forged record placed before the honest one passed.
 """
 from __future__ import annotations
 
+import re
 from collections import defaultdict
 from dataclasses import dataclass, field
 
@@ -24,15 +32,16 @@ from dpstream.agents.processor import Processor
 from dpstream.agents.records import RawRecord
 from dpstream.mechanisms.randomness import KeyedRandomness
 from dpstream.schemas import LedgerEntryEvent, Prediction, Rejected, Release
-from dpstream.streams.worker.topics import (ANSWERS, LEDGER, MODEL_EVENTS, PREDICTIONS, REJECTED, RELEASES,
-                                           copies)
+from dpstream.streams.worker.topics import (ANSWERS, EXAMPLES, LEDGER, MODEL_EVENTS, PREDICTIONS, QUERIES,
+                                           REJECTED, RELEASES, copies)
 
 COMPARED = (PREDICTIONS, ANSWERS, LEDGER, RELEASES)
 SCHEMAS = {PREDICTIONS: Prediction, ANSWERS: Prediction, LEDGER: LedgerEntryEvent, RELEASES: Release,
            REJECTED: Rejected}
 EVENT_TYPES = ("model", "example", "query")
 BATCH = 500                      # log records applied at a time (as the worker's batches)
-IGNORED_FIELDS = ("source",)     # transport positions, not releases
+DIGITS = re.compile(r"[0-9]{1,18}")
+DECLARED = ("rule", "budget_epsilon", "budget_delta", "key_fingerprint")   # fixed per model
 
 
 class WrongKeyError(Exception):
@@ -45,10 +54,11 @@ class TopicReport:
     mismatches: list = field(default_factory=list)    # (model, seq, published, recomputed)
     missing: list = field(default_factory=list)       # recomputed but never published
     extra: list = field(default_factory=list)         # published but not recomputed
+    conflicting: list = field(default_factory=list)   # (model, seq, one, another): differing duplicates
 
     @property
     def ok(self) -> bool:
-        return not (self.mismatches or self.missing or self.extra)
+        return not (self.mismatches or self.missing or self.extra or self.conflicting)
 
 
 @dataclass
@@ -66,6 +76,23 @@ class Invalid:
                 f"valid (first: {self.first}) skipped: a forged or corrupt record is a discrepancy")
 
 
+class Located(list):
+    """Values read from a file, with where each one was read (``where[i]``, e.g.
+    "predictions.jsonl line 7"), so that a record ``screen`` skips is named by its line."""
+
+    def __init__(self, values, where: list[str]):
+        super().__init__(values)
+        self.where = where
+
+
+def _at(values, i: int) -> str:
+    where = getattr(values, "where", None)
+    return where[i] if where is not None else f"record {i}"
+
+
+NOT_JSON = {"not_json": True}      # parse_json's marker for a value that is not JSON
+
+
 def parse_json(value: bytes | None):
     """A record's JSON value as read from Kafka; a value that is not JSON becomes a
     marker that no schema takes (so ``screen`` counts it, and an export keeps it)."""
@@ -73,7 +100,7 @@ def parse_json(value: bytes | None):
     try:
         return orjson.loads(value or b"")
     except orjson.JSONDecodeError:
-        return {"not_json": True}
+        return dict(NOT_JSON)
 
 
 def screen_topic(topic: str, values: list) -> tuple[list[dict], Invalid | None]:
@@ -83,11 +110,15 @@ def screen_topic(topic: str, values: list) -> tuple[list[dict], Invalid | None]:
     schema = SCHEMAS[topic]
     good, bad, first = [], 0, ""
     for i, v in enumerate(values):
+        if v == NOT_JSON:
+            first, bad = first or f"{_at(values, i)}: not JSON", bad + 1
+            continue
         try:
             schema.model_validate(v)
-        except ValidationError as err:
+            _finite(v)
+        except (ValidationError, ValueError) as err:
             if not bad:
-                first = f"record {i}: {_what(err)}"
+                first = f"{_at(values, i)}: {_what(err)}"
             bad += 1
             continue
         good.append(v)
@@ -102,7 +133,7 @@ def screen_log(log: list) -> tuple[list[dict], Invalid | None]:
         problem = _log_problem(r)
         if problem:
             if not bad:
-                first = f"record {i}: {problem}"
+                first = f"{_at(log, i)}: {problem}"
             bad += 1
             continue
         good.append(r)
@@ -123,14 +154,26 @@ def screen(log: list, published: dict) -> tuple[list[dict], dict[str, list[dict]
     return log, out, invalid
 
 
+def _finite(v: dict) -> None:
+    """ValueError for a NaN or infinite number (JSON has none; Python's parser takes them)."""
+    import math
+    bad = [k for k, x in v.items() if isinstance(x, float) and not math.isfinite(x)]
+    if bad:
+        raise ValueError(f"{bad[0]}: not a finite number")
+
+
 def _what(err) -> str:
     """A validation error without the value: where and which rule."""
+    if not hasattr(err, "errors"):
+        return str(err)[:160]
     e = err.errors(include_input=False, include_url=False)[0]
     where = ".".join(map(str, e["loc"])) or "the record"
     return f"{where}: {e['msg']}"[:160]
 
 
 def _log_problem(r) -> str | None:
+    if r == NOT_JSON:
+        return "not JSON"
     if not isinstance(r, dict) or not isinstance(r.get("value"), dict):
         return "not a log record"
     if not all(isinstance(r.get(k), int) and not isinstance(r.get(k), bool) for k in ("partition", "offset")):
@@ -158,12 +201,15 @@ class ReplayReport:
         lines += [f"  {i.line()}" for i in self.invalid]
         for name, t in self.topics.items():
             lines.append(f"  {name:12s} matched {t.matched:,}, mismatched {len(t.mismatches)}, "
-                         f"missing {len(t.missing)}, extra {len(t.extra)}")
+                         f"missing {len(t.missing)}, extra {len(t.extra)}, conflicting {len(t.conflicting)}")
             if t.mismatches:
                 model, seq, pub, rec = t.mismatches[0]
-                diff = {k: (pub.get(k), rec.get(k)) for k in set(pub) | set(rec)
-                        if pub.get(k) != rec.get(k)}
-                lines.append(f"    first mismatch: model {model!r} seq {seq}: published vs recomputed {diff}")
+                lines.append(f"    first mismatch: model {model!r} seq {seq}: published vs recomputed "
+                             f"{_diff(pub, rec)}")
+            if t.conflicting:
+                model, seq, one, other = t.conflicting[0]
+                lines.append(f"    first conflicting duplicate: model {model!r} seq {seq}: published twice, "
+                             f"differently {_diff(one, other)}")
             for label, items in (("missing", t.missing), ("extra", t.extra)):
                 if items:
                     lines.append(f"    first {label}: model {items[0][0]!r} seq {items[0][1]}")
@@ -171,15 +217,37 @@ class ReplayReport:
         return "\n".join(lines)
 
 
+def _diff(a: dict, b: dict) -> dict:
+    """The fields where ``a`` and ``b`` differ: {field: (a's, b's)}."""
+    return {k: (a.get(k), b.get(k)) for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)}
+
+
 def _key(v: dict) -> tuple:
     return v["model_id"], v["seq"], v.get("charges", v.get("version", 0) if "rules" in v else 0)
 
 
-def _index(values) -> dict:
-    out = {}
+def place(topic: str, v: dict) -> tuple:
+    """Where a record of ``topic`` belongs: one record per place (module docstring)."""
+    if topic == LEDGER:
+        return v["model_id"], v["epoch"], v["charges"]
+    if topic == RELEASES:
+        return v["model_id"], v["seq"], v["version"]
+    return v["model_id"], v["seq"]
+
+
+def distinct(values, key) -> tuple[dict, list]:
+    """``values`` by ``key(v)``, identical duplicates kept once, and the keys published
+    twice differently as (key, one, another), in the order first seen: neither copy is
+    trusted over the other, whichever came first."""
+    out, conflicts, seen = {}, [], set()
     for v in values:
-        out[_key(v)] = {k: x for k, x in v.items() if k not in IGNORED_FIELDS}
-    return out
+        k = key(v)
+        if k not in out:
+            out[k] = v
+        elif out[k] != v and k not in seen:
+            seen.add(k)
+            conflicts.append((k, out[k], v))
+    return out, conflicts
 
 
 def check_key(rng: KeyedRandomness, ledger: list[dict]) -> None:
@@ -233,9 +301,12 @@ async def replay(rng: KeyedRandomness, log: list[dict], published: dict[str, lis
         if topic == ANSWERS and topic not in published:
             continue                     # an export from before the answers topic existed
         pub = [v for v in published.get(topic, []) if models is None or v["model_id"] in models]
-        got, want = _index(pub), _index(recomputed[topic])
-        report = TopicReport()
+        (got, conflicts), (want, _) = distinct(pub, _key), distinct(recomputed[topic], _key)
+        report = TopicReport(conflicting=[(k[0], k[1], one, other) for k, one, other in conflicts])
+        twice = {k for k, _, _ in conflicts}
         for k in sorted(set(got) | set(want), key=lambda k: (k[0], k[1], k[2] or 0)):
+            if k in twice:
+                continue                 # counted as conflicting: neither copy is the published one
             if k in got and k in want:
                 if got[k] == want[k]:
                     report.matched += 1
@@ -250,33 +321,54 @@ async def replay(rng: KeyedRandomness, log: list[dict], published: dict[str, lis
 
 
 def verify_public(published: dict[str, list[dict]]) -> list[str]:
-    """Checks that need no key (``dpstream replay --no-key``): each ledger's running totals
-    equal the composition of its entries under the declared rule and stay within the
-    budget, charge counters run 1, 2, 3, ... per (model, epoch), and prediction seqs and
-    hypothesis versions never go backwards. Returns the problems found (empty: all good);
-    a record that is not valid is one (``screen``), and the checks run on the rest."""
+    """Checks that need no key and no private topic (``dpstream replay --no-key``): each
+    ledger's running totals equal the composition of its entries under the declared rule
+    and stay within the budget, charge counters run 1, 2, 3, ... per (model, epoch); every
+    prediction's ``epsilon_spent`` is what its own epoch's ledger shows at its seq, and
+    every epoch that released something has its charge; prediction seqs and hypothesis
+    versions never go backwards; sources are consistent (``_check_sources``); no place
+    holds two different records (``distinct``). Returns the problems found (empty: all
+    good); a record that is not valid is one (``screen``), and the checks run on the rest.
+    A model's entries all carry its first entry's budget, rule and key fingerprint."""
     from dpstream.mechanisms.accounting import Ledger
     from dpstream.mechanisms.errors import BudgetExhausted
 
     _, published, invalid = screen([], published)
     problems: list[str] = [i.line() for i in invalid]
+    published, conflicting = _distinct_topics(published)
+    problems += conflicting
     ledgers: dict[tuple, dict] = {}
-    for e in published.get(LEDGER, []):
-        ledgers.setdefault((e["model_id"], e["epoch"]), {})[e["charges"]] = e   # dedupe
+    declared: dict[str, tuple] = {}
+    for e in sorted(published.get(LEDGER, []), key=lambda e: (e["model_id"], e["epoch"], e["charges"])):
+        ledgers.setdefault((e["model_id"], e["epoch"]), {})[e["charges"]] = e
+        terms = tuple(e.get(k) for k in DECLARED)
+        if declared.setdefault(e["model_id"], terms) != terms:
+            problems.append(f"ledger {e['model_id']} epoch {e['epoch']} charge {e['charges']}: "
+                            f"{_diff(dict(zip(DECLARED, declared[e['model_id']])), dict(zip(DECLARED, terms)))} "
+                            "differs from the model's first entry (one budget, rule and key per model)")
+            declared[e["model_id"]] = terms            # said once per change
     for (model, epoch), entries in sorted(ledgers.items()):
         order = sorted(entries)
         if order != list(range(1, len(order) + 1)):
             problems.append(f"ledger {model} epoch {epoch}: charge counters {order[:5]}... not 1..n")
             continue
         first = entries[order[0]]
-        led = Ledger.create(epsilon=first["budget_epsilon"], delta=first["budget_delta"],
-                            rule=first["rule"])
+        try:
+            led = Ledger.create(epsilon=first["budget_epsilon"], delta=first["budget_delta"],
+                                rule=first["rule"])
+        except (ValueError, TypeError, KeyError) as err:     # a budget or rule no worker takes
+            problems.append(f"ledger {model} epoch {epoch}: budget or rule not valid ({str(err)[:120]})")
+            continue
         for c in order:
             e = entries[c]
             try:
                 led.charge(e["mechanism"], e["epsilon"], e["delta"], e["count"], e.get("rho"))
             except BudgetExhausted:
                 problems.append(f"ledger {model} epoch {epoch} charge {c}: exceeds the budget")
+                break
+            except (ValueError, TypeError) as err:
+                problems.append(f"ledger {model} epoch {epoch} charge {c}: not a valid charge "
+                                f"({str(err)[:120]})")
                 break
             t = led.totals()
             if abs(t.epsilon - e["spent_epsilon"]) > 1e-9 * max(1.0, t.epsilon) or \
@@ -285,8 +377,27 @@ def verify_public(published: dict[str, list[dict]]) -> list[str]:
                                 f"total {e['spent_epsilon']!r} != composition {t.epsilon!r}")
     problems += _check_predictions(published)
     problems += _check_spent_against_ledger(published)
+    problems += _check_sources(published)
     problems += _check_answers(published)
     return problems
+
+
+def _distinct_topics(published: dict[str, list[dict]]) -> tuple[dict, list[str]]:
+    """``published`` with identical duplicates dropped, and one line per topic that has a
+    place published twice differently (``distinct``): the first such place and how many."""
+    out, problems = dict(published), []
+    for topic in (PREDICTIONS, ANSWERS, LEDGER, RELEASES):
+        if topic not in published:
+            continue
+        by_place, conflicts = distinct(published[topic], lambda v, t=topic: place(t, v))
+        out[topic] = list(by_place.values())
+        if conflicts:
+            k, one, other = conflicts[0]
+            where = (f"epoch {k[1]} charge {k[2]}" if topic == LEDGER else f"seq {k[1]}"
+                     + (f" version {k[2]}" if topic == RELEASES else ""))
+            more = f" ({len(conflicts)} places in all)" if len(conflicts) > 1 else ""
+            problems.append(f"{topic} {k[0]} {where}: published twice, differently {_diff(one, other)}{more}")
+    return out, problems
 
 
 def _check_answers(published: dict[str, list[dict]]) -> list[str]:
@@ -296,29 +407,87 @@ def _check_answers(published: dict[str, list[dict]]) -> list[str]:
         return []                        # an export from before the answers topic existed
     queries = {(p["model_id"], p["seq"]): p for p in published.get(PREDICTIONS, []) if copies(PREDICTIONS, p)}
     answers = {(a["model_id"], a["seq"]): a for a in published[ANSWERS]}
-    strip = lambda v: {k: x for k, x in v.items() if k not in IGNORED_FIELDS}   # noqa: E731
     for key in sorted(set(queries) | set(answers)):
         if key not in answers:
             return [f"answers {key[0]} seq {key[1]}: a query answer on predictions is not on answers"]
-        if key not in queries or strip(answers[key]) != strip(queries[key]):
+        if key not in queries or answers[key] != queries[key]:
             return [f"answers {key[0]} seq {key[1]}: differs from the query's record on predictions"]
     return []
 
 
 def _check_spent_against_ledger(published: dict[str, list[dict]]) -> list[str]:
-    """Every budget a prediction reports as spent must be a running total the model's ledger
-    shows: a ledger cut short (or predictions claiming charges nobody published) fails."""
-    totals: dict[str, set] = defaultdict(set)
+    """Each prediction's ``epsilon_spent`` is the running total of its own epoch's last
+    charge at or before its seq (0 before the epoch's first charge): the schema's "what
+    the model's current epoch has committed". A prediction that reports a release (an
+    update, or a version above 0) has a charge of its epoch at or before it, and so does
+    every release on ``releases``. Before (issue 41), a prediction was only checked to show
+    some running total of its model, any epoch: a spend moved between epochs, or an epoch
+    whose charge was cut from the ledger while another epoch showed the same total, passed.
+    One line per model (its first problem and how many)."""
+    from bisect import bisect_right
+    charges: dict[tuple, list] = defaultdict(list)
     for e in published.get(LEDGER, []):
-        totals[e["model_id"]].add(round(e["spent_epsilon"], 9))
-    problems = []
-    for p in published.get(PREDICTIONS, []):
-        spent = round(p["epsilon_spent"], 9)
-        if spent and spent not in totals[p["model_id"]]:
-            problems.append(f"predictions {p['model_id']} seq {p['seq']}: reports eps spent "
-                            f"{p['epsilon_spent']!r}, which no ledger entry of the model shows")
-            break
-    return problems
+        charges[(e["model_id"], e["epoch"])].append((e["seq"], e["charges"], e["spent_epsilon"]))
+    earliest: dict[str, int] = {}                  # each model's first charged epoch
+    for (model, epoch), entries in charges.items():
+        entries.sort()
+        earliest[model] = min(epoch, earliest.get(model, epoch))
+    first: dict[str, str] = {}
+    count: dict[str, int] = defaultdict(int)
+
+    def found(model, line):
+        first.setdefault(model, line)
+        count[model] += 1
+
+    for p in sorted(published.get(PREDICTIONS, []), key=lambda p: (p["model_id"], p["seq"])):
+        model, epoch = p["model_id"], p["epoch"]
+        entries = charges.get((model, epoch), [])
+        i = bisect_right(entries, (p["seq"], float("inf")))
+        shown = entries[i - 1][2] if i else 0.0
+        released = p["updated"] or p["version"] > 0
+        if abs(p["epsilon_spent"] - shown) > 1e-9 * max(1.0, abs(shown)):
+            found(model, f"predictions {model} seq {p['seq']}: reports eps spent {p['epsilon_spent']!r} "
+                         f"in epoch {epoch}, which no ledger entry shows there (epoch {epoch}'s running "
+                         f"total at that seq: {shown!r})")
+        elif released and not i and not earliest.get(model, epoch) < epoch:
+            found(model, f"predictions {model} seq {p['seq']}: version {p['version']} released in "
+                         f"epoch {epoch} without any ledger charge of the model before it")
+    for r in published.get(RELEASES, []):
+        paid = [s for (m, _), entries in charges.items() if m == r["model_id"] for s, _, _ in entries
+                if s <= r["seq"]]
+        if not paid:
+            found(r["model_id"], f"releases {r['model_id']} seq {r['seq']} version {r['version']}: "
+                                 "no ledger charge of the model pays for it")
+    return [line + (f" ({count[m]} such records of the model)" if count[m] > 1 else "")
+            for m, line in sorted(first.items())]
+
+
+def _check_sources(published: dict[str, list[dict]]) -> list[str]:
+    """Each prediction's ``source`` is an input position ("topic:partition:offset") on the
+    topic of its kind (``examples`` or ``queries``, with the deployment's prefix), no
+    input position is the source of two predictions (one input is one event of one
+    model), and within a model and an input partition, offsets rise with seq (the worker
+    sequences each input partition in order). Answers carry their prediction's source
+    (``_check_answers``). Before (issue 41), replay ignored ``source`` altogether."""
+    seen: dict[str, tuple] = {}
+    last: dict[tuple, tuple] = {}
+    for p in sorted(published.get(PREDICTIONS, []), key=lambda p: (p["model_id"], p["seq"])):
+        model, seq, src = p["model_id"], p["seq"], p["source"]
+        topic, partition, offset = (src.rsplit(":", 2) + ["", ""])[:3]
+        wanted = {"example": EXAMPLES, "query": QUERIES}[p["kind"]]
+        if not (topic.endswith(wanted) and DIGITS.fullmatch(partition) and DIGITS.fullmatch(offset)):
+            return [f"predictions {model} seq {seq}: source {src[:80]!r} is not a position on "
+                    f"{wanted} ({'an example' if p['kind'] == 'example' else 'a query'}'s record comes from {wanted})"]
+        if src in seen:
+            return [f"predictions {model} seq {seq}: source {src!r} is also the source of "
+                    f"{seen[src][0]} seq {seen[src][1]} (one input is one event)"]
+        seen[src] = (model, seq)
+        where = (model, topic, int(partition))
+        if where in last and last[where][1] > int(offset):
+            return [f"predictions {model} seq {seq}: source {src!r} is before the source of seq "
+                    f"{last[where][0]} (a model's events follow its input partition's order)"]
+        last[where] = (seq, int(offset))
+    return []
 
 
 def _check_predictions(published: dict[str, list[dict]]) -> list[str]:
@@ -337,6 +506,8 @@ def _check_predictions(published: dict[str, list[dict]]) -> list[str]:
         prev, exhausted_at = None, None
         for seq in sorted(by_seq):
             p = by_seq[seq]
+            if prev is not None and p["epoch"] < prev["epoch"]:
+                problems.append(f"predictions {model} seq {seq}: epoch went back to {p['epoch']}")
             if prev is not None and p["version"] < prev["version"]:
                 problems.append(f"predictions {model} seq {seq}: version went back to {p['version']}")
             elif prev is not None and winnow and \

@@ -1,6 +1,6 @@
 """What the CLI reads from a deployment before it acts: whether a topic exists (without
 creating one), a topic read to its end, a topic followed as Kafka's console consumer
-does, and the model registrations in force.
+does, and the model registrations in force, as the worker decides them.
 
 Kafka creates a topic when a metadata request names one that does not exist, if the
 request allows it and the broker auto-creates topics; aiokafka's requests always allow
@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from dataclasses import dataclass, field
 from difflib import get_close_matches
 
 from dpstream.streams.worker import topics
@@ -141,38 +142,68 @@ async def follow(kafka: Kafka, topic: str, write, *, from_beginning: bool, timeo
                     counted[0] += 1
 
 
-async def registrations(kafka: Kafka, prefix: str, *, wait: float = 0.0,
-                        timeout: float = 5.0) -> dict:
-    """The registrations in force on the models topic, by model id, as the worker decides
-    them (agents/sequencer.py): the first of an id that is valid and feasible; a later one
-    with another config was refused, an identical one was a no-op.
+@dataclass
+class Refused:
+    """A registration the worker dead-letters: where it sits, the model id it names (None
+    when it names none the worker could read) and the worker's own reason."""
+    source: str
+    model_id: str | None
+    reason: str
 
-    Feasibility (``Handler.config_problem``) is checked only for an id with several valid
-    registrations, where it decides which one is in force: checking it costs seconds (it
-    imports and runs the privacy accountants), and an id's only registration was checked
-    already when it came from ``dpstream models register``. One from another producer
-    that the worker refused as infeasible is then counted as in force here; the worker's
-    dead letter on ``rejected`` says why."""
-    from pydantic import ValidationError
 
+@dataclass
+class Registrations:
+    in_force: dict = field(default_factory=dict)      # model id -> ModelConfig
+    refused: list = field(default_factory=list)       # Refused, in the order read
+
+
+def decide(records) -> Registrations:
+    """The worker's verdict on each record of the models topic, in the order given
+    (RawRecord ``models`` records): its decoder (schemas/limits.py ``decode``: a lone
+    surrogate reads as U+FFFD), its key and topic checks, the schema, feasibility, and
+    an id registered before with another config refused (an identical one is a no-op), all
+    through agents/sequencer.py ``parse`` with the sequencer's own state layout. One state
+    for the whole topic, as one worker holding every partition keeps it (a registration is
+    keyed by its model id, so an id's records share a partition and their order)."""
+    from dpstream.agents.sequencer import parse
     from dpstream.schemas import ModelConfig
+    from dpstream.schemas.limits import LimitError, decode
+    state: dict = {}
+    out = Registrations()
+    for record in records:
+        event, reason = parse(record, state)
+        if event is None:
+            try:
+                raw = decode(record.value)
+            except LimitError:
+                raw = None
+            named = raw.get("model_id") if isinstance(raw, dict) else None
+            out.refused.append(Refused(record.source, named if isinstance(named, str) else None, reason))
+            continue
+        if f"config/{event['model_id']}" not in state:
+            state[f"config/{event['model_id']}"] = event
+            out.in_force[event["model_id"]] = ModelConfig.model_validate(event)
+    return out
+
+
+async def read_registrations(kafka: Kafka, prefix: str, *, wait: float = 0.0,
+                             timeout: float = 5.0) -> Registrations:
+    """The registrations on the models topic as the worker decides them (``decide``):
+    those in force, by model id, and those it refuses. Feasibility runs the privacy
+    accountants (about 2 s the first time in a process, milliseconds after)."""
+    from dpstream.agents.records import RawRecord
     topic = prefix + topics.MODELS
     if wait:
         await wait_for_topic(kafka, topic, wait)
-    valid: dict[str, list] = {}
-    for r in await read_to_end(kafka, topic, timeout=timeout):
-        try:
-            config = ModelConfig.model_validate_json(r.value)
-        except (ValidationError, ValueError):
-            continue
-        valid.setdefault(config.model_id, []).append(config)
-    in_force = {}
-    for model_id, configs in valid.items():
-        if len(configs) == 1:
-            in_force[model_id] = configs[0]
-            continue
-        from dpstream.agents.kinds import kind
-        feasible = next((c for c in configs if kind(c.kind).config_problem(c) is None), None)
-        if feasible is not None:
-            in_force[model_id] = feasible
-    return in_force
+    return decide(RawRecord(topics.MODELS, r.partition, r.offset, r.key, r.value or b"")
+                  for r in await read_to_end(kafka, topic, timeout=timeout))
+
+
+async def registrations(kafka: Kafka, prefix: str, *, wait: float = 0.0,
+                        timeout: float = 5.0) -> dict:
+    """The registrations in force on the models topic, by model id, as the worker decides
+    them (``decide``). Before (issue 41), this validated each record with the schema alone:
+    a registration with a lone surrogate decoded otherwise than in the worker, and one the
+    worker dead-lettered (invalid to its decoder, keyed by another id, infeasible) could be
+    listed as in force."""
+    return (await read_registrations(kafka, prefix, wait=wait, timeout=timeout)).in_force

@@ -450,7 +450,7 @@ def test_a_forged_record_in_an_export_is_a_discrepancy_not_a_traceback(tmp_path,
     capsys.readouterr()
     assert main(["replay", "--dir", str(export)]) == 1
     out = capsys.readouterr()
-    assert f"1 ledger record that is not valid (first: record {forged_at}: model_id: Field required) " \
+    assert f"1 ledger record that is not valid (first: ledger.jsonl line {forged_at + 1}: model_id: Field required) " \
            "skipped: a forged or corrupt record is a discrepancy" in out.out and "FAILED" in out.out
     assert "Traceback" not in out.err
     assert main(["replay", "--dir", str(export), "--no-key"]) == 1
@@ -590,3 +590,59 @@ def test_forged_records_on_the_ledger_are_counted_by_models_list_and_fail_replay
     out = capsys.readouterr()
     assert "2 ledger records that are not valid" in out.out and "FAILED" in out.out
     assert "Traceback" not in out.err
+
+
+@pytest.mark.kafka
+def test_models_list_judges_each_registration_as_the_worker_does(kafka_bootstrap, topic_prefix, capsys):
+    """``models list`` / ``show`` take the worker's decoder and acceptance rule
+    (agents/sequencer.py ``parse``), checked here against the embedded runtime fed the
+    same bytes. Before (issue 41): the CLI validated each record with the schema alone, so
+    a registration whose feature name holds a lone surrogate (the worker reads it as
+    U+FFFD and accepts it) was not listed, one the worker dead-lettered as infeasible was
+    listed as in force, and a record keyed by another model id counted too."""
+    from aiokafka import AIOKafkaProducer
+
+    from dpstream.streams.tools.embedded import EmbeddedRuntime
+    prefix = topic_prefix + "-"
+    base = json.loads((ROOT / "examples" / "card-fraud.model.json").read_text())
+    surrogate = {**base, "model_id": "surro", "features": [{**base["features"][0], "name": "a\ud800"}]}
+    conflicting = {**base, "budget": {**base["budget"], "epsilon": 5.0}}
+    infeasible = {**base, "model_id": "tight", "features": None, "dimension": 3,
+                  "params": {**base["params"], "max_active": 9}}
+    elsewhere = {**base, "model_id": "keyed-elsewhere"}
+    records = [(b"surro", surrogate), (b"card-fraud", base), (b"card-fraud", conflicting),
+               (b"tight", infeasible), (b"card-fraud", elsewhere)]
+
+    async def publish():
+        for topic in ("models", "ledger"):
+            await create_topic(kafka_bootstrap, prefix + topic, 1)
+        producer = AIOKafkaProducer(bootstrap_servers=kafka_bootstrap, acks="all")
+        await producer.start()
+        try:
+            for key, value in records:
+                await producer.send_and_wait(prefix + "models", json.dumps(value).encode(), key=key)
+        finally:
+            await producer.stop()
+    asyncio.run(publish())
+    worker = EmbeddedRuntime(KeyedRandomness(bytes.fromhex(KEY_HEX)))
+    for key, value in records:
+        asyncio.run(worker.feed("models", json.dumps(value).encode(), key=key.decode()))
+    accepted = {r["value"]["event"]["model_id"]: r["value"]["event"] for r in worker.log}
+    dead = [r["reason"] for r in worker.outputs["rejected"]]
+    assert sorted(accepted) == ["card-fraud", "surro"] and len(dead) == 3
+
+    capsys.readouterr()
+    assert main(["models", "list", "--broker", kafka_bootstrap, "--prefix", prefix, "--timeout", "2"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    listed = [line.split()[0] for line in out if " refused " not in line]
+    refused = [line for line in out if " refused " in line]
+    assert listed == ["card-fraud", "surro"], out
+    assert [line.split(": ", 1)[1] for line in refused] == dead, refused
+    assert [line.split()[0] for line in refused] == ["card-fraud", "tight", "keyed-elsewhere"]
+    assert main(["models", "show", "surro", "--broker", kafka_bootstrap, "--prefix", prefix]) == 0
+    shown = json.loads(capsys.readouterr().out.split("\n", 1)[1])
+    assert shown["features"][0]["name"] == accepted["surro"]["features"][0]["name"] == "a\ufffd"
+    assert main(["models", "show", "tight", "--broker", kafka_bootstrap, "--prefix", prefix]) == 1
+    err = capsys.readouterr().err
+    assert "no registration of 'tight' in force" in err and "the worker refused its registration at models:0:3" \
+        in err and "infeasible model config" in err, err

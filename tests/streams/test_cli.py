@@ -419,3 +419,25 @@ def test_a_model_id_with_a_lone_surrogate_is_keyed_not_a_traceback():
     from dpstream.streams.tools.userfiles import Row
     line = b'{"model_id": "m\\ud83d", "features": {}, "y": 1}'
     assert _key_of(Row("line 1", line, json.loads(line))) == "m\ud83d".encode("utf-8", "surrogatepass")
+
+
+@pytest.mark.parametrize("no_key", [False, True])
+@pytest.mark.parametrize("bad", [b"{not json", b"[1, 2]", b'{"model_id": "card-fraud", "seq": "x"}',
+                                 b"\xff\xfe not utf-8", b'{"model_id": "m", "seq": NaN}'])
+def test_a_malformed_line_of_an_export_is_one_line_naming_file_and_line(tmp_path, monkeypatch, capsys, bad, no_key):
+    """Before (issue 41): a line of an export directory that is not JSON ended ``replay``
+    (with or without the key) in a JSONDecodeError traceback."""
+    monkeypatch.setenv("DPSTREAM_SECRET_KEY", "00112233445566778899aabbccddeeff" * 2)
+    ex = ROOT / "examples"
+    main(["run", "--models", str(ex / "card-fraud.model.json"),
+          "--examples", str(ex / "card-fraud.examples.jsonl"), "--out", str(tmp_path)])
+    capsys.readouterr()
+    path = tmp_path / "predictions.jsonl"
+    lines = path.read_bytes().splitlines()
+    lines.insert(4, bad)
+    path.write_bytes(b"\n".join(lines) + b"\n")
+    assert main(["replay", "--dir", str(tmp_path)] + (["--no-key"] if no_key else [])) == 1
+    out = capsys.readouterr().out
+    assert "Traceback" not in out
+    line = next(x for x in out.splitlines() if "predictions.jsonl line 5" in x)
+    assert "1 predictions record that is not valid" in line, out

@@ -46,15 +46,26 @@ async def _grant(admin_kafka: Kafka, acls, remove=False) -> None:
     assert errors == []
 
 
-@pytest.fixture(scope="module")
-def tenant(secured, secure) -> Tenant:
-    """A fresh tenant for this module: a topic prefix with its own five users, its ACLs
-    (streams/tools/acls.py) applied through the CLI as an admin would, and its topics."""
+def _fresh_tenant(secured, secure):
+    """A topic prefix with its own five users, its ACLs (streams/tools/acls.py) applied
+    through the CLI as an admin would, and its topics; its ACLs removed after."""
     p = f"s{uuid.uuid4().hex[:8]}-"
     t = secured.tenant(p, app_id=p + "app")
     asyncio.run(ensure_topics(secure, prefix=p))
     yield t
     dpstream(secured, "admin", "acls", "--prefix", p, "--app-id", p + "app", "--remove")
+
+
+@pytest.fixture(scope="module")
+def tenant(secured, secure) -> Tenant:
+    """A fresh tenant for this module (``_fresh_tenant``)."""
+    yield from _fresh_tenant(secured, secure)
+
+
+@pytest.fixture
+def audit_tenant(secured, secure) -> Tenant:
+    """A tenant whose outputs no worker writes (the audit test publishes its own)."""
+    yield from _fresh_tenant(secured, secure)
 
 
 def test_the_acl_plan_grants_each_role_only_its_topics():
@@ -250,3 +261,39 @@ def test_an_acl_revoked_and_restored_while_records_flow_loses_and_changes_nothin
     finally:
         worker.stop()
     assert_same_as_embedded(preds, ledger, releases)
+
+
+def test_an_auditor_checks_the_public_record_without_reading_the_private_log(secure, secured, audit_tenant, tmp_path):
+    """The auditor (Read on the public topics only) runs ``replay --no-key`` from Kafka
+    and on an export it makes itself (``export --public``); a forged ledger charge it then
+    finds. Before (issue 41): both read model-events first, which the auditor may not
+    read, so the auditor could verify nothing; plain ``export`` said only that the right
+    was missing. The outputs are an embedded run's, written by the admin (no worker: the
+    check reads only what is published)."""
+    from dpstream.mechanisms.randomness import KeyedRandomness
+    from dpstream.streams.tools.embedded import EmbeddedRuntime
+    rt = EmbeddedRuntime(KeyedRandomness(bytes.fromhex(KEY_HEX)))
+    config = next(m for m in models() if m["params"]["kind"] == "continual_winnow")
+    asyncio.run(rt.feed_all([("models", config)] + [("examples", e) for e in examples()
+                                                    if e["model_id"] == config["model_id"]][:120]
+                            + [("queries", q) for q in queries() if q["model_id"] == config["model_id"]][:20]))
+    tenant = audit_tenant
+    p = tenant.prefix
+    for topic, values in rt.outputs.items():
+        asyncio.run(produce(secure, p + topic, values))
+    auditor = tenant.config("auditor")
+    done = dpstream(secured, auditor, "replay", "--no-key", "--prefix", p, "--timeout", "3")
+    assert done.returncode == 0 and done.stdout.startswith("OK: "), done.stdout + done.stderr[-2000:]
+    out = tmp_path / "public"
+    done = dpstream(secured, auditor, "export", "--public", "--out", str(out), "--prefix", p, "--timeout", "3")
+    assert done.returncode == 0 and "public topics only" in done.stdout, done.stderr[-2000:]
+    assert not (out / "model-events.jsonl").exists()
+    assert dpstream(secured, None, "replay", "--no-key", "--dir", str(out)).returncode == 0
+    refused = one_line(dpstream(secured, auditor, "export", "--out", str(tmp_path / "all"), "--prefix", p,
+                                "--timeout", "3"))
+    assert f"may not Read topic {p}model-events" in refused and "--public" in refused, refused
+    forged = dict(rt.outputs["ledger"][0], epsilon=0.01, spent_epsilon=0.01)
+    ledger = out / "ledger.jsonl"
+    ledger.write_text(json.dumps(forged) + "\n" + ledger.read_text())      # before the honest one
+    done = dpstream(secured, None, "replay", "--no-key", "--dir", str(out))
+    assert done.returncode == 1 and "published twice, differently" in done.stdout, done.stdout
