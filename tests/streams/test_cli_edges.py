@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from dpstream.streams.cli.commands import main, write_export
+from dpstream.streams.cli.commands import NothingToAudit, main, read_export, write_export
 
 from .kafka_helpers import KEY_HEX
 
@@ -217,6 +217,20 @@ def test_an_interrupted_export_keeps_the_previous_one_or_leaves_none(tmp_path):
     with pytest.raises(KeyboardInterrupt):
         write_export(str(new), log, {"ledger": Interrupted(5)})
     assert not new.exists()
+
+
+def test_an_export_of_the_public_topics_is_staged_with_predictions_as_its_marker(tmp_path):
+    """``export --public`` writes no model-events.jsonl, so predictions.jsonl is the file put
+    in place last; `replay --no-key --dir` refuses a directory without it (a public export
+    cut between its renames), as it refuses a full export without model-events.jsonl."""
+    out = tmp_path / "public"
+    outputs = {"predictions": [{"seq": 0}], "ledger": [{"seq": 0}]}
+    write_export(str(out), [], outputs, public=True, written=("ledger", "predictions"))
+    assert sorted(p.name for p in out.iterdir()) == ["ledger.jsonl", "predictions.jsonl"]
+    assert read_export(out, public=True)[1]["predictions"] == [{"seq": 0}]
+    (out / "predictions.jsonl").unlink()
+    with pytest.raises(NothingToAudit, match="no predictions.jsonl"):
+        read_export(out, public=True)
 
 
 def test_an_out_whose_parent_others_may_write_without_the_sticky_bit_is_refused(capsys, tmp_path):
