@@ -119,12 +119,22 @@ def neighbour_lanes(scale: float, lower: float, upper: float, span_in_scales: fl
         for shift in (+1, -1):
             a = slice(0, -1) if shift == +1 else slice(1, None)
             b = slice(1, None) if shift == +1 else slice(0, -1)
-            parts.append((ll[a], lr[a], lt[a], ll[a] - ll[b], lr[a] - lr[b], lt[a] - lt[b],
-                          counts[a]))
+            parts.append((ll[a], lr[a], lt[a], _log_ratio(ll[a], ll[b]), _log_ratio(lr[a], lr[b]),
+                          _log_ratio(lt[a], lt[b]), counts[a]))
     lanes = tuple(np.concatenate(column) for column in zip(*parts))
     for column in lanes:
         column.flags.writeable = False           # shared by the cache's callers
     return lanes
+
+
+def _log_ratio(log_p: np.ndarray, log_q: np.ndarray) -> np.ndarray:
+    """ln(p / q) per lane, and 0 where both probabilities are 0 (underflowed: at a noise
+    scale far below one count, TOP or a side has mass below 1e-308 at some counts). The
+    lane's term for that outcome, P e^{u l}, is then 0 whatever l is; -inf - -inf would
+    make it NaN, which compares false everywhere (a NaN lane never looks violated, and
+    np.argmax picks it as the "largest" charge). Issue 43: registrations at epsilon 1e6."""
+    with np.errstate(invalid="ignore"):
+        return np.where(np.isneginf(log_p) & np.isneginf(log_q), 0.0, log_p - log_q)
 
 
 def near_thresholds(counts: np.ndarray, scale: float, lower: float, upper: float) -> np.ndarray:
@@ -144,18 +154,30 @@ def _privacy_profile(scale: float, lower: float, upper: float) -> tuple[float, f
     near = near_thresholds(counts, scale, lower, upper)
     u, worst = _common_u(*(x[near] for x in lanes))
     if math.isfinite(u) and _violation(u, *lanes).max() <= 0:
-        worst = int(np.flatnonzero(near)[worst])     # feasible on every lane: exact answer
+        if worst is not None:                        # feasible on every lane: exact answer
+            worst = int(np.flatnonzero(near)[worst])
     else:
         u, worst = _common_u(*lanes)
     if worst is not None and counts[worst] in (counts.min(), counts.max()):
         raise ArithmeticError("BetweenThresholds psi supremum at the grid edge; widen the grid")
-    return 1.0 / u, eps_top
+    return _psi(u), eps_top
+
+
+def _psi(u: float) -> float:
+    """psi = 1/u, inf for u = 0 (``_common_u``: no finite psi is certified)."""
+    return 1.0 / u if u > 0 else math.inf
 
 
 def _violation(u: float, log_pl, log_pr, l_l, l_r) -> np.ndarray:
-    """Per lane, P_L e^{u l_L} + P_R e^{u l_R} - 1 (feasible where <= 0)."""
+    """Per lane, P_L e^{u l_L} + P_R e^{u l_R} - 1 (feasible where <= 0; a NaN, which the
+    lanes no longer hold (``_log_ratio``), would count as violated: fail closed)."""
     with np.errstate(over="ignore", invalid="ignore"):
-        return np.expm1(log_pl + u * l_l) + np.exp(log_pr + u * l_r)
+        v = np.expm1(log_pl + u * l_l) + np.exp(log_pr + u * l_r)
+    return np.where(np.isnan(v), np.inf, v)
+
+
+U_FLOOR = 1e-12      # the smallest u (1/psi) _common_u brackets; below it psi is inf
+MAX_PASSES = 64      # lanes whose roots _common_u refines before it settles for its bracket
 
 
 def _common_u(log_pl, log_pr, l_l, l_r) -> tuple[float, int | None]:
@@ -165,7 +187,16 @@ def _common_u(log_pl, log_pr, l_l, l_r) -> tuple[float, int | None]:
     ones [0, min_i u_i*]. A coarse bisection on the worst violation brackets min_i u_i*
     and names a violated lane; that lane's own root is found to full precision, and if
     another lane is violated there, its root (smaller) is found next, until every lane
-    is feasible: a few passes over all lanes instead of fifty."""
+    is feasible: a few passes over all lanes instead of fifty.
+
+    u = 0 (psi = inf: no finite psi is certified) when no u above U_FLOOR is feasible: at
+    a noise scale far below one count (a huge epsilon asks for one) a lane's slack
+    1 - P_L - P_R is below 1e-15 and its root below any float step from 0. Such a psi
+    would exceed 1e12, and its eps (psi ln(1/delta)) every budget the schema takes, so
+    "does not fit" is the exact answer for the caller; before, the search looped forever
+    (issue 43: a predictor registration at epsilon 1000 froze the worker). The passes are
+    bounded too: if they do not settle, the bracket's lower end, feasible on every lane
+    (``_bisect``'s invariant), is returned (a smaller u, a larger psi: never less private)."""
     lanes = (log_pl, log_pr, l_l, l_r)
 
     def worst(u: float) -> float:
@@ -178,18 +209,21 @@ def _common_u(log_pl, log_pr, l_l, l_r) -> tuple[float, int | None]:
             if hi > 1e12:
                 return math.inf, None
     else:
-        while hi > 1e-12 and worst(hi / 4) > 0:   # or shrink it (u ~ 1/(1.5 b))
+        while hi > U_FLOOR and worst(hi / 4) > 0:   # or shrink it (u ~ 1/(1.5 b))
             hi /= 4
         lo = hi / 4
+        if not worst(lo) <= 0:               # nothing feasible above the floor: psi = inf
+            return 0.0, None
     lo = _bisect(worst, lo, hi, 1e-2)        # lo feasible on every lane, hi not
     u, v = hi, _violation(hi, *lanes)
-    while True:                              # u infeasible on lane j: its root is below
+    for _ in range(MAX_PASSES):              # u infeasible on lane j: its root is below
         j = int(np.argmax(v))
         lane = tuple(x[j:j + 1] for x in lanes)
         u = _bisect(lambda t: float(_violation(t, *lane)[0]), lo, u, 1e-15)
         v = _violation(u, *lanes)
         if v.max() <= 0:
             return u, j
+    return lo, None
 
 
 def _bisect(violation, lo: float, hi: float, rel: float) -> float:
@@ -217,7 +251,7 @@ def _guessed_profile(scale: float, lower: float, upper: float) -> tuple[float, f
     log_pl, log_pr, _, l_l, l_r, l_t, _ = neighbour_lanes(scale, lower, upper, NEAR_IN_SCALES + 1)
     finite_top = np.isfinite(l_t)
     u, _ = _common_u(log_pl, log_pr, l_l, l_r)
-    return 1.0 / u, float(l_t[finite_top].max()) if finite_top.any() else 0.0
+    return _psi(u), float(l_t[finite_top].max()) if finite_top.any() else 0.0
 
 
 @dataclass(frozen=True)

@@ -85,9 +85,10 @@ def _top_lanes(psi: float, p_l, p_r, p_t, log_pt, l_l, l_r, l_t) -> np.ndarray |
     u = 1.0 / psi
     with np.errstate(over="ignore", invalid="ignore"):
         slack = p_t - p_r * np.expm1(u * l_r) - p_l * np.expm1(u * l_l)
-        if np.any(slack <= 0):
+        if np.any(~(slack > 0)):             # a NaN slack counts as none: fail closed
             return None
-        return l_t + psi * (log_pt - np.log(slack))
+        values = l_t + psi * (log_pt - np.log(slack))
+    return np.where(np.isnan(values), np.inf, values)   # never a NaN argmax: fail closed
 
 
 def top_charge(scale: float, lower: float, upper: float, psi: float, *, near: bool = False) -> float:
@@ -114,6 +115,8 @@ def epoch_epsilon(scale: float, lower: float, upper: float, v_max: int,
     if not 0 < delta < 1:
         raise ParameterError("delta", delta, "in (0, 1)")
     psi_star, _ = between_thresholds_privacy(scale, lower, upper)
+    if not math.isfinite(psi_star):          # no psi certified at this scale: it does not fit
+        return math.inf, math.inf, math.inf
     log_inv = math.log(1.0 / delta)
 
     def eps(psi: float) -> float:

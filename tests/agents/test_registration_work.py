@@ -63,6 +63,9 @@ WORST = {
         cfg({"kind": "predictor", "examples": 100_000_000, "v_max": 100_000}, 2.04, 1e-12),
         cfg({"kind": "predictor", "examples": 100_000_000, "accounting": "instance"}, 0.3, 1e-9),
         cfg({"kind": "predictor", "examples": 100_000_000}, 1e-9, 1e-300),   # refused at once
+        cfg({"kind": "predictor", "k": 100, "m": 10, "v_max": 1}, 1000.0, 1e-6),   # looped forever
+        cfg({"kind": "predictor", "k": 100, "m": 10, "v_max": 1, "accounting": "instance"}, 1e6, 1e-6),
+        cfg({"kind": "predictor", "k": 100, "m": 10}, 1e6, 0.99),
     ],
     "winnow": [
         cfg({"kind": "winnow", "mode": "theory", "rho": 1e-3, "T": 10 ** 18}, 0.99, 1e-300, 16_000),

@@ -77,3 +77,28 @@ def test_instance_halts_on_top_and_replays_identically(rng):
         return out
 
     assert run() == run()
+
+
+def test_a_scale_far_below_one_count_certifies_no_finite_psi_and_huge_budgets_calibrate():
+    """Before: at noise 0.029 counts (where epsilon 1000 starts its search) every lane's
+    slack 1 - P_L - P_R is below 1e-15, no u = 1/psi above the search's floor is feasible,
+    and _common_u looped forever: a predictor registration at epsilon 1000 froze the worker
+    and `models register`. Now that scale certifies psi = inf (it does not fit), and the
+    calibration moves on to a scale whose certified guarantee fits the budget."""
+    psi, _ = between_thresholds_privacy(0.029131021115928548, 37.5, 62.5)
+    assert psi == math.inf
+    for eps in (1e3, 1e6):
+        cal = calibrate_between_thresholds(epsilon=eps, delta=1e-6, lower=37.5, upper=62.5)
+        psi, eps_top = between_thresholds_privacy(float(cal.scale), 37.5, 62.5)
+        assert math.isfinite(psi) and eps_top + psi * math.log(1e6) <= eps
+
+
+@pytest.mark.parametrize("scale", [1e-5, 1e-3, 0.03])
+def test_lanes_hold_no_nan_where_an_outcome_underflows_at_both_counts(scale):
+    """Before: at noise far below one count P(TOP) underflows to 0 at neighbouring counts
+    and l_TOP = -inf - -inf was NaN: a NaN lane never looks violated and np.argmax takes
+    it as the largest top charge (float(nan) then became a charge of 0). Now such a lane's
+    ratio is 0 (its term P e^{u l} is 0 either way)."""
+    from dpstream.mechanisms.between_thresholds import neighbour_lanes
+    lanes = neighbour_lanes(scale, 37.5, 62.5)
+    assert not any(np.isnan(column).any() for column in lanes)
