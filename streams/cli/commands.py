@@ -34,10 +34,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import errno
 import json
 import logging
 import math
 import os
+import stat
 import sys
 from collections import Counter
 from contextlib import contextmanager
@@ -284,6 +286,28 @@ class NothingToAudit(Exception):
     """An audit was asked of an export that holds no model events."""
 
 
+def _read_export_file(path: Path) -> bytes:
+    """A file of an export directory, opened without following a symbolic link
+    (O_NOFOLLOW, as streams/tools/outdir.py writes it) and checked once open to be a
+    regular file: a link planted in the directory must not make an audit read, and
+    report on, a file outside it. Before, ``ledger.jsonl`` as a link to another file was
+    followed. NothingToAudit (exit 2, "unreadable") names the file otherwise."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+    except OSError as err:
+        if err.errno == errno.ELOOP or os.path.islink(path):     # ELOOP: O_NOFOLLOW met a link
+            raise NothingToAudit(f"{path} is a symbolic link: an export's files are read only "
+                                 "from the directory itself, not followed") from None
+        raise NothingToAudit(f"{path}: cannot be read ({err.strerror or err})") from None
+    with os.fdopen(fd, "rb") as fh:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise NothingToAudit(f"{path} is not a regular file")
+        try:
+            return fh.read()
+        except OSError as err:
+            raise NothingToAudit(f"{path}: cannot be read ({err.strerror or err})") from None
+
+
 def read_export(src: Path, *, public: bool = False) -> tuple[list[dict], dict]:
     """The log and outputs of an export directory; :class:`NothingToAudit` when it is
     missing or holds no model event (an audit of nothing must not say OK). ``public``
@@ -297,12 +321,9 @@ def read_export(src: Path, *, public: bool = False) -> tuple[list[dict], dict]:
         """The file's records, each with its line; a line that is not JSON (or not UTF-8)
         becomes parse_json's marker, which replay counts and names by its line."""
         path = src / f"{name}.jsonl"
-        if not path.exists():
+        if not os.path.lexists(path):
             return []
-        try:
-            data = path.read_bytes()
-        except OSError as err:
-            raise NothingToAudit(f"{path}: cannot be read ({err.strerror or err})") from None
+        data = _read_export_file(path)
         lines = [(n, line) for n, line in enumerate(data.splitlines(), 1) if line.strip()]
         return Located([parse_json(line) for _, line in lines], [f"{path.name} line {n}" for n, _ in lines])
     if not src.is_dir():
