@@ -811,18 +811,26 @@ def cmd_consume(args) -> int:
     return 0
 
 
+MAX_TIMEOUT = 365 * 24 * 3600      # seconds: a year, far above any idle wait a user means
+
+
 def _consume_timeout(args) -> float | None:
     """``consume``'s idle timeout in seconds, from --timeout or --timeout-ms (Kafka's console
     consumer: "If specified, exit if no message is available for consumption for the
-    specified interval", ConsoleConsumerOptions); None: follow until interrupted."""
+    specified interval", ConsoleConsumerOptions); None: follow until interrupted. At most
+    MAX_TIMEOUT (a year; no timeout follows for ever): before, ``--timeout 1e308`` became
+    an infinite number of milliseconds and ended in "failed to Read topic answers ...
+    (OverflowError)"."""
     if args.timeout is not None and args.timeout_ms is not None:
         raise Failed("--timeout and --timeout-ms: give one of them", 2)
     if args.timeout_ms is not None:
-        if args.timeout_ms < 0:
-            raise Failed(f"--timeout-ms {args.timeout_ms}: milliseconds, 0 or more", 2)
+        if not 0 <= args.timeout_ms <= MAX_TIMEOUT * 1000:
+            raise Failed(f"--timeout-ms {args.timeout_ms}: milliseconds, 0 to {MAX_TIMEOUT * 1000:,} "
+                         "(a year; leave it out to follow until interrupted)", 2)
         return args.timeout_ms / 1000
-    if args.timeout is not None and not (math.isfinite(args.timeout) and args.timeout >= 0):
-        raise Failed(f"--timeout {args.timeout:g}: seconds, a finite number 0 or more", 2)
+    if args.timeout is not None and not (math.isfinite(args.timeout) and 0 <= args.timeout <= MAX_TIMEOUT):
+        raise Failed(f"--timeout {args.timeout:g}: seconds, a finite number 0 to {MAX_TIMEOUT:,} "
+                     "(a year; leave it out to follow until interrupted)", 2)
     return args.timeout
 
 
@@ -1256,8 +1264,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-messages", "--max", dest="max_messages", type=int, metavar="N",
                    help="stop after N records")
     p.add_argument("--timeout", type=float, metavar="SECONDS",
-                   help="stop after this many seconds without a new record (default: follow until "
-                        "interrupted)")
+                   help="stop after this many seconds without a new record, at most a year "
+                        "(default: follow until interrupted)")
     p.add_argument("--timeout-ms", type=int, metavar="MS",
                    help="--timeout in milliseconds, as Kafka's console consumer takes it")
     p.set_defaults(fn=cmd_consume)

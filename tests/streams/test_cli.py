@@ -118,6 +118,13 @@ def test_keyless_replay_catches_a_ledger_cut_short(tmp_path, monkeypatch, capsys
       "features": [{"name": f"f{i}", "type": "categorical",
                     "vocabulary": [f"{i}-{j}-" + "v" * 40 for j in range(100)]} for i in range(120)]},
      1, "would be dead-lettered: oversized payload"),
+    # before: all 4,001 digits of the horizon were echoed
+    ({"model_id": "m", "dimension": 10, "budget": {"epsilon": 1.0, "delta": 1e-6},
+      "params": {"kind": "continual_winnow", "max_active": 3, "horizon": 10 ** 4000}}, 1,
+     "params.horizon: Input should be less than or equal to 1000000000 (got an integer of about 4,001 digits)"),
+    ({"model_id": "m", "dimension": 10, "budget": {"epsilon": 1.0, "delta": 1e-6},
+      "params": {"kind": "continual_winnow", "max_active": 3, "horizon": 10 ** 45}}, 1,
+     "(got 1000000000000000000000000000000000000000...)"),
 ])
 def test_register_validates_locally_and_sends_nothing_invalid(tmp_path, capsys, config, exit_code, needle):
     path = tmp_path / "m.json"
