@@ -279,9 +279,17 @@ def suggest_declaration(records: list[dict], *, bins: int = 8, binning: str = "e
             else:
                 out.append(field)
         else:
-            vocab = sorted({v for v, _ in present})
-            out.append(CategoricalField(name=name, vocabulary=vocab) if len(vocab) <= max_vocabulary
-                       else CategoricalField(name=name, hash_buckets=hash_buckets))
+            vocab = sorted({clean_text(v) for v, _ in present})        # as the worker reads them
+            kept = [v for v in vocab if len(v) <= MAX_CATEGORY]
+            if not kept or len(vocab) > max_vocabulary:
+                out.append(CategoricalField(name=name, hash_buckets=hash_buckets))
+            else:
+                out.append(CategoricalField(name=name, vocabulary=kept))
+            if len(kept) < len(vocab):      # never echoed: a long value may be anything
+                notes[name] = (f"{len(vocab) - len(kept)} value(s) longer than {MAX_CATEGORY} "
+                               "characters (a vocabulary entry's most) " +
+                               ("left out of the vocabulary: they go to its 'other' slot"
+                                if out[-1].vocabulary is not None else f"hashed into {hash_buckets} buckets"))
         if missing_note:
             notes[name] = f"{notes[name]}; {missing_note}" if name in notes else missing_note
     return Suggestion(out, notes)
@@ -292,15 +300,32 @@ def suggest_declaration(records: list[dict], *, bins: int = 8, binning: str = "e
 _UNNAMED = re.compile(r"Unnamed: \d+")
 
 
+# the longest vocabulary entry a declaration takes (schemas/features.py CategoricalField);
+# before, a longer sample value ended `features --sample` in a traceback that echoed it
+MAX_CATEGORY = 128
+
+
 def _not_finite_text(v) -> bool:
     """A string that reads as a number that is not finite ("inf", "-Infinity", "NaN": what
-    pandas and numpy write for them)."""
+    pandas and numpy write for them), or an integer beyond float64 (a 400-digit one: the
+    worker sends it to a numeric field's missing slot, docs/limits.md; before, it ended
+    `features --sample` in an OverflowError traceback)."""
+    if isinstance(v, int) and not isinstance(v, bool):
+        return v.bit_length() > 1024 and _overflows(v)
     if not isinstance(v, str):
         return False
     try:
         return not math.isfinite(float(v))
     except ValueError:
         return False
+
+
+def _overflows(v: int) -> bool:
+    try:
+        float(v)
+    except OverflowError:
+        return True
+    return False
 
 
 def _not_finite_as_missing(vs: list) -> tuple[list, str | None]:
@@ -310,7 +335,8 @@ def _not_finite_as_missing(vs: list) -> tuple[list, str | None]:
     n = sum(map(_not_finite_text, vs))
     if not n or not all(_not_finite_text(v) or _value_kind(v) in (None, "int", "real") for v in vs):
         return vs, None
-    shown = ", ".join(sorted({repr(v.strip()[:12]) for v in vs if _not_finite_text(v)})[:3])
+    shown = ", ".join(sorted({repr(v.strip()[:12]) if isinstance(v, str) else "an integer beyond float64"
+                              for v in vs if _not_finite_text(v)})[:3])
     return ([None if _not_finite_text(v) else v for v in vs],
             f"{n} value(s) {shown} read as missing (not a finite number: a numeric field sends them "
             "to its missing slot)")

@@ -101,8 +101,10 @@ class KeyedRandomness:
         before, a key file other local users could read, or one another user owned (and
         so could swap for a key they know), was taken as it was."""
         p = Path(path)
-        if not p.is_file():
-            raise MissingKeyError(f"secret key file {str(p)!r} does not exist")
+        if not p.is_file():       # before, a directory was also said not to exist
+            what = ("is a directory: name the file in it that holds the key" if p.is_dir() else
+                    "is not a regular file" if p.exists() else "does not exist")
+            raise MissingKeyError(f"secret key file {str(p)!r} {what}")
         st = p.stat()
         if st.st_uid != os.geteuid():
             raise MissingKeyError(f"secret key file {str(p)!r} belongs to uid {st.st_uid}, not to "

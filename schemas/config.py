@@ -164,9 +164,22 @@ def config_error_text(err: ValidationError, raw: object = None) -> str:
         # what it cannot show (schemas/features.py FieldName) must not reach a terminal
         shown = e["type"] != "missing" and all(str(p) in known for p in loc) and \
             isinstance(value, (int, float, str, bool)) and not (loc[:1] == ["features"] and loc[-1:] == ["name"])
-        got = repr(value[:40]) if isinstance(value, str) else repr(value)
-        parts.append(f"{where}: {text}" + (f" (got {got})" if shown else ""))
+        parts.append(f"{where}: {text}" + (f" (got {_echoed(value)})" if shown else ""))
     return "; ".join(dict.fromkeys(parts))
+
+
+ECHO_CHARS = 40      # the most characters of a given value a config error quotes
+
+
+def _echoed(value) -> str:
+    """A given value as a config error quotes it: at most ECHO_CHARS characters of its
+    repr, then "...". Before, ``"horizon": 10**4000`` was echoed with all its 4,001
+    digits (and an integer past Python's int/str limit cannot be written at all: its
+    size is said instead)."""
+    if isinstance(value, int) and value.bit_length() > 4 * ECHO_CHARS:
+        return f"an integer of about {int(value.bit_length() * 0.30103) + 1:,} digits"
+    text = repr(value[:ECHO_CHARS] if isinstance(value, str) else value)
+    return text if len(text) <= ECHO_CHARS else text[:ECHO_CHARS] + "..."
 
 
 def _schema_fields() -> set[str]:

@@ -13,8 +13,8 @@ from __future__ import annotations
 import math
 from typing import Annotated, Literal
 
-from pydantic import (AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, JsonValue, WithJsonSchema,
-                      field_validator, model_validator)
+from pydantic import (AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, JsonValue, ValidationError,
+                      WithJsonSchema, WrapValidator, field_validator, model_validator)
 from pydantic import Strict as PydanticStrict
 
 from . import limits
@@ -45,6 +45,22 @@ Label = Annotated[int, BeforeValidator(_whole_label), PydanticStrict(), AfterVal
                   WithJsonSchema({"type": "integer", "enum": [-1, 1]})]
 
 
+def _whole_indices(v, handler):
+    """Sparse ``active`` indices written as whole doubles (``[3.0, 5.0]``: what Gson and
+    Jackson write for a list of Doubles) as the integers they equal, as labels are
+    (``Label``): the exported JSON Schema, {"type": "integer"} per item, takes them (JSON
+    Schema Validation 6.1.1, Core 4.2.2). A list of integers is validated once, as before;
+    only a list the strict check refused is tried again with its whole floats made
+    integers, so 3.5, true and "3" stay refused (``int_type``). Before, the worker
+    dead-lettered ``[3.0, 5.0]`` with "invalid: active.[]: int_type"."""
+    try:
+        return handler(v)
+    except ValidationError:
+        if type(v) is not list or not any(type(i) is float for i in v):
+            raise
+    return handler([int(i) if type(i) is float and i.is_integer() else i for i in v])
+
+
 class Strict(BaseModel):
     """Every record: unknown fields refused, no type coercion (strict), immutable."""
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
@@ -56,7 +72,7 @@ class Features(Strict):
     record: its JSON Schema states the structural limits (schemas/limits.py)."""
     model_config = ConfigDict(json_schema_extra=limits.document)
     x: list[float] | None = Field(default=None, max_length=1_000_000)
-    active: list[int] | None = Field(default=None, max_length=100_000)
+    active: Annotated[list[int] | None, WrapValidator(_whole_indices)] = Field(default=None, max_length=100_000)
     # any JSON values: the featuriser reads the declared fields and bounds them; the rest is
     # ignored, so no valid record is refused for what it carries beside them
     features: dict[str, JsonValue] | None = Field(default=None, max_length=1_000)

@@ -155,11 +155,13 @@ def _integer(text: str) -> int:
     return int(text)
 
 
-def decode(payload: bytes) -> object:
+def decode(payload: bytes, *, max_bytes: int | None = MAX_BYTES) -> object:
     """The record's JSON value, strings cleaned (``clean_text``), or LimitError with the
     reason: over a limit (module docstring) or not JSON ("malformed JSON"). Never raises
-    anything else, whatever the bytes."""
-    if len(payload) > MAX_BYTES:
+    anything else, whatever the bytes. ``max_bytes=None``: no byte limit, for a line of an
+    export (a log record wraps an input record that may itself be at the limit); every
+    other limit holds."""
+    if max_bytes is not None and len(payload) > max_bytes:
         raise LimitError(OVERSIZED)
     try:
         value = json.loads(payload, parse_int=_integer)

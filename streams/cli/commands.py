@@ -34,10 +34,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import errno
 import json
 import logging
 import math
 import os
+import stat
 import sys
 from collections import Counter
 from contextlib import contextmanager
@@ -284,6 +286,28 @@ class NothingToAudit(Exception):
     """An audit was asked of an export that holds no model events."""
 
 
+def _read_export_file(path: Path) -> bytes:
+    """A file of an export directory, opened without following a symbolic link
+    (O_NOFOLLOW, as streams/tools/outdir.py writes it) and checked once open to be a
+    regular file: a link planted in the directory must not make an audit read, and
+    report on, a file outside it. Before, ``ledger.jsonl`` as a link to another file was
+    followed. NothingToAudit (exit 2, "unreadable") names the file otherwise."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+    except OSError as err:
+        if err.errno == errno.ELOOP or os.path.islink(path):     # ELOOP: O_NOFOLLOW met a link
+            raise NothingToAudit(f"{path} is a symbolic link: an export's files are read only "
+                                 "from the directory itself, not followed") from None
+        raise NothingToAudit(f"{path}: cannot be read ({err.strerror or err})") from None
+    with os.fdopen(fd, "rb") as fh:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise NothingToAudit(f"{path} is not a regular file")
+        try:
+            return fh.read()
+        except OSError as err:
+            raise NothingToAudit(f"{path}: cannot be read ({err.strerror or err})") from None
+
+
 def read_export(src: Path, *, public: bool = False) -> tuple[list[dict], dict]:
     """The log and outputs of an export directory; :class:`NothingToAudit` when it is
     missing or holds no model event (an audit of nothing must not say OK). ``public``
@@ -297,12 +321,9 @@ def read_export(src: Path, *, public: bool = False) -> tuple[list[dict], dict]:
         """The file's records, each with its line; a line that is not JSON (or not UTF-8)
         becomes parse_json's marker, which replay counts and names by its line."""
         path = src / f"{name}.jsonl"
-        if not path.exists():
+        if not os.path.lexists(path):
             return []
-        try:
-            data = path.read_bytes()
-        except OSError as err:
-            raise NothingToAudit(f"{path}: cannot be read ({err.strerror or err})") from None
+        data = _read_export_file(path)
         lines = [(n, line) for n, line in enumerate(data.splitlines(), 1) if line.strip()]
         return Located([parse_json(line) for _, line in lines], [f"{path.name} line {n}" for n, _ in lines])
     if not src.is_dir():
@@ -790,18 +811,26 @@ def cmd_consume(args) -> int:
     return 0
 
 
+MAX_TIMEOUT = 365 * 24 * 3600      # seconds: a year, far above any idle wait a user means
+
+
 def _consume_timeout(args) -> float | None:
     """``consume``'s idle timeout in seconds, from --timeout or --timeout-ms (Kafka's console
     consumer: "If specified, exit if no message is available for consumption for the
-    specified interval", ConsoleConsumerOptions); None: follow until interrupted."""
+    specified interval", ConsoleConsumerOptions); None: follow until interrupted. At most
+    MAX_TIMEOUT (a year; no timeout follows for ever): before, ``--timeout 1e308`` became
+    an infinite number of milliseconds and ended in "failed to Read topic answers ...
+    (OverflowError)"."""
     if args.timeout is not None and args.timeout_ms is not None:
         raise Failed("--timeout and --timeout-ms: give one of them", 2)
     if args.timeout_ms is not None:
-        if args.timeout_ms < 0:
-            raise Failed(f"--timeout-ms {args.timeout_ms}: milliseconds, 0 or more", 2)
+        if not 0 <= args.timeout_ms <= MAX_TIMEOUT * 1000:
+            raise Failed(f"--timeout-ms {args.timeout_ms}: milliseconds, 0 to {MAX_TIMEOUT * 1000:,} "
+                         "(a year; leave it out to follow until interrupted)", 2)
         return args.timeout_ms / 1000
-    if args.timeout is not None and not (math.isfinite(args.timeout) and args.timeout >= 0):
-        raise Failed(f"--timeout {args.timeout:g}: seconds, a finite number 0 or more", 2)
+    if args.timeout is not None and not (math.isfinite(args.timeout) and 0 <= args.timeout <= MAX_TIMEOUT):
+        raise Failed(f"--timeout {args.timeout:g}: seconds, a finite number 0 to {MAX_TIMEOUT:,} "
+                     "(a year; leave it out to follow until interrupted)", 2)
     return args.timeout
 
 
@@ -1235,8 +1264,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-messages", "--max", dest="max_messages", type=int, metavar="N",
                    help="stop after N records")
     p.add_argument("--timeout", type=float, metavar="SECONDS",
-                   help="stop after this many seconds without a new record (default: follow until "
-                        "interrupted)")
+                   help="stop after this many seconds without a new record, at most a year "
+                        "(default: follow until interrupted)")
     p.add_argument("--timeout-ms", type=int, metavar="MS",
                    help="--timeout in milliseconds, as Kafka's console consumer takes it")
     p.set_defaults(fn=cmd_consume)

@@ -90,17 +90,40 @@ def _at(values, i: int) -> str:
     return where[i] if where is not None else f"record {i}"
 
 
-NOT_JSON = {"not_json": True}      # parse_json's marker for a value that is not JSON
+NOT_JSON = "not_json"      # the one key of parse_json's marker for a value that is not JSON
 
 
 def parse_json(value: bytes | None):
-    """A record's JSON value as read from Kafka; a value that is not JSON becomes a
-    marker that no schema takes (so ``screen`` counts it, and an export keeps it)."""
+    """A record's JSON value as read from Kafka or an export's line, through the bounded
+    decoder the worker uses (schemas/limits.py ``decode``, without its byte limit: a log
+    record wraps an input record that may be at it). A value that is not JSON or is over a
+    structural limit (cut in half, not UTF-8, nested 100,000 deep, a 100,000-digit
+    integer) becomes a marker that no schema takes, ``{"not_json": REASON}``, so ``screen``
+    counts it and names why, and an export keeps it. Before, orjson ended a line nested
+    deeper than its own limit with "not JSON", saying nothing of the cause."""
     import orjson
+
+    from dpstream.schemas.limits import LimitError, decode, plain
+    value = value or b""
+    if plain(value):         # within every limit by byte counts: orjson's reading is decode's
+        try:
+            return orjson.loads(value)
+        except orjson.JSONDecodeError:
+            pass             # NaN, an integer beyond 64 bits, not JSON: decode's verdict
     try:
-        return orjson.loads(value or b"")
-    except orjson.JSONDecodeError:
-        return dict(NOT_JSON)
+        return decode(value, max_bytes=None)
+    except LimitError as err:
+        return {NOT_JSON: str(err)}
+
+
+def _not_json(value) -> str | None:
+    """Why ``value`` is parse_json's marker (None when it is not one). Only the decoder's
+    own fixed reasons are shown: a forged marker's text is not echoed."""
+    from dpstream.schemas import limits
+    if not (isinstance(value, dict) and len(value) == 1 and NOT_JSON in value):
+        return None
+    reasons = (limits.MALFORMED, limits.TOO_DEEP, limits.TOO_MANY_MEMBERS, limits.INTEGER_TOO_LONG)
+    return f"not JSON ({value[NOT_JSON]})" if value[NOT_JSON] in reasons else "not JSON"
 
 
 def screen_topic(topic: str, values: list) -> tuple[list[dict], Invalid | None]:
@@ -110,8 +133,9 @@ def screen_topic(topic: str, values: list) -> tuple[list[dict], Invalid | None]:
     schema = SCHEMAS[topic]
     good, bad, first = [], 0, ""
     for i, v in enumerate(values):
-        if v == NOT_JSON:
-            first, bad = first or f"{_at(values, i)}: not JSON", bad + 1
+        why = _not_json(v)
+        if why:
+            first, bad = first or f"{_at(values, i)}: {why}", bad + 1
             continue
         try:
             schema.model_validate(v)
@@ -172,8 +196,9 @@ def _what(err) -> str:
 
 
 def _log_problem(r) -> str | None:
-    if r == NOT_JSON:
-        return "not JSON"
+    why = _not_json(r)
+    if why:
+        return why
     if not isinstance(r, dict) or not isinstance(r.get("value"), dict):
         return "not a log record"
     if not all(isinstance(r.get(k), int) and not isinstance(r.get(k), bool) for k in ("partition", "offset")):

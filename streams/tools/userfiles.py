@@ -69,16 +69,22 @@ def read_bytes(path: str) -> bytes:
 
 
 def read_jsonl(path: str) -> list[Row]:
-    """The non-empty lines of a JSONL file, each parsed (or with the parser's error)."""
+    """The non-empty lines of a JSONL file, each parsed with the worker's bounded decoder
+    (schemas/limits.py ``decode``, without its byte limit: ``produce`` checks that per
+    record), or with its error: "not JSON (...)", or the structural limit the line breaks.
+    Before, a line nested 100,000 deep ended ``features --sample`` and ``produce`` in a
+    RecursionError traceback."""
+    from dpstream.schemas.limits import MALFORMED, LimitError, decode
     rows = []
     for n, line in enumerate(read_bytes(path).splitlines(), 1):
         line = line.rstrip(b"\r")
         if not line.strip():
             continue
         try:
-            rows.append(Row(f"line {n}", line, json.loads(line)))
-        except ValueError as err:
-            rows.append(Row(f"line {n}", line, None, f"not JSON ({getattr(err, 'msg', err)})"))
+            rows.append(Row(f"line {n}", line, decode(line, max_bytes=None)))
+        except LimitError as err:
+            rows.append(Row(f"line {n}", line, None,
+                            f"not JSON {err.detail}".strip() if str(err) == MALFORMED else str(err)))
     return rows
 
 
@@ -156,8 +162,8 @@ def cell(value, kind: str | None = None):
     if kind == "numeric":
         try:
             return float(_number(text))
-        except ValueError:
-            return value
+        except (ValueError, OverflowError):    # an integer beyond float64 (a 400-digit cell):
+            return value                       # text, as "inf" is (the numeric field's missing slot)
     if kind == "categorical":
         return value
     return _TRUTH.get(text.lower(), value)

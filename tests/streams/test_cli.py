@@ -118,6 +118,13 @@ def test_keyless_replay_catches_a_ledger_cut_short(tmp_path, monkeypatch, capsys
       "features": [{"name": f"f{i}", "type": "categorical",
                     "vocabulary": [f"{i}-{j}-" + "v" * 40 for j in range(100)]} for i in range(120)]},
      1, "would be dead-lettered: oversized payload"),
+    # before: all 4,001 digits of the horizon were echoed
+    ({"model_id": "m", "dimension": 10, "budget": {"epsilon": 1.0, "delta": 1e-6},
+      "params": {"kind": "continual_winnow", "max_active": 3, "horizon": 10 ** 4000}}, 1,
+     "params.horizon: Input should be less than or equal to 1000000000 (got an integer of about 4,001 digits)"),
+    ({"model_id": "m", "dimension": 10, "budget": {"epsilon": 1.0, "delta": 1e-6},
+      "params": {"kind": "continual_winnow", "max_active": 3, "horizon": 10 ** 45}}, 1,
+     "(got 1000000000000000000000000000000000000000...)"),
 ])
 def test_register_validates_locally_and_sends_nothing_invalid(tmp_path, capsys, config, exit_code, needle):
     path = tmp_path / "m.json"
@@ -441,3 +448,70 @@ def test_a_malformed_line_of_an_export_is_one_line_naming_file_and_line(tmp_path
     assert "Traceback" not in out
     line = next(x for x in out.splitlines() if "predictions.jsonl line 5" in x)
     assert "1 predictions record that is not valid" in line, out
+
+
+@pytest.fixture(scope="module")
+def card_fraud_export(tmp_path_factory):
+    """One export of the shipped example (the key is set only while it is made)."""
+    mp = pytest.MonkeyPatch()
+    mp.setenv("DPSTREAM_SECRET_KEY", "00112233445566778899aabbccddeeff" * 2)
+    out = tmp_path_factory.mktemp("export") / "base"
+    ex = ROOT / "examples"
+    assert main(["run", "--models", str(ex / "card-fraud.model.json"),
+                 "--examples", str(ex / "card-fraud.examples.jsonl"), "--out", str(out)]) == 0
+    mp.undo()
+    return out
+
+
+def _damaged(base: Path, to: Path, damage) -> Path:
+    import shutil
+    shutil.copytree(base, to)
+    path = to / "model-events.jsonl"
+    data = path.read_bytes()
+    path.write_bytes(damage(data))
+    return to
+
+
+@pytest.mark.parametrize("damage, line, says", [
+    (lambda d: d[:len(d) // 2], 10_053, "not JSON (malformed JSON)"),
+    (lambda d: d + bytes(range(256)) + b"\n", 20_002, "not JSON (malformed JSON)"),
+    (lambda d: d + b"[" * 100_000 + b"]" * 100_000 + b"\n", 20_002, "not JSON (nested too deeply: arrays and objects nest at most 128"),
+    (lambda d: d + b"1" * 100_000 + b"\n", 20_002, "not JSON (integer too long: a JSON integer has at most 4,300 digits"),
+], ids=["cut-in-half", "random-bytes", "nested-100000", "integer-100000-digits"])
+def test_a_damaged_export_line_is_named_by_file_line_and_the_decoders_reason(
+        tmp_path, monkeypatch, capsys, card_fraud_export, damage, line, says):
+    """Before: export lines were parsed with orjson, so a line nested 100,000 deep or an
+    integer of 100,000 digits was only "not JSON", without the structural limit it broke
+    (schemas/limits.py ``decode``, the worker's own decoder, now reads every line)."""
+    where = _damaged(card_fraud_export, tmp_path / "x", damage)
+    assert main(["audit-report", "--no-key", "--dir", str(where), "--out", str(tmp_path / "r")]) == 0
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    assert f"model-events.jsonl line {line}: {says}" in err, err
+
+
+def test_a_damaged_log_fails_replay_with_the_mismatch_exit_code(tmp_path, monkeypatch, capsys, card_fraud_export):
+    monkeypatch.setenv("DPSTREAM_SECRET_KEY", "00112233445566778899aabbccddeeff" * 2)
+    where = _damaged(card_fraud_export, tmp_path / "x", lambda d: d + b"[" * 100_000 + b"]" * 100_000 + b"\n")
+    assert main(["replay", "--dir", str(where)]) == 1
+    assert "model-events.jsonl line 20002: not JSON (nested too deeply" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("cmd", [["replay", "--no-key"], ["replay"], ["audit-report", "--no-key"]])
+def test_a_symbolic_link_in_an_export_is_refused_not_followed(tmp_path, monkeypatch, capsys, card_fraud_export, cmd):
+    """Before: ``ledger.jsonl`` as a symbolic link to a file outside the export was followed
+    and audited (exit 1, "1 ledger record that is not valid"); now the export is
+    unreadable (exit 2) and the line names the link."""
+    import shutil
+    monkeypatch.setenv("DPSTREAM_SECRET_KEY", "00112233445566778899aabbccddeeff" * 2)
+    where = tmp_path / "x"
+    shutil.copytree(card_fraud_export, where)
+    outside = tmp_path / "outside.jsonl"
+    outside.write_bytes((card_fraud_export / "ledger.jsonl").read_bytes())   # even a valid ledger
+    (where / "ledger.jsonl").unlink()
+    (where / "ledger.jsonl").symlink_to(outside)
+    out = tmp_path / "r"
+    assert main(cmd + ["--dir", str(where)] + (["--out", str(out)] if cmd[0] == "audit-report" else [])) == 2
+    err = capsys.readouterr().err
+    assert f"{where / 'ledger.jsonl'} is a symbolic link" in err and len(err.splitlines()) == 1
+    assert not (out / "report.html").exists()

@@ -148,6 +148,15 @@ def test_binary_files_given_as_a_config_or_a_key_are_one_line(capsys, tmp_path, 
                                 "secrets; print(secrets.token_hex(32))'")
 
 
+def test_a_key_file_that_is_a_directory_is_said_to_be_one(capsys, tmp_path, monkeypatch):
+    """Before: ``DPSTREAM_SECRET_KEY_FILE=<a directory>`` was said not to exist."""
+    monkeypatch.delenv("DPSTREAM_SECRET_KEY")
+    monkeypatch.setenv("DPSTREAM_SECRET_KEY_FILE", str(tmp_path))
+    assert main(["worker", *NOWHERE, "--data-dir", str(tmp_path / "w")]) == 2
+    assert one_line(capsys) == (f"dpstream worker: secret key file '{tmp_path}' is a directory: name "
+                                "the file in it that holds the key")
+
+
 @pytest.mark.parametrize("config, says", [
     ("security.protocol=SSL\n", "security.protocol=SSL starts TLS; is this listener plaintext? set "
                                 "security.protocol to the listener's (PLAINTEXT or SASL_PLAINTEXT?)"),
@@ -168,14 +177,18 @@ def test_a_protocol_the_listener_does_not_speak_gets_a_hint(capsys, tmp_path, ka
 # ------------------------------------------------------------------ item 13: consume's bounds
 @pytest.mark.parametrize("flags, says", [
     (["--max-messages", "-1"], "--max-messages -1: a number of records, 0 or more"),
-    (["--timeout", "-5"], "--timeout -5: seconds, a finite number 0 or more"),
-    (["--timeout", "nan"], "--timeout nan: seconds, a finite number 0 or more"),
-    (["--timeout-ms", "-1"], "--timeout-ms -1: milliseconds, 0 or more"),
+    (["--timeout", "-5"], "--timeout -5: seconds, a finite number 0 to 31,536,000 (a year; leave it out to follow until interrupted)"),
+    (["--timeout", "nan"], "--timeout nan: seconds, a finite number 0 to 31,536,000 (a year; leave it out to follow until interrupted)"),
+    (["--timeout", "1e308"], "--timeout 1e+308: seconds, a finite number 0 to 31,536,000 (a year; leave it out to follow until interrupted)"),
+    (["--timeout-ms", "-1"], "--timeout-ms -1: milliseconds, 0 to 31,536,000,000 (a year; leave it out to follow until interrupted)"),
+    (["--timeout-ms", "1" + "0" * 30], f"--timeout-ms 1{'0' * 30}: milliseconds, 0 to 31,536,000,000 (a year; leave it out to follow until interrupted)"),
     (["--timeout-ms", "500", "--timeout", "1"], "--timeout and --timeout-ms: give one of them"),
 ])
 def test_consume_refuses_negative_bounds_before_connecting(capsys, flags, says):
     """Before: --max-messages -1 read nothing and exited 0; --timeout -5 went to aiokafka as
-    a negative wait; --timeout-ms (Kafka's console consumer's flag) was an unknown flag."""
+    a negative wait; --timeout-ms (Kafka's console consumer's flag) was an unknown flag;
+    --timeout 1e308 became infinite milliseconds: "failed to Read topic answers ...
+    (OverflowError)" after connecting."""
     assert main(["consume", *NOWHERE, "--topic", "answers", *flags]) == 2
     assert one_line(capsys) == f"dpstream consume: {says}"
 

@@ -80,3 +80,57 @@ def test_duplicate_column_names_and_ragged_rows_are_refused_in_one_line(tmp_path
     code, fields, err = features(capsys, path)
     sep = " " if "line" in line else ": "
     assert (code, fields, err) == (2, {}, [f"dpstream features: {path}{sep}{line}"])
+
+
+@pytest.mark.parametrize("name, text", [
+    ("big.csv", "a,b\n" + "9" * 400 + ",1\n1.5,2\n2.5,3\n"),
+    ("big.jsonl", "".join(json.dumps({"a": v, "b": i}) + "\n" for i, v in enumerate([10 ** 400, 1.5, 2.5]))),
+])
+def test_an_integer_beyond_float64_is_a_missing_value_as_inf_is(tmp_path, capsys, name, text):
+    """Before: a 400-digit integer (a CSV cell, or a JSON number) ended ``features --sample``
+    (and ``produce`` over a declared numeric field) in "OverflowError: int too large to
+    convert to float"; the worker sends it to the field's missing slot (docs/limits.md)."""
+    path = tmp_path / name
+    path.write_text(text)
+    code, fields, err = features(capsys, path)
+    assert code == 0 and set(fields) == {"a", "b"}
+    a = NumericField(**fields["a"])
+    assert -10 < a.lower < a.upper < 10        # bounds from 1.5 and 2.5 alone
+    note = next(line for line in err if line.startswith("dpstream features: 'a': 1 value(s) "))
+    assert note.endswith("read as missing (not a finite number: a numeric field sends them to its missing slot)")
+    assert "9" * 13 not in note
+
+
+def test_a_numeric_cell_beyond_float64_is_typed_as_text_for_the_missing_slot():
+    from dpstream.streams.tools.userfiles import cell
+    assert cell("9" * 400, "numeric") == "9" * 400 and cell("2", "numeric") == 2.0
+
+
+@pytest.mark.parametrize("values, says", [
+    (["secret-" + "s" * 200, "short", "other"],
+     "1 value(s) longer than 128 characters (a vocabulary entry's most) left out of the vocabulary: "
+     "they go to its 'other' slot"),
+    (["A" * 200, "B" * 200, "C" * 300],
+     "3 value(s) longer than 128 characters (a vocabulary entry's most) hashed into 64 buckets"),
+])
+def test_a_category_longer_than_a_vocabulary_entry_is_left_out_without_echoing_it(tmp_path, capsys, values, says):
+    """Before: a sample value longer than 128 characters ended ``features --sample`` in a
+    pydantic string_too_long traceback that echoed the value."""
+    path = tmp_path / "long.jsonl"
+    path.write_text("".join(json.dumps({"c": v, "n": i}) + "\n" for i, v in enumerate(values)))
+    code, fields, err = features(capsys, path)
+    assert code == 0 and set(fields) == {"c", "n"}
+    assert fields["c"].get("vocabulary") in (["other", "short"], None)
+    assert f"dpstream features: 'c': {says}" in err
+    assert not any(v[:20] in "\n".join(err) for v in values if len(v) > 128)
+
+
+def test_a_sample_line_nested_100000_deep_is_one_line_naming_it_and_the_limit(tmp_path, capsys):
+    """Before: RecursionError traceback in userfiles.read_jsonl (``features --sample`` and
+    ``produce`` alike); the worker's decoder (schemas/limits.py) now reads every line."""
+    path = tmp_path / "deep.jsonl"
+    path.write_text('{"a": 1}\n' + "[" * 100_000 + "]" * 100_000 + "\n")
+    code, fields, err = features(capsys, path)
+    assert code == 1 and fields == {}
+    assert err == [f"dpstream features: {path} line 2: nested too deeply: arrays and objects nest at "
+                   "most 128 levels (a structural limit, docs/limits.md)"]

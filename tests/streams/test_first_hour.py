@@ -151,8 +151,10 @@ def test_version_prints_the_installed_version():
 def test_features_piped_into_head_stops_quietly(tmp_path):
     """Before: a BrokenPipeError traceback when the reader left."""
     sample = tmp_path / "s.jsonl"
-    sample.write_text("".join(json.dumps({f"f{j}": (i * j) % 97 / 3 for j in range(1, 3000)}) + "\n"
-                              for i in range(50)))       # a declaration far beyond a pipe's buffer
+    # a declaration far beyond a pipe's buffer, from records within the worker's limit of
+    # 1,000 members an object (schemas/limits.py; the sample is read with its decoder)
+    sample.write_text("".join(json.dumps({f"f{j}": (i * j) % 97 / 3 for j in range(1, 1000)}) + "\n"
+                              for i in range(50)))
     env = {k: v for k, v in os.environ.items() if not k.startswith("DPSTREAM_")}
     proc = subprocess.Popen([DPSTREAM, "features", "--sample", str(sample)], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, env=env)
