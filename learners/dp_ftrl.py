@@ -130,8 +130,9 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from dpstream.mechanisms.accounting import Ledger, LedgerState, zcdp_epsilon, zcdp_rho
-from dpstream.mechanisms.errors import ParameterError
+from dpstream.mechanisms.accounting import (ZCDP_ORDERS, Ledger, LedgerState, zcdp_epsilon,
+                                            zcdp_rho)
+from dpstream.mechanisms.errors import InfeasibleParameters, ParameterError
 from dpstream.mechanisms.factorization import (BLT, TABLE_MAX, TREE, BLTNoise, BLTParams,
                                                TreeNoiseF, factorization, optimal_blt)
 from dpstream.mechanisms.randomness import KeyedRandomness
@@ -244,6 +245,14 @@ def default_eta(sigma: float, strategy_norm2: float) -> float:
     return 1.0 / max(1.0, sigma * math.sqrt(strategy_norm2))
 
 
+def smallest_epsilon(delta: float) -> float:
+    """The smallest epsilon > 0 dp-accounting certifies for a rho-zCDP release at ``delta``
+    (``zcdp_epsilon`` just above the rho its KL bound certifies as epsilon 0: every smaller
+    budget leaves DP-FTRL no rho with a positive epsilon)."""
+    rho = -math.log1p(-delta * delta) / ZCDP_ORDERS[0]
+    return zcdp_epsilon(max(rho, 1e-300) * (1 + 1e-9), delta)
+
+
 def dp_ftrl_parameters(*, epsilon: float, delta: float, d: int, horizon: int, block: int | None = None,
                        eta: float | None = None, loss: str = "logistic", mechanism: str = BLT,
                        clip: float = CLIP, prior: float | None = None,
@@ -301,6 +310,15 @@ def dp_ftrl_parameters(*, epsilon: float, delta: float, d: int, horizon: int, bl
         raise ParameterError("eta", eta, "a finite number > 0")
     blt = (fac.params.theta, fac.params.omega) if mechanism == BLT else None
     spent = zcdp_epsilon(sens * sens * norm2 / (2 * sigma * sigma), delta)
+    if not spent > 0:
+        # dp-accounting certifies a rho this small as (0, delta)-DP (its KL bound, delta^2 >
+        # 1 - e^-rho): the epoch ledger takes a charge of epsilon > 0 only, and a model whose
+        # noise is this large learns nothing (issue 43: a dead letter at the first event)
+        raise InfeasibleParameters(
+            f"epsilon={epsilon:g} at delta={delta:g} is infeasible for dp_ftrl: the largest zCDP rho "
+            f"it allows ({rho:.3g}) is certified only as epsilon=0 by dp-accounting's KL bound, "
+            f"noise sigma {sigma:.3g} per coordinate; raise epsilon"
+            + (f" to at least {least:.3g} at this delta" if (least := smallest_epsilon(delta)) > 0 else ""))
     return DPFTRLParameters(d, block, horizon, float(eta), loss, mechanism, sigma, sens, norm2,
                             rho, spent, delta, blt, float(clip),
                             None if prior is None else float(prior), q, decision, class_weight)
@@ -407,10 +425,11 @@ class DPFTRL(BlockReleases):
         ||B_t|| / prior_weight per epoch, the factorization's prefix variance, summed over
         the epochs the offset carries)."""
         p, s = self.params, self.state
-        if self._prefix_variance is None:
-            self._prefix_variance = factorization(p.mechanism, p.blocks).prefix_variance(p.blocks)
-        v = self._prefix_variance
-        total = s.epoch * v[-1] + (v[s.b - 1] if s.b else 0.0)
+        if self._prefix_variance is None:     # ||B_t||^2 at t = blocks (O(1) memory: issue 43)
+            self._factorization = factorization(p.mechanism, p.blocks)
+            self._prefix_variance = self._factorization.prefix_variance_at(p.blocks)
+        at = self._factorization.prefix_variance_at
+        total = s.epoch * self._prefix_variance + (at(s.b) if s.b else 0.0)
         return p.sigma * math.sqrt(total) / p.prior_weight
 
     def _noise_total(self) -> np.ndarray:

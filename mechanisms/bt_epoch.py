@@ -179,6 +179,9 @@ def calibrate_epoch(*, epsilon: float, delta: float, lower: float, upper: float,
     lanes over 40 b around each threshold), so this is how a caller bounds it."""
     if not (epsilon > 0 and math.isfinite(epsilon)):
         raise ParameterError("epsilon", epsilon, "a finite number > 0")
+    if not 0 < delta < 1:       # before: delta = 0 divided by zero below (issue 43)
+        raise ParameterError("delta", delta, "in (0, 1): BetweenThresholds is (epsilon, delta)-DP "
+                             "with delta > 0")
     if not upper > lower:
         raise ParameterError("upper", upper, f"> lower = {lower}")
     if not (min_gap > 0 and math.isfinite(min_gap)):

@@ -275,8 +275,15 @@ def greedy_cover_round_epsilon(epsilon: float, delta: float) -> float:
       eps_r = eps / (2 ln(e / delta0)).
     """
     _check_eps_delta(epsilon, delta)
-    delta0 = delta / (1 + math.exp(epsilon / 2))
-    return epsilon / (2 * math.log(math.e / delta0))
+    if epsilon < 1400:          # e^{eps/2} is a float64
+        delta0 = delta / (1 + math.exp(epsilon / 2))
+        if delta0 > 0:
+            return epsilon / (2 * math.log(math.e / delta0))
+    # the same value with ln(1/delta0) = ln(1/delta) + ln(1 + e^{eps/2}) in log space: above,
+    # e^{eps/2} overflowed (eps >= 1420) or delta0 underflowed to 0 (eps = 600 at delta =
+    # 1e-300), and the registration check raised instead of answering (issue 43)
+    log_inv_delta0 = -math.log(delta) + epsilon / 2 + math.log1p(math.exp(-epsilon / 2))
+    return epsilon / (2 * (1 + log_inv_delta0))
 
 
 def greedy_cover_basic_round_epsilon(epsilon: float, rounds: int) -> float:

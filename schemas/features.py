@@ -12,7 +12,7 @@ import math
 import sys
 from typing import Annotated, Literal, Union
 
-from pydantic import AfterValidator, BeforeValidator, Field, model_validator
+from pydantic import BeforeValidator, Field, model_validator
 
 from .events import Strict
 from .limits import clean_text
@@ -37,11 +37,31 @@ def _cleaned(value):
 _NAME_PATTERN = r"^[^\s\x00-\x1f\x7f](?:[^\x00-\x1f\x7f]*[^\s\x00-\x1f\x7f])?$"
 
 
+# Printable yet blank or invisible (issue 43): Unicode's Default_Ignorable_Code_Point
+# (DerivedCoreProperties.txt, Unicode 15.1; unicode.org/reports/tr44/#Default_Ignorable_Code_Point),
+# of which U+3164 HANGUL FILLER, U+FFA0, U+17B4, U+034F COMBINING GRAPHEME JOINER and the
+# variation selectors pass ``isprintable``, and U+2800 BRAILLE PATTERN BLANK (category So,
+# drawn as a blank cell). A name whose first character is a combining mark (category M)
+# draws that mark over whatever precedes the name where it is quoted.
+_BLANK = ((0x00AD, 0x00AD), (0x034F, 0x034F), (0x061C, 0x061C), (0x115F, 0x1160),
+          (0x17B4, 0x17B5), (0x180B, 0x180F), (0x200B, 0x200F), (0x202A, 0x202E),
+          (0x2060, 0x206F), (0x2800, 0x2800), (0x3164, 0x3164), (0xFE00, 0xFE0F),
+          (0xFEFF, 0xFEFF), (0xFFA0, 0xFFA0), (0xFFF0, 0xFFF8), (0x1BCA0, 0x1BCA3),
+          (0x1D173, 0x1D17A), (0xE0000, 0xE0FFF))
+
+
+def _blank(ch: str) -> bool:
+    o = ord(ch)
+    return any(a <= o <= b for a, b in _BLANK)
+
+
 def _printable_name(name: str) -> str:
     """``name`` if a reader sees exactly what it holds (above); else ValueError naming the
     first offending character's position and code point, never the rest of the name."""
+    import unicodedata
     for i, ch in enumerate(name, 1):
-        if not (ch.isprintable() or ch == " ") or (ch.isspace() and i in (1, len(name))):
+        if not (ch.isprintable() or ch == " ") or (ch.isspace() and i in (1, len(name))) \
+                or _blank(ch) or (i == 1 and unicodedata.category(ch).startswith("M")):
             raise ValueError(f"a field name holds printable characters, with spaces only inside it: "
                              f"character {i} of {len(name)} is {_code_point(ch)}")
     return name
@@ -55,7 +75,9 @@ def _code_point(ch: str) -> str:
 
 
 FieldName = Annotated[str, Field(min_length=1, max_length=64, json_schema_extra={"pattern": _NAME_PATTERN}),
-                      AfterValidator(_printable_name)]
+                      BeforeValidator(lambda v: _printable_name(v) if isinstance(v, str) else v)]
+# (before pydantic's own str check: a lone surrogate gets this message, not "unable to
+# parse raw data as a unicode string")
 MAX_FIELDS = 500
 
 

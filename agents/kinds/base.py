@@ -46,6 +46,8 @@ from dpstream.schemas.events import Features
 from .storage import BIT_BYTES, FLOAT_BYTES, chunk_keys, model_key, rows_per_record
 
 BINARY, REAL = "binary", "real"
+#: the registration check's key: public, for dry runs whose outputs are discarded
+_CHECK_RNG = KeyedRandomness(b"dpstream registration check, public key")
 _FEATURISERS: dict[str, tuple[ModelConfig, Featuriser]] = {}
 
 
@@ -342,9 +344,14 @@ class BlockReleaseKind(Handler):
 
     @classmethod
     def parameters_problem(cls, config) -> str | None:
-        """Why the learner's parameters cannot be built for this config (None when they can)."""
+        """Why the first event of this config would fail (None when it would not): the
+        handler's own ``create`` (the learner's calibration, the learner built, the epoch
+        ledger's first charge) over a scratch state, with a public check-only key (nothing
+        it computes is released). Before (issue 43) this built the parameters only, and a
+        dp_ftrl budget whose first charge the ledger refuses was accepted here and
+        dead-lettered by the worker."""
         try:
-            cls.parameters(config)
+            cls(config, _CHECK_RNG, {}).create(Outputs())
         except DPStreamError as err:
             return str(err)
         return None

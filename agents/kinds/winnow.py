@@ -12,6 +12,7 @@ from pydantic import Field, model_validator
 
 from dpstream.learners.dp_winnow import MAX_DRAWS, DPWinnow, DPWinnowState
 from dpstream.learners.inputs import active_matrix
+from dpstream.mechanisms.above_threshold import above_threshold_scales
 from dpstream.mechanisms.accounting import Ledger
 from dpstream.mechanisms.errors import BudgetExhausted, DPStreamError
 from dpstream.mechanisms.params import (DPWinnowParameters, dp_winnow_draw_rho,
@@ -89,6 +90,10 @@ class WinnowKind(Handler):
             return str(err)
         if w.note:
             return w.note
+        try:        # the learner's first AboveThreshold, as its first event builds it
+            above_threshold_scales(w.eps_hat)
+        except DPStreamError as err:    # before (issue 43): accepted, then dead-lettered
+            return str(err)
         if w.m > MAX_DRAWS:
             return (f"these settings need m={w.m:.4g} weight draws per update: more than the "
                     f"{MAX_DRAWS:,} DP-Winnow may draw (a structural limit, docs/limits.md): "

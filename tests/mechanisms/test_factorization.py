@@ -11,10 +11,10 @@ from scipy.special import ndtri
 from scipy.stats import norm
 
 from dpstream.mechanisms.accounting import zcdp_epsilon, zcdp_rho
-from dpstream.mechanisms.factorization import (BLTFactorization, BLTNoise, SqrtToeplitz,
+from dpstream.mechanisms.factorization import (BLT, BLTFactorization, BLTNoise, SqrtToeplitz,
                                                TreeFactorization, TreeNoiseF, gaussian, max_error,
                                                mean_error, normal_from_words, optimal_blt, rational_blt,
-                                               tree_levels)
+                                               factorization, tree_levels)
 from dpstream.mechanisms.randomness import KeyedRandomness
 
 RNG = KeyedRandomness(b"factorization-tests-key-00000000")
@@ -177,3 +177,15 @@ def test_the_sensitivity_takes_constant_memory_in_the_number_of_blocks():
         tracemalloc.stop()
     assert peak < 100_000 and all(math.isfinite(v) for v in values)
     assert values[0] == pytest.approx(values[2], rel=1e-9)     # the decays have converged
+
+
+@pytest.mark.parametrize("n", [1, 7, 100, 5000, 200_000])
+def test_one_prefix_variance_is_the_arrays_entry_in_constant_memory(n):
+    """Before (issue 43), DP-FTRL's prior read ``prefix_variance(blocks)``: 8 bytes a
+    block, a MemoryError at a 10^9-block model's first example."""
+    for f in (factorization(BLT, n), TreeFactorization()):
+        v = f.prefix_variance(n)
+        for t in sorted({1, 2, n // 2, n} - {0}):
+            if t <= n:
+                assert f.prefix_variance_at(t) == pytest.approx(v[t - 1], rel=1e-10)
+    assert factorization(BLT, 10 ** 9).prefix_variance_at(10 ** 9) > 0

@@ -51,3 +51,28 @@ def test_names_of_any_script_with_spaces_inside_stay_accepted(name):
 def test_whitespace_at_either_end_and_the_empty_name_stay_refused(name):
     with pytest.raises(ValidationError):
         BooleanField(name=name)
+
+
+@pytest.mark.parametrize("name, shown", [
+    ("\u3164", "character 1 of 1 is U+3164 (HANGUL FILLER, category Lo)"),
+    ("a\u3164b", "character 2 of 3 is U+3164 (HANGUL FILLER, category Lo)"),
+    ("\u2800x", "character 1 of 2 is U+2800 (BRAILLE PATTERN BLANK, category So)"),
+    ("a\uffa0", "character 2 of 2 is U+FFA0 (HALFWIDTH HANGUL FILLER, category Lo)"),
+    ("a\u17b4b", "character 2 of 3 is U+17B4 (KHMER VOWEL INHERENT AQ, category Mn)"),
+    ("a\u034fb", "character 2 of 3 is U+034F (COMBINING GRAPHEME JOINER, category Mn)"),
+    ("x\ufe0f", "character 2 of 2 is U+FE0F (VARIATION SELECTOR-16, category Mn)"),
+    ("\u0301x", "character 1 of 2 is U+0301 (COMBINING ACUTE ACCENT, category Mn)"),
+    ("a\ud800b", "character 2 of 3 is U+D800 (category Cs)"),
+])
+def test_a_name_that_renders_blank_or_starts_with_a_mark_is_refused(name, shown):
+    """Before (issue 43): these passed ``str.isprintable`` (the filler alone made a name
+    that shows as nothing), and a lone surrogate got pydantic's "unable to parse raw
+    data as a unicode string" instead of this message."""
+    with pytest.raises(ValidationError) as err:
+        BooleanField(name=name)
+    assert f"with spaces only inside it: {shown}" in str(err.value)
+
+
+@pytest.mark.parametrize("name", ["e\u0301t\u00e9", "\ud55c\uad6d\uc5b4 \uc774\ub984", "\u0915\u093f"])
+def test_marks_after_a_letter_and_korean_text_stay_accepted(name):
+    assert BooleanField(name=name).name == name
