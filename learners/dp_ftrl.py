@@ -339,6 +339,21 @@ class DPFTRLState:
     mistakes: int = 0                   # private: in-process evaluation only
 
 
+ARRAY_BLOCKS = 1 << 20     # up to this many blocks the prefix variances are one array (8 MB)
+
+
+def _prefix_variances(mechanism: str, blocks: int):
+    """t -> ||B_t||^2 for 1 <= t <= blocks. Up to ARRAY_BLOCKS the factorization's array, as
+    models have always computed it (so a replay of an older export reproduces every float);
+    beyond, its closed form in O(1) memory (the array took 8 GB at the 10^9 blocks a
+    registration may ask for: issue 43), equal to the array to ~1e-12 relative."""
+    f = factorization(mechanism, blocks)
+    if blocks <= ARRAY_BLOCKS:
+        v = f.prefix_variance(blocks)
+        return lambda t: float(v[t - 1])
+    return f.prefix_variance_at
+
+
 class DPFTRL(BlockReleases):
     """DP-FTRL over explicit state; every decision reads only the released model."""
 
@@ -425,11 +440,10 @@ class DPFTRL(BlockReleases):
         ||B_t|| / prior_weight per epoch, the factorization's prefix variance, summed over
         the epochs the offset carries)."""
         p, s = self.params, self.state
-        if self._prefix_variance is None:     # ||B_t||^2 at t = blocks (O(1) memory: issue 43)
-            self._factorization = factorization(p.mechanism, p.blocks)
-            self._prefix_variance = self._factorization.prefix_variance_at(p.blocks)
-        at = self._factorization.prefix_variance_at
-        total = s.epoch * self._prefix_variance + (at(s.b) if s.b else 0.0)
+        if self._prefix_variance is None:
+            self._prefix_variance = _prefix_variances(p.mechanism, p.blocks)
+        at = self._prefix_variance
+        total = s.epoch * at(p.blocks) + (at(s.b) if s.b else 0.0)
         return p.sigma * math.sqrt(total) / p.prior_weight
 
     def _noise_total(self) -> np.ndarray:
