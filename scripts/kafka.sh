@@ -130,10 +130,13 @@ broker_pid() { cat "$STATE/kafka.pid" 2>/dev/null; }
 
 running() {
   # The pid file's process is alive and is this state directory's broker JVM (not a
-  # recycled pid, not another broker).
-  local pid; pid=$(broker_pid) || return 1
-  [ -n "$pid" ] && [ -r "/proc/$pid/cmdline" ] \
-    && tr '\0' ' ' < "/proc/$pid/cmdline" | grep -qF "kafka.Kafka $STATE/server.properties"
+  # recycled pid, not another broker). No pipe into grep -q: with pipefail, grep's early
+  # exit can end tr with SIGPIPE and the pipeline "fails" while the JVM runs (a flaky
+  # "the broker exited during start" under load).
+  local pid cmd; pid=$(broker_pid) || return 1
+  [ -n "$pid" ] && [ -r "/proc/$pid/cmdline" ] || return 1
+  cmd=$(tr '\0' ' ' < "/proc/$pid/cmdline" 2>/dev/null) || return 1
+  [[ "$cmd" == *"kafka.Kafka $STATE/server.properties"* ]]
 }
 
 holds_port() {
@@ -464,7 +467,8 @@ start() {
     fi
     sleep 1
   done
-  die "broker did not answer a metadata request within 120 s (see $STATE/server.log)"
+  kill "$(broker_pid)" 2>/dev/null || true      # not left running behind a failed start
+  die "broker did not answer a metadata request within 120 s (stopped it; see $STATE/server.log)"
 }
 
 stop() {
