@@ -233,17 +233,21 @@ def _check_target(dir_fd: int, path: Path, name: str) -> None:
         st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
     except FileNotFoundError:
         return
-    problem = None
-    if stat.S_ISLNK(st.st_mode):
-        problem = f"{shown} is a symbolic link"
-    elif not stat.S_ISREG(st.st_mode):
-        problem = f"{shown} is not a regular file"
-    elif st.st_uid != os.geteuid():
-        problem = f"{shown} belongs to uid {st.st_uid}, not to you"
-    elif st.st_nlink != 1:
-        problem = f"{shown} has {st.st_nlink} hard links (it is also a file elsewhere)"
+    problem = f"{shown} is a symbolic link" if stat.S_ISLNK(st.st_mode) else _file_problem(shown, st)
     if problem is not None:
         raise UnsafeOut(problem, "nothing written; remove it or choose a new --out directory")
+
+
+def _file_problem(shown: Path, st: os.stat_result) -> str | None:
+    """Why a file at a target name may not be written (None when it may): it must be the
+    caller's own regular file with a single link."""
+    if not stat.S_ISREG(st.st_mode):
+        return f"{shown} is not a regular file"
+    if st.st_uid != os.geteuid():
+        return f"{shown} belongs to uid {st.st_uid}, not to you"
+    if st.st_nlink != 1:
+        return f"{shown} has {st.st_nlink} hard links (it is also a file elsewhere)"
+    return None
 
 
 def _open_partial(dir_fd: int, path: Path, name: str, mode: int) -> int:
@@ -280,14 +284,7 @@ def _open_file(dir_fd: int, path: Path, name: str, mode: int) -> tuple[int, bool
             raise UnsafeOut(f"{shown} is a symbolic link", "nothing written through it; "
                             "remove it or choose a new --out directory") from None
         raise UnsafeOut(f"cannot write {shown} ({err.strerror})", "choose a new --out directory") from None
-    st = os.fstat(fd)
-    problem = None
-    if not stat.S_ISREG(st.st_mode):
-        problem = f"{shown} is not a regular file"
-    elif st.st_uid != os.geteuid():
-        problem = f"{shown} belongs to uid {st.st_uid}, not to you"
-    elif st.st_nlink != 1:
-        problem = f"{shown} has {st.st_nlink} hard links (it is also a file elsewhere)"
+    problem = _file_problem(shown, os.fstat(fd))
     if problem is not None:
         os.close(fd)
         raise UnsafeOut(problem, "nothing written; remove it or choose a new --out directory")
