@@ -342,6 +342,17 @@ class DPFTRLState:
 ARRAY_BLOCKS = 1 << 20     # up to this many blocks the prefix variances are one array (8 MB)
 
 
+class _PrefixArray:
+    """t -> v[t - 1]: a plain class, not a closure, so a model holding it pickles (River's
+    cloning and saved models)."""
+
+    def __init__(self, v: np.ndarray):
+        self.v = v
+
+    def __call__(self, t: int) -> float:
+        return float(self.v[t - 1])
+
+
 def _prefix_variances(mechanism: str, blocks: int):
     """t -> ||B_t||^2 for 1 <= t <= blocks. Up to ARRAY_BLOCKS the factorization's array, as
     models have always computed it (so a replay of an older export reproduces every float);
@@ -349,8 +360,7 @@ def _prefix_variances(mechanism: str, blocks: int):
     registration may ask for: issue 43), equal to the array to ~1e-12 relative."""
     f = factorization(mechanism, blocks)
     if blocks <= ARRAY_BLOCKS:
-        v = f.prefix_variance(blocks)
-        return lambda t: float(v[t - 1])
+        return _PrefixArray(f.prefix_variance(blocks))
     return f.prefix_variance_at
 
 
