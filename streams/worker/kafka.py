@@ -241,7 +241,7 @@ class Kafka:
             hint = (" (a plaintext client on a TLS listener? check security.protocol)"
                     if self.security_protocol == "PLAINTEXT" and "Errno 111" not in said else "")
             return (f"cannot reach the Kafka broker at {self.bootstrap} ({name}); is it running? "
-                    f"(scripts/kafka.sh start, or set --broker / DPSTREAM_KAFKA_BOOTSTRAP){hint}")
+                    f"(scripts/kafka.sh start, or set --bootstrap-server / DPSTREAM_KAFKA_BOOTSTRAP){hint}")
         if isinstance(err, E.UnknownTopicOrPartitionError) and " topic " in doing:
             topic = doing.split(" topic ", 1)[1]
             return (f"the topic {topic} does not exist on {self.bootstrap} yet: the worker creates "

@@ -45,7 +45,7 @@ def tls_refusal(kafka, causes, said: str) -> str | None:
         names = _names(cert)
         said_names = f"is for {', '.join(names)}, not {host}" if names else f"is not for {host}"
         return (f"the broker's certificate at {where} {said_names}: hostname verification refused "
-                f"it; connect through a name it lists (--broker / bootstrap.servers) or have it "
+                f"it; connect through a name it lists (--bootstrap-server / bootstrap.servers) or have it "
                 f"reissued for {host}")
     if reason == EXPIRED:
         when = f" on {_date(cert.not_valid_after_utc)}" if cert is not None else ""
