@@ -67,6 +67,33 @@ def _printable_name(name: str) -> str:
     return name
 
 
+def quoted(value: str) -> str:
+    """``value`` in double quotes, as a reader can tell it apart from its neighbours in a
+    list (a report's vocabulary: ``"fr", "de", "a, b"``): a quote, a backslash and every
+    character the field-name rule above refuses (unprintable, blank or invisible, or
+    reordering what follows, e.g. U+202E) written as a JSON escape (``\\u202e``); any
+    other character of any script as itself. A vocabulary entry is a value the data
+    holds, so it is not refused for these characters, only shown unambiguously."""
+    out = []
+    for ch in value:
+        if ch in '"\\':
+            out.append("\\" + ch)
+        elif not ch.isprintable() or _blank(ch) or (ch.isspace() and ch != " "):
+            out.extend(f"\\u{u:04x}" for u in _utf16(ch))
+        else:
+            out.append(ch)
+    return '"' + "".join(out) + '"'
+
+
+def _utf16(ch: str) -> list[int]:
+    """The UTF-16 code units of one character, as a JSON escape writes them."""
+    o = ord(ch)
+    if o < 0x10000:
+        return [o]
+    o -= 0x10000
+    return [0xD800 + (o >> 10), 0xDC00 + (o & 0x3FF)]
+
+
 def _code_point(ch: str) -> str:
     """'U+202E (RIGHT-TO-LEFT OVERRIDE, category Cf)'."""
     import unicodedata

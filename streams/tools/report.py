@@ -31,6 +31,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 from dpstream.agents.kinds import kind  # noqa: E402
 from dpstream.schemas import ModelConfig  # noqa: E402
+from dpstream.schemas.features import quoted  # noqa: E402
 
 
 def _version() -> str:
@@ -60,8 +61,8 @@ def feature_rows(config: ModelConfig, shown: int = 50) -> list[tuple[str, str, s
             rows.append((f.name, "numeric", f"[{f.lower:g}, {f.upper:g}] (clamped), {cut}"))
         elif f.type == "categorical" and f.vocabulary is not None:
             more = f" ... ({len(f.vocabulary) - shown} more)" if len(f.vocabulary) > shown else ""
-            rows.append((f.name, "categorical",
-                         f"{len(f.vocabulary)} values: {', '.join(f.vocabulary[:shown])}{more}; else other"))
+            values = ", ".join(map(quoted, f.vocabulary[:shown]))   # "a, b" is one value
+            rows.append((f.name, "categorical", f"{len(f.vocabulary)} values: {values}{more}; else other"))
         elif f.type == "categorical":
             rows.append((f.name, "categorical", f"hashed into {f.hash_buckets} buckets"))
         else:

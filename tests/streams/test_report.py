@@ -103,10 +103,28 @@ def test_the_public_report_lists_the_declared_features_as_registered(tmp_path):
     assert declared == [
         ("amount", "numeric", "[0, 2000] (clamped), 8 equal bins"),
         ("age", "numeric", "[18, 90] (clamped), edges 30, 45, 60"),
-        ("country", "categorical", "3 values: fr, de, &lt;us&gt;; else other"),
+        ("country", "categorical", "3 values: &quot;fr&quot;, &quot;de&quot;, &quot;&lt;us&gt;&quot;; else other"),
         ("merchant_id", "categorical", "hashed into 256 buckets"),
         ("online", "boolean", "true / false; else missing")]
     from dpstream.schemas import ModelConfig
     many = ModelConfig.model_validate({**model, "features": [
         {"type": "categorical", "name": "c", "vocabulary": [f"v{i}" for i in range(60)]}]})
-    assert feature_rows(many)[0][2].endswith("v49 ... (10 more); else other")
+    assert feature_rows(many)[0][2].endswith('"v49" ... (10 more); else other')
+
+
+def test_a_vocabulary_is_listed_so_that_a_reader_can_tell_its_values_apart():
+    """A vocabulary entry is a value the data holds: it may hold a comma, a quote, nothing,
+    or a character that prints as nothing or reorders the text after it (U+202E). Listed
+    bare, "a, b" read as two values, "" as none, and "\u202e" turned the rest of the row
+    around; each is now quoted, with what a reader cannot see escaped as in JSON."""
+    from dpstream.schemas import ModelConfig
+    from dpstream.streams.tools.report import feature_rows
+    vocabulary = ["a, b", "", "say \"hi\"", "evil\u202eelba", "zero\u200bwidth", "caf\u00e9", "\u3164"]
+    config = ModelConfig.model_validate({
+        "model_id": "m", "budget": {"epsilon": 1.0, "delta": 1e-6},
+        "params": {"kind": "continual_winnow", "horizon": 100},
+        "features": [{"type": "categorical", "name": "c", "vocabulary": vocabulary}]})
+    listed = feature_rows(config)[0][2]
+    assert listed == ('7 values: "a, b", "", "say \\"hi\\"", "evil\\u202eelba", "zero\\u200bwidth", '
+                      '"caf\u00e9", "\\u3164"; else other')
+    assert all(ch.isprintable() for ch in listed)
