@@ -201,7 +201,7 @@ def _strict(args, report) -> None:
 
 
 def cmd_run(args) -> int:
-    from dpstream.streams.tools.embedded import EmbeddedRuntime, SqliteState
+    from dpstream.streams.tools.embedded import EmbeddedRuntime
     from dpstream.streams.tools.owner_report import OwnerReport
     models = _read_models(args.models)
     configs = _models_in(models)
@@ -215,8 +215,10 @@ def cmd_run(args) -> int:
     rng = _key()
     out = out_dir(args.out)                   # refused before the run, not after it
     with out:                                 # a directory made here and left empty is removed on failure
-        state = SqliteState(args.state) if args.state else None
+        state = _state_file(args.state) if args.state else None
         rt = EmbeddedRuntime(rng, state)
+        if state is not None:
+            _say_skipped(state, items)
         progress = Progress("dpstream run", len(items), quiet=args.quiet)
         asyncio.run(rt.feed_all(items, progress.advance))
         progress.done()
@@ -238,6 +240,30 @@ def cmd_run(args) -> int:
               f"rejected ({out.path / (topics.REJECTED + '.jsonl')}): "
               + "; ".join(f"{n:,} {reason}" for reason, n in reasons), file=sys.stderr)
     return 1 if refused or dead else 0
+
+
+def _state_file(path: str):
+    """``--state``'s SQLite file, or Failed (exit 2) saying in one line why it cannot be."""
+    from dpstream.streams.tools.embedded import SqliteState, StateFileError
+    try:
+        return SqliteState(path)
+    except StateFileError as err:
+        raise Failed(f"--state {err}", 2) from None
+
+
+def _say_skipped(state, items) -> None:
+    """With ``--state`` each input is read as a topic that an earlier run may have read
+    part of: the records at positions it already handled are skipped, as a restarted
+    worker skips what it committed. Say so, per input, so a different file given to the
+    same state is not silently ignored."""
+    from dpstream.agents.sequencer import last_handled
+    counts = Counter(topic for topic, _ in items)
+    for topic in (topics.MODELS, topics.EXAMPLES, topics.QUERIES):
+        done = min(last_handled(state, topic, 0) + 1, counts[topic])
+        if done:
+            print(f"dpstream run: --state: the first {done:,} of {counts[topic]:,} {topic} were read by an "
+                  f"earlier run with this state and are skipped (a --state run reads each input as a "
+                  f"topic: append new records to the same file)", file=sys.stderr)
 
 
 @contextmanager
@@ -1200,7 +1226,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--examples", metavar="FILE", help="labelled examples: JSONL, CSV or Parquet (- for stdin)")
     p.add_argument("--queries", metavar="FILE", help="queries: JSONL, CSV or Parquet (- for stdin)")
     p.add_argument("--out", required=True, help="export directory written (0700, files 0600)")
-    p.add_argument("--state", metavar="FILE", help="SQLite file for state that survives restarts")
+    p.add_argument("--state", metavar="FILE",
+                   help="SQLite file (0600: exact private state) that survives restarts: each input "
+                        "is read as a topic, and a rerun skips the records an earlier run read "
+                        "(append new records to the same file)")
     p.add_argument("--quiet", action="store_true", help="no progress output")
     inputs(p, "files'")
     p.set_defaults(fn=cmd_run)

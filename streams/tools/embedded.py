@@ -20,12 +20,41 @@ from dpstream.mechanisms.randomness import KeyedRandomness
 from dpstream.streams.worker.topics import ANSWERS, copies
 
 
+class StateFileError(ValueError):
+    """A ``--state`` path that cannot hold the state (the message says why, in one line)."""
+
+
 class SqliteState(MutableMapping):
-    """A persistent mapping of JSON values (embedded runs that survive restarts)."""
+    """A persistent mapping of JSON values (embedded runs that survive restarts).
+
+    The file holds exact internal state (true counts, noise buffers, online mistakes): as
+    private as the examples, so it is created 0600 whatever the umask, and an existing file
+    is used only if it is a regular file of this user's that no one else may read."""
 
     def __init__(self, path: str | Path):
-        self.db = sqlite3.connect(str(path))
-        self.db.execute("CREATE TABLE IF NOT EXISTS state (k TEXT PRIMARY KEY, v TEXT NOT NULL)")
+        import os
+        import stat
+        path = str(path)
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        except OSError as err:
+            raise StateFileError(f"{path}: {err.strerror.lower()}") from None
+        try:
+            st = os.fstat(fd)
+        finally:
+            os.close(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise StateFileError(f"{path} is not a regular file")
+        if st.st_uid != os.getuid():
+            raise StateFileError(f"{path} belongs to another user")
+        if st.st_mode & 0o077:
+            raise StateFileError(f"{path} may be read by others (mode {stat.S_IMODE(st.st_mode):o}): it "
+                                 "holds exact private state; chmod 600 it")
+        try:
+            self.db = sqlite3.connect(path)
+            self.db.execute("CREATE TABLE IF NOT EXISTS state (k TEXT PRIMARY KEY, v TEXT NOT NULL)")
+        except sqlite3.DatabaseError as err:
+            raise StateFileError(f"{path} is not a dpstream state file ({err})") from None
 
     def __getitem__(self, key):
         row = self.db.execute("SELECT v FROM state WHERE k = ?", (key,)).fetchone()

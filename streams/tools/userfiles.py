@@ -280,6 +280,17 @@ def _label_kind(y) -> str | None:
     return None
 
 
+def _what(y) -> str:
+    """What a refused label is, by its JSON type only: a label is a private value, and an
+    error message carries no input value (a diagnosis, an account number), not even a
+    prefix of one."""
+    if isinstance(y, str):
+        return "a string"
+    if isinstance(y, (int, float)):
+        return "another number"
+    return {type(None): "null", list: "a list", dict: "an object"}.get(type(y), "another value")
+
+
 def map_labels(rows: list[Row], name: str) -> str | None:
     """Rewrite the labels of ``rows`` to -1/+1 in place (module docstring) and say how
     they were read (None when they were -1/+1 already). LabelError when a label is not
@@ -291,14 +302,13 @@ def map_labels(rows: list[Row], name: str) -> str | None:
             continue
         kind = _label_kind(row.value["y"])
         if kind is None:
-            shown = json.dumps(row.value["y"])[:40]
-            raise LabelError(f"{name} {row.where}: label y={shown} is not one of -1/+1, 0/1 or "
-                             "true/false")
+            raise LabelError(f"{name} {row.where}: the label is {_what(row.value['y'])}, not one of "
+                             "-1/+1, 0/1 or true/false")
         first.setdefault(kind, row.where)
     if "bool" in first and len(first) > 1:
         other = next(k for k in first if k != "bool")
         raise LabelError(f"{name} mixes true/false labels ({first['bool']}) with numbers "
-                         f"({first[other]}, y={other}): use one convention")
+                         f"({first[other]}): use one convention")
     if "0" in first and "-1" in first:
         raise LabelError(f"{name} mixes labels 0 ({first['0']}) and -1 ({first['-1']}): is 0 the "
                          "negative class? use -1/+1 or 0/1, not both")

@@ -225,10 +225,11 @@ def test_run_reads_0_1_and_true_false_labels_as_the_same_run_over_plus_minus_1(t
 
 
 @pytest.mark.parametrize("labels, needle", [
-    ([1, -1, 2], "line 3: label y=2 is not one of -1/+1, 0/1 or true/false"),
+    ([1, -1, 2], "line 3: the label is another number, not one of -1/+1, 0/1 or true/false"),
     ([1, 0, -1], "mixes labels 0 (line 2) and -1 (line 3)"),
-    ([True, 0], "mixes true/false labels (line 1) with numbers (line 2"),
-    (["yes", "no"], 'line 1: label y="yes" is not one of'),
+    ([True, 0], "mixes true/false labels (line 1) with numbers (line 2): use one convention"),
+    (["HIV positive", "HIV negative"], "line 1: the label is a string, not one of"),
+    ([None, 1], "line 1: the label is null, not one of"),
 ])
 def test_labels_that_follow_no_convention_are_refused_before_anything_runs(tmp_path, monkeypatch, capsys,
                                                                            labels, needle):
@@ -240,6 +241,8 @@ def test_labels_that_follow_no_convention_are_refused_before_anything_runs(tmp_p
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and needle in err[0] and "nothing run" in err[0], err
     assert not (tmp_path / "out").exists()
+    # a label is a private value: no message quotes one (it said y="HIV positive")
+    assert "HIV" not in err[0], err
 
 
 def test_run_fails_and_says_why_when_examples_are_dead_lettered(tmp_path, monkeypatch, capsys):
@@ -515,3 +518,44 @@ def test_a_symbolic_link_in_an_export_is_refused_not_followed(tmp_path, monkeypa
     err = capsys.readouterr().err
     assert f"{where / 'ledger.jsonl'} is a symbolic link" in err and len(err.splitlines()) == 1
     assert not (out / "report.html").exists()
+
+
+def test_a_state_file_is_private_and_a_rerun_says_what_it_skips(tmp_path, monkeypatch, capsys):
+    """``run --state``: the file holds exact private state (true counts, online mistakes);
+    it was created 0644 under a usual umask. A second run with another file on the same
+    state read nothing and said "0 rejected"; a directory, /dev/null or a text file as the
+    state ended in a sqlite3 traceback."""
+    import os
+    import stat
+    monkeypatch.setenv("DPSTREAM_SECRET_KEY", KEY)
+    model = str(FRAUD / "card-fraud.model.json")
+    first = write_jsonl(tmp_path / "first.jsonl", fraud_lines(300))
+    other = write_jsonl(tmp_path / "other.jsonl", fraud_lines(400)[300:])
+    db = tmp_path / "s.db"
+    old = os.umask(0o022)
+    try:
+        assert main(["run", "--models", model, "--examples", str(first), "--out", str(tmp_path / "a"),
+                     "--state", str(db), "--quiet"]) == 0
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE(db.stat().st_mode) == 0o600
+    capsys.readouterr()
+    assert main(["run", "--models", model, "--examples", str(other), "--out", str(tmp_path / "b"),
+                 "--state", str(db), "--quiet"]) == 0
+    err = capsys.readouterr().err
+    assert "--state: the first 100 of 100 examples were read by an earlier run with this state and are " \
+           "skipped" in err and "the first 1 of 1 models" in err
+    (tmp_path / "dir").mkdir()
+    text = write_jsonl(tmp_path / "text.jsonl", fraud_lines(2))
+    text.chmod(0o600)
+    open_db = tmp_path / "open.db"
+    open_db.touch(mode=0o644)
+    open_db.chmod(0o644)
+    for path, says in ((tmp_path / "dir", "is a directory"), ("/dev/null", "is not a regular file"),
+                       (tmp_path / "no" / "s.db", "no such file or directory"),
+                       (text, "is not a dpstream state file"), (open_db, "may be read by others (mode 644)")):
+        assert main(["run", "--models", model, "--examples", str(first), "--out", str(tmp_path / "c"),
+                     "--state", str(path), "--quiet"]) == 2
+        lines = capsys.readouterr().err.strip().splitlines()
+        assert len(lines) == 1 and says in lines[0], (path, lines)
+        assert not (tmp_path / "c").exists()

@@ -174,7 +174,7 @@ def test_produce_maps_0_1_labels_and_refuses_what_no_convention_covers(tmp_path)
     two = tmp_path / "2.jsonl"
     two.write_text("".join(json.dumps({**r, "y": 2}) + "\n" for r in records))
     done = dpstream("produce", "--topic", "examples", "--file", str(two), "--broker", NO_BROKER)
-    assert done.returncode == 2 and "line 1: label y=2 is not one of -1/+1, 0/1 or true/false" \
+    assert done.returncode == 2 and "line 1: the label is another number, not one of -1/+1, 0/1 or true/false" \
         in one_line(done) and "nothing sent" in one_line(done)
 
 
