@@ -100,7 +100,15 @@ def cmd_demo(args) -> int:
     from rich.console import Console
     from rich.table import Table
 
-    from .demo import run_demo
+    from .demo import demo_key, run_demo
+    for flag, n in (("--fraud-events", args.fraud_events), ("--queries", args.queries)):
+        if not 1 <= n <= DEMO_MAX:
+            raise Failed(f"{flag} {str(n)[:40]}: a whole number from 1 to {DEMO_MAX:,}", 2)
+    try:
+        demo_key()
+    except MissingKeyError as err:
+        raise Failed(str(err), 2) from None
+    summary = _private_file(args.json) if args.json else None    # refused now, not after the run
     rows = run_demo(args.fraud_events, args.queries, progress=not args.quiet)
     meta = rows.pop()
     table = Table(title="dpstream demo (embedded runtime)")
@@ -122,9 +130,23 @@ def cmd_demo(args) -> int:
     console.print("online mistakes and baselines are computed in-process from the labelled "
                   "examples; they are private statistics and are never published")
     console.print(f"noise key source: {meta['_key_source']}; rejected inputs: {meta['_rejected']}")
-    if args.json:
-        Path(args.json).write_text(json.dumps(rows, indent=2))
+    if summary is not None:
+        with summary:
+            summary.write(json.dumps(rows, indent=2).encode())
     return 0
+
+
+DEMO_MAX = 10_000_000      # events of one demo stream (it holds them in memory)
+
+
+def _private_file(path: str):
+    """``--json``'s file, private (streams/tools/outdir.py ``private_file``); Failed, exit 2,
+    in one line when it may not be written."""
+    from dpstream.streams.tools.outdir import UnsafeOut, private_file
+    try:
+        return private_file(path)
+    except UnsafeOut as err:
+        raise Failed(f"--json {err.problem}: nothing written; choose another file", 2) from None
 
 
 def _read_lines(path: str | None) -> list[bytes]:

@@ -45,10 +45,14 @@ RISKY = [("merchant", "m03"), ("merchant", "m17"), ("country", "c05"), ("country
 
 
 def demo_key() -> tuple[KeyedRandomness, bool]:
-    try:
-        return KeyedRandomness.from_env(), True
-    except MissingKeyError:
+    """The configured key, or the public demo key when none is configured. A key that is
+    configured but unusable (not hex, too short, a missing or open key file) raises
+    MissingKeyError as for every other command: falling back would run on a public key
+    while the user believes theirs is in use."""
+    import os
+    if not (os.environ.get("DPSTREAM_SECRET_KEY") or os.environ.get("DPSTREAM_SECRET_KEY_FILE")):
         return KeyedRandomness(DEMO_KEY), False
+    return KeyedRandomness.from_env(), True
 
 
 CARD_FEATURES = [

@@ -292,6 +292,26 @@ def _open_file(dir_fd: int, path: Path, name: str, mode: int) -> tuple[int, bool
     return fd, created
 
 
+def private_file(path: str | Path):
+    """A single private output file (``demo --json``: online mistakes, private statistics),
+    opened for writing in binary by ``_open_file``'s rules (no link followed, the caller's
+    own regular file with one link, else UnsafeOut), then made 0600 and truncated."""
+    path = Path(path)
+    if not path.name or path.name in (".", ".."):
+        raise UnsafeOut(f"{str(path)!r} names no file", "give a file name")
+    try:
+        dir_fd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError as err:
+        raise UnsafeOut(f"cannot write {path} ({err.strerror})", "choose another file") from None
+    try:
+        fd, _ = _open_file(dir_fd, path.parent, path.name, 0o600)
+    finally:
+        os.close(dir_fd)
+    os.fchmod(fd, 0o600)
+    os.ftruncate(fd, 0)
+    return os.fdopen(fd, "wb")
+
+
 def private_dir(path: str | Path) -> Path:
     """A directory only the caller may use (the worker's ``--data-dir``: faust's local table
     files, as sensitive as the changelogs): created 0700 when missing; an existing one must

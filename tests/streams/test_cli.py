@@ -47,6 +47,40 @@ def test_demo_runs_end_to_end_on_a_small_stream(capsys):
     assert "rejected inputs: 0" in out
 
 
+def test_the_demo_summary_is_private_and_its_inputs_are_checked_before_the_run(tmp_path, monkeypatch, capsys):
+    """``demo --json`` wrote online mistakes (private statistics) 0644 through any link, after
+    the whole run; a configured but unusable key fell back to the public demo key without a
+    word; ``--fraud-events 0`` ended in an IndexError."""
+    import os
+    import stat
+    monkeypatch.delenv("DPSTREAM_SECRET_KEY", raising=False)
+    monkeypatch.delenv("DPSTREAM_SECRET_KEY_FILE", raising=False)
+    victim = tmp_path / "victim"
+    victim.write_text("keep")
+    (tmp_path / "link.json").symlink_to(victim)
+    for args, says in ((["--json", str(tmp_path / "link.json")], "is a symbolic link: nothing written"),
+                       (["--json", str(tmp_path)], "nothing written; choose another file"),
+                       (["--fraud-events", "0"], "--fraud-events 0: a whole number from 1 to 10,000,000"),
+                       (["--queries", "-1"], "--queries -1: a whole number from 1")):
+        assert main(["demo", "--quiet", *args]) == 2
+        lines = capsys.readouterr().err.strip().splitlines()
+        assert len(lines) == 1 and says in lines[0], (args, lines)
+    assert victim.read_text() == "keep"
+    monkeypatch.setenv("DPSTREAM_SECRET_KEY", "hunter2")
+    assert main(["demo", "--quiet"]) == 2
+    assert "passphrases are refused" in capsys.readouterr().err
+    monkeypatch.delenv("DPSTREAM_SECRET_KEY")
+    old = os.umask(0o022)
+    try:
+        assert main(["demo", "--quiet", "--fraud-events", "200", "--queries", "20",
+                     "--json", str(tmp_path / "s.json")]) == 0
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE((tmp_path / "s.json").stat().st_mode) == 0o600
+    assert "public demo key (not private)" in capsys.readouterr().out
+    assert {r["model"] for r in json.loads((tmp_path / "s.json").read_text())} >= {"card-fraud"}
+
+
 def test_run_then_replay_verifies_and_a_tampered_export_fails(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("DPSTREAM_SECRET_KEY", "00112233445566778899aabbccddeeff" * 2)
     ex = ROOT / "examples"
