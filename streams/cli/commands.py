@@ -454,6 +454,26 @@ def cmd_export(args) -> int:
     return 0
 
 
+def _only_models(log: list, outputs: dict, wanted: set[str]) -> dict:
+    """The published records of the ``--model`` models only (``replay --no-key`` checks
+    those; with the key, replay compares only them); NothingToAudit naming every asked-for
+    model of which neither the log nor any output holds a record (before, ``--model nosuch``
+    replayed nothing and printed "OK")."""
+    def model_of(r):
+        if not isinstance(r, dict):
+            return None
+        event = r.get("value", {}).get("event") if isinstance(r.get("value"), dict) else None
+        return (event if isinstance(event, dict) else r).get("model_id")
+    present = {model_of(r) for r in log} | {model_of(r) for rs in outputs.values() for r in rs}
+    present.discard(None)
+    missing = sorted(wanted - present)
+    if missing:
+        here = ", ".join(sorted(map(str, present))[:10]) or "none"
+        raise NothingToAudit(f"no record of model {', '.join(map(repr, missing))} "
+                             f"(models with records: {here})")
+    return {t: [r for r in rs if model_of(r) in wanted] for t, rs in outputs.items()}
+
+
 def cmd_replay(args) -> int:
     from dpstream.streams.tools.replay import WrongKeyError, replay, verify_public
     try:
@@ -469,6 +489,9 @@ def cmd_replay(args) -> int:
                                      f"{kafka.bootstrap}")
             if args.no_key and not any(outputs.values()):
                 raise NothingToAudit(f"no published record on the output topics at {kafka.bootstrap}")
+        wanted = set(args.model) if args.model else None
+        if wanted:
+            outputs = _only_models(log, outputs, wanted)
     except NothingToAudit as err:
         raise Failed(f"{err}: nothing verified", 2) from None
     if args.no_key:
@@ -477,11 +500,10 @@ def cmd_replay(args) -> int:
               f"OK: {len(outputs['ledger'])} ledger entries and {len(outputs['predictions'])} "
               "predictions are consistent (no key: releases themselves not recomputed)")
         return 1 if problems else 0
-    models = set(args.model) if args.model else None
     rng = _key()
     progress = Progress("replay", len(log))
     try:
-        report = asyncio.run(replay(rng, log, outputs, models, progress.advance))
+        report = asyncio.run(replay(rng, log, outputs, wanted, progress.advance))
     except WrongKeyError as err:
         raise Failed(str(err), 2) from None
     finally:

@@ -593,3 +593,27 @@ def test_a_state_file_is_private_and_a_rerun_says_what_it_skips(tmp_path, monkey
         lines = capsys.readouterr().err.strip().splitlines()
         assert len(lines) == 1 and says in lines[0], (path, lines)
         assert not (tmp_path / "c").exists()
+
+
+def test_replay_of_one_model_checks_that_model_and_a_model_with_no_record_is_nothing_verified(
+        tmp_path, monkeypatch, capsys):
+    """``replay --model nosuch`` replayed nothing and printed "OK: every release
+    reproduced" (exit 0); with ``--no-key`` the filter was ignored (every model's records
+    were counted and checked)."""
+    monkeypatch.setenv("DPSTREAM_SECRET_KEY", KEY)
+    model = json.loads((FRAUD / "card-fraud.model.json").read_text())
+    models = tmp_path / "two.jsonl"
+    models.write_text(json.dumps(model) + "\n" + json.dumps({**model, "model_id": "second"}) + "\n")
+    examples = write_jsonl(tmp_path / "e.jsonl", [{**e, "model_id": "second" if i % 3 == 0 else "card-fraud"}
+                                                  for i, e in enumerate(fraud_lines(300))])
+    out = tmp_path / "out"
+    assert main(["run", "--models", str(models), "--examples", str(examples), "--out", str(out), "--quiet"]) == 0
+    capsys.readouterr()
+    for extra in ([], ["--no-key"]):
+        assert main(["replay", "--dir", str(out), "--model", "nosuch", *extra]) == 2
+        err = capsys.readouterr().err
+        assert "no record of model 'nosuch' (models with records: card-fraud, second): nothing verified" in err
+    assert main(["replay", "--dir", str(out), "--model", "second", "--no-key"]) == 0
+    assert "OK: 1 ledger entries and 100 predictions are consistent" in capsys.readouterr().out
+    assert main(["replay", "--dir", str(out), "--model", "second"]) == 0
+    assert "predictions  matched 100, mismatched 0, missing 0, extra 0" in capsys.readouterr().out
