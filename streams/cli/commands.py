@@ -1197,11 +1197,10 @@ def cmd_acls(args) -> int:
 
 def cmd_schemas(args) -> int:
     from dpstream.schemas import json_schemas
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    for name, schema in json_schemas().items():
-        (out / f"{name}.json").write_text(json.dumps(schema, indent=2))
-    print(f"dpstream schemas: {len(json_schemas())} JSON Schemas in {out}")
+    schemas = json_schemas()
+    with out_dir(args.out, private=False) as out, refused_out():   # public files, the --out rules
+        out.write_all({f"{name}.json": json.dumps(schema, indent=2).encode() for name, schema in schemas.items()})
+    print(f"dpstream schemas: {len(schemas)} JSON Schemas in {out.path}")
     return 0
 
 

@@ -58,6 +58,8 @@ class OutDir:
     out.write_all({"name.jsonl": b"..."})``."""
 
     def __init__(self, path: str | Path, *, private: bool):
+        if not str(path).strip():           # Path("") is ".": the output landed in the current directory
+            raise UnsafeOut("an empty path", "give the directory to write into")
         self.path, self.private = Path(path), private
         self.fd: int | None = None
         self.created = False

@@ -617,3 +617,30 @@ def test_replay_of_one_model_checks_that_model_and_a_model_with_no_record_is_not
     assert "OK: 1 ledger entries and 100 predictions are consistent" in capsys.readouterr().out
     assert main(["replay", "--dir", str(out), "--model", "second"]) == 0
     assert "predictions  matched 100, mismatched 0, missing 0, extra 0" in capsys.readouterr().out
+
+
+def test_schemas_writes_by_the_out_rules_and_an_empty_out_is_refused(tmp_path, monkeypatch, capsys):
+    """``schemas --out`` wrote through a planted symbolic link (overwriting the file it
+    pointed at), into a world-writable directory, and ended in a traceback on a file or
+    an uncreatable path; ``--out ""`` (``run`` as well) wrote into the current directory."""
+    victim = tmp_path / "victim"
+    victim.write_text("keep")
+    planted = tmp_path / "planted"
+    planted.mkdir(mode=0o700)
+    (planted / "ModelConfig.json").symlink_to(victim)
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o1777)
+    (tmp_path / "afile").write_text("")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("DPSTREAM_SECRET_KEY", KEY)
+    for argv, says in ((["schemas", "--out", str(planted)], "is a symbolic link"),
+                       (["schemas", "--out", str(shared)], "is writable by other users"),
+                       (["schemas", "--out", str(tmp_path / "afile")], "exists and is not a directory"),
+                       (["schemas", "--out", ""], "--out an empty path"),
+                       (["run", "--models", str(FRAUD / "card-fraud.model.json"), "--out", ""], "--out an empty path")):
+        assert main(argv) == 2
+        lines = capsys.readouterr().err.strip().splitlines()
+        assert len(lines) == 1 and says in lines[0], (argv, lines)
+    assert victim.read_text() == "keep" and not list(shared.iterdir())
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["afile", "planted", "shared", "victim"]
