@@ -169,10 +169,13 @@ def _read_models(path: str | None) -> list[bytes]:
         text = read_bytes(path)
     except FileError as err:
         raise Failed(str(err), 2) from None
+    from dpstream.schemas.limits import MALFORMED, LimitError, decode
     try:
-        value = json.loads(text)
-    except ValueError:
-        return [line for line in text.splitlines() if line.strip()]
+        value = decode(text, max_bytes=None)        # the records' own limits (docs/limits.md)
+    except LimitError as err:
+        if str(err) != MALFORMED:                  # too deep, too many members: one line, not a traceback
+            raise Failed(f"{path}: {err}", 2) from None
+        return [line for line in text.splitlines() if line.strip()]   # JSONL: each line checked as a record
     return [json.dumps(v).encode() for v in (value if isinstance(value, list) else [value])]
 
 
@@ -347,9 +350,10 @@ def _read_export_file(path: Path) -> bytes:
             raise NothingToAudit(f"{path} is a symbolic link: an export's files are read only "
                                  "from the directory itself, not followed") from None
         raise NothingToAudit(f"{path}: cannot be read ({err.strerror or err})") from None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):        # before fdopen, which refuses a directory
+        os.close(fd)
+        raise NothingToAudit(f"{path} is not a regular file")
     with os.fdopen(fd, "rb") as fh:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise NothingToAudit(f"{path} is not a regular file")
         try:
             return fh.read()
         except OSError as err:
@@ -964,21 +968,28 @@ def parse_registrations(path: str) -> list:
     from dpstream.agents.kinds import kind
     from dpstream.schemas import ModelConfig
     from dpstream.schemas.config import config_error_text
+    from dpstream.schemas.limits import TOO_DEEP
     from dpstream.streams.tools.userfiles import FileError, read_bytes
     try:
         text = read_bytes(path).decode(errors="replace")
     except FileError as err:
         raise Failed(str(err), 2) from None
     path = "standard input" if path == "-" else path
+
+    def loads(doc: str):
+        try:
+            return json.loads(doc)
+        except RecursionError:                   # a traceback before; the records' own limit
+            raise Failed(f"{path}: {TOO_DEEP}", 2) from None
     try:
-        docs = [(0, json.loads(text))]
+        docs = [(0, loads(text))]
     except ValueError as whole:
         docs = []
         for i, line in enumerate(text.splitlines(), 1):
             if not line.strip():
                 continue
             try:
-                docs.append((i, json.loads(line)))
+                docs.append((i, loads(line)))
             except ValueError as err:
                 where = f"line {whole.lineno}, column {whole.colno}" if i == 1 else f"line {i}"
                 raise Failed(f"{path}: not JSON at {where}: {getattr(err, 'msg', err)}") from None
@@ -1212,6 +1223,20 @@ def _version() -> str:
         return "unknown (not installed)"
 
 
+def _whole(lo: int, hi: int):
+    """An argparse type: a whole number from ``lo`` to ``hi`` (argparse's usage error, exit
+    2, otherwise; the value quoted up to 40 characters)."""
+    def whole(text: str) -> int:
+        try:
+            n = int(text)
+        except ValueError:
+            n = None
+        if n is None or not lo <= n <= hi:
+            raise argparse.ArgumentTypeError(f"{text[:40]!r}: a whole number from {lo:,} to {hi:,}")
+        return n
+    return whole
+
+
 class _CommandParser(argparse.ArgumentParser):
     """A command's parser: an unknown flag is refused with this command's usage. (argparse
     hands what a subparser does not know back to the top-level parser, whose error shows
@@ -1411,7 +1436,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--format", choices=FORMATS, help="the sample's format (default: by extension)")
     p.add_argument("--label-column", default=LABEL_COLUMN, metavar="NAME",
                    help="CSV/Parquet: a label column, not a feature (default: %(default)s)")
-    p.add_argument("--bins", type=int, default=8, help="bins per number (default: %(default)s)")
+    p.add_argument("--bins", type=_whole(2, 256), default=8,
+                   help="bins per number, 2 to 256 (default: %(default)s)")
     p.add_argument("--binning", choices=["equal_width", "quantile"], default="equal_width",
                    help="bins of equal width, or between the sample's quantiles (default: %(default)s)")
     p.set_defaults(fn=cmd_features)

@@ -59,13 +59,26 @@ def file_format(path: str, given: str | None = None) -> str:
     return {".csv": "csv", ".parquet": "parquet", ".pq": "parquet"}.get(suffix, "jsonl")
 
 
+MAX_FILE_BYTES = 1 << 30      # an input file is read into memory: 1 GiB, then split it
+
+
 def read_bytes(path: str) -> bytes:
-    if path == "-":
-        return sys.stdin.buffer.read()
+    """A whole input file (``-``: standard input), at most MAX_FILE_BYTES: the commands hold
+    every record in memory, and before, /dev/zero or an endless pipe grew the process until
+    a MemoryError traceback (on a shared host, after taking every other process's memory)."""
+    shown = "standard input" if path == "-" else path
     try:
-        return Path(path).read_bytes()
+        if path == "-":
+            data = sys.stdin.buffer.read(MAX_FILE_BYTES + 1)
+        else:
+            with open(path, "rb") as fh:
+                data = fh.read(MAX_FILE_BYTES + 1)
     except OSError as err:
         raise FileError(f"cannot read {path}: {err.strerror}") from None
+    if len(data) > MAX_FILE_BYTES:
+        raise FileError(f"{shown} holds more than {MAX_FILE_BYTES:,} bytes: split it into smaller "
+                        "files (each is read into memory)")
+    return data
 
 
 def read_jsonl(path: str) -> list[Row]:

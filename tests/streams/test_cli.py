@@ -644,3 +644,37 @@ def test_schemas_writes_by_the_out_rules_and_an_empty_out_is_refused(tmp_path, m
         assert len(lines) == 1 and says in lines[0], (argv, lines)
     assert victim.read_text() == "keep" and not list(shared.iterdir())
     assert sorted(p.name for p in tmp_path.iterdir()) == ["afile", "planted", "shared", "victim"]
+
+
+def test_inputs_that_ended_in_a_traceback_are_one_line(tmp_path, monkeypatch, capsys):
+    """Each of these ended in a traceback (a newcomer's pass, 2026-12-03): ``--bins 0``
+    (pydantic), a model file nested 100,000 deep (RecursionError in ``run`` and ``models
+    register``), an export whose ``releases.jsonl`` is a directory (IsADirectoryError),
+    /dev/zero as a sample (MemoryError, after taking the machine's memory)."""
+    from dpstream.streams.tools import userfiles
+    monkeypatch.setenv("DPSTREAM_SECRET_KEY", KEY)
+    deep = tmp_path / "deep.json"
+    deep.write_text("[" * 100_000 + "]" * 100_000)
+    export = tmp_path / "export"
+    assert main(["run", "--models", str(FRAUD / "card-fraud.model.json"), "--examples",
+                 str(write_jsonl(tmp_path / "e.jsonl", fraud_lines(20))), "--out", str(export), "--quiet"]) == 0
+    (export / "releases.jsonl").unlink()
+    (export / "releases.jsonl").mkdir()
+    capsys.readouterr()
+    for argv, says in (
+            (["features", "--sample", str(FRAUD / "credit.sample.csv"), "--bins", "0"],
+             "argument --bins: '0': a whole number from 2 to 256"),
+            (["run", "--models", str(deep), "--out", str(tmp_path / "o")], "deep.json: nested too deeply"),
+            (["models", "register", str(deep), "--bootstrap-server", "127.0.0.1:1"], "deep.json: nested too deeply"),
+            (["replay", "--dir", str(export)], "releases.jsonl is not a regular file: nothing verified"),
+            (["replay", "--dir", str(export), "--no-key"], "releases.jsonl is not a regular file"),
+            (["features", "--sample", "/dev/zero"], "/dev/zero holds more than 10,000 bytes: split it")):
+        if argv[-1] == "/dev/zero":
+            monkeypatch.setattr(userfiles, "MAX_FILE_BYTES", 10_000)     # the same check, sooner
+        try:
+            code = main(argv)
+        except SystemExit as exit:                 # argparse's usage error
+            code = exit.code
+        assert code == 2, argv
+        err = capsys.readouterr().err.strip().splitlines()
+        assert says in err[-1] and "Traceback" not in "".join(err), (argv, err)
