@@ -86,9 +86,15 @@ class KeyedRandomness:
         """Key from ``$DPSTREAM_SECRET_KEY`` (hex) or the file named by
         ``$DPSTREAM_SECRET_KEY_FILE`` (hex); raises :class:`MissingKeyError` otherwise."""
         env = os.environ if environ is None else environ
-        if env.get(KEY_FILE_ENV):
-            return cls.from_file(env[KEY_FILE_ENV])
         value = env.get(KEY_ENV)
+        if env.get(KEY_FILE_ENV):
+            rng = cls.from_file(env[KEY_FILE_ENV])
+            if value and not hmac.compare_digest(_decode_key(value.strip()), rng._secret):
+                # which one would win is a guess a user should not have to make: the noise,
+                # and every later replay, depend on it
+                raise MissingKeyError(f"{KEY_ENV} and the file {KEY_FILE_ENV} names hold different "
+                                      "keys: set one of them (or both to the same key)")
+            return rng
         if not value:
             raise MissingKeyError(
                 f"no secret key: set {KEY_ENV} or {KEY_FILE_ENV}; dpstream never falls back "

@@ -253,6 +253,7 @@ def write_examples(directory: str, n: int = 20_000) -> None:
     from pathlib import Path
 
     out = Path(directory)
+    out.mkdir(parents=True, exist_ok=True)
     (out / "card-fraud.model.json").write_text(json.dumps(MODELS[0], indent=1) + "\n")
     with open(out / "card-fraud.examples.jsonl", "w") as ex, \
             open(out / "card-fraud.queries.jsonl", "w") as qu:

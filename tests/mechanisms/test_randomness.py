@@ -80,6 +80,21 @@ def test_key_from_environment_and_file_agree(tmp_path):
     a = KeyedRandomness.from_env({"DPSTREAM_SECRET_KEY": hexkey}).stream("m", "p", 0).uint64(4)
     b = KeyedRandomness.from_env({"DPSTREAM_SECRET_KEY_FILE": str(path)}).stream("m", "p", 0).uint64(4)
     assert np.array_equal(a, b)
+    both = {"DPSTREAM_SECRET_KEY": hexkey, "DPSTREAM_SECRET_KEY_FILE": str(path)}
+    assert np.array_equal(KeyedRandomness.from_env(both).stream("m", "p", 0).uint64(4), a)
+
+
+def test_two_different_keys_in_the_environment_are_refused(tmp_path):
+    """Before, the file's key silently won over DPSTREAM_SECRET_KEY: a user who exported a
+    new key in a shell that also named an old key file ran (and later replayed) with the
+    one they did not mean."""
+    path = tmp_path / "key"
+    path.write_text("00112233445566778899aabbccddeeff" * 2)
+    path.chmod(0o600)
+    other = "ffeeddccbbaa99887766554433221100" * 2
+    with pytest.raises(MissingKeyError, match="hold different keys: set one of them") as err:
+        KeyedRandomness.from_env({"DPSTREAM_SECRET_KEY": other, "DPSTREAM_SECRET_KEY_FILE": str(path)})
+    assert other not in str(err.value) and "0011" not in str(err.value)
 
 
 def test_short_keys_are_refused_and_keys_never_appear_in_repr():

@@ -168,11 +168,12 @@ def test_a_docs_page_runs_as_a_user_would(page, request, tmp_path):
 
 
 def test_the_examples_regenerate_as_examples_readme_says(tmp_path):
-    """examples/README.md's command, into a fresh directory: the shipped files come out
+    """examples/README.md's command, into a fresh directory (no ``examples/`` in it: the
+    command makes it; before, a FileNotFoundError traceback): the shipped files come out
     byte for byte (the README's session and the docs read them)."""
     needs_the_readme_venv()
     user_dir(tmp_path, ".venv")
-    (tmp_path / "examples").mkdir()
+    assert not (tmp_path / "examples").exists()
     done = run(session("examples/README.md"), tmp_path, user_env(), timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     shipped = sorted(p.name for p in (ROOT / "examples").iterdir() if p.name != "README.md")
