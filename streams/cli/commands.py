@@ -1282,7 +1282,8 @@ def build_parser() -> argparse.ArgumentParser:
                             help="CSV/Parquet: the examples' label column, -1/+1, 0/1 or true/false "
                                  "(default: %(default)s)")
         parser.add_argument("--id-column", default="query_id", metavar="NAME",
-                            help="CSV/Parquet: the queries' id column, if any (default: %(default)s)")
+                            help="CSV/Parquet: the queries' id column, if any, published as query_id on "
+                                 "answers (default: %(default)s)")
         parser.add_argument("--strict", action="store_true",
                             help="refuse the records (nothing sent or run) when a value has the wrong "
                                  "type for its declared field or a field is not declared")

@@ -223,6 +223,20 @@ class TableSpec:
     id_column: str = "query_id"
 
 
+def _id_not_a_feature(path: str, spec: TableSpec, table: list[dict], configs: dict) -> None:
+    """FileError when the query id column is a feature some model of the file declares: a
+    query id is published as it is on ``answers`` and ``predictions``, so ``--id-column
+    age`` would publish every query's age (and take the column away from the features)."""
+    ids = {spec.model_id} if spec.model_id is not None else {r.get("model_id") for r in table}
+    for model_id in sorted(i for i in ids if isinstance(i, str)):
+        config = configs.get(model_id)
+        if config is not None and config.features is not None and \
+                any(f.name == spec.id_column for f in config.features):
+            raise FileError(f"{path}: --id-column {spec.id_column[:64]!r} is a feature model {model_id} "
+                            "declares: a query id is published on answers as it is; name a column "
+                            "that only identifies the query")
+
+
 def table_rows(path: str, fmt: str, spec: TableSpec, configs: dict) -> tuple[list[Row], list[str]]:
     """The records of a CSV or Parquet file (module docstring), and the columns left out;
     ``configs``: the models' registrations in force by id (their declarations type the
@@ -237,10 +251,18 @@ def table_rows(path: str, fmt: str, spec: TableSpec, configs: dict) -> tuple[lis
     if label is not None and label not in columns:
         raise FileError(f"{path} has no label column {label!r} (columns: {', '.join(columns)[:300]}): "
                         "name it with --label-column")
+    if spec.topic == "queries" and spec.id_column != TableSpec.id_column and spec.id_column not in columns:
+        raise FileError(f"{path} has no id column {spec.id_column[:64]!r} (columns: "
+                        f"{', '.join(columns)[:300]}): name it with --id-column")
+    if spec.topic == "queries" and spec.id_column in columns:
+        _id_not_a_feature(path, spec, table, configs)
     skip = {"model_id", spec.label_column, spec.id_column}
     guessed = column_kinds(table)
     rows, left_out = [], {}
     for n, row in enumerate(table, 2 if fmt == "csv" else 1):
+        if spec.model_id is not None and row.get("model_id") not in (None, "", spec.model_id):
+            raise FileError(f"{path} row {n}: its model_id column names another model than "
+                            f"--model-id {spec.model_id[:64]!r}: drop the column or the flag")
         model_id = spec.model_id or row.get("model_id")
         config = configs.get(model_id) if isinstance(model_id, str) else None
         record: dict = {"model_id": model_id}

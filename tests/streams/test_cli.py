@@ -678,3 +678,30 @@ def test_inputs_that_ended_in_a_traceback_are_one_line(tmp_path, monkeypatch, ca
         assert code == 2, argv
         err = capsys.readouterr().err.strip().splitlines()
         assert says in err[-1] and "Traceback" not in "".join(err), (argv, err)
+
+
+def test_a_query_id_column_is_checked_before_its_values_are_published(tmp_path, monkeypatch, capsys):
+    """``--id-column age`` published every query's age as its query_id (and counted age
+    as missing), ``--id-column nope`` sent null ids, and ``--model-id`` silently won over
+    a model_id column that named another model."""
+    monkeypatch.setenv("DPSTREAM_SECRET_KEY", KEY)
+    model = tmp_path / "credit.json"
+    model.write_text(json.dumps({
+        "model_id": "credit", "budget": {"epsilon": 4.0, "delta": 1e-6},
+        "params": {"kind": "dp_ftrl", "horizon": 5000},
+        "features": [{"type": "numeric", "name": n, "lower": -3, "upper": 3} for n in ("s1", "s2")]
+        + [{"type": "numeric", "name": "age", "lower": 18, "upper": 90}]}))
+    queries = str(FRAUD / "credit.queries.csv")
+    other = tmp_path / "other.csv"
+    other.write_text("model_id,s1,s2,age\ncredit,0.1,0.2,30\nsomeone-else,0.1,0.2,30\n")
+    for extra, says in ((["--queries", queries, "--id-column", "age"], "--id-column 'age' is a feature model credit declares"),
+                        (["--queries", queries, "--id-column", "nope"], "has no id column 'nope'"),
+                        (["--queries", str(other)], "row 3: its model_id column names another model than --model-id 'credit'")):
+        assert main(["run", "--models", str(model), "--model-id", "credit", *extra, "--out", str(tmp_path / "o")]) == 2
+        lines = capsys.readouterr().err.strip().splitlines()
+        assert len(lines) == 1 and says in lines[0] and "nothing run" in lines[0], lines
+        assert not (tmp_path / "o").exists()
+    assert main(["run", "--models", str(model), "--model-id", "credit", "--queries", queries,
+                 "--out", str(tmp_path / "o"), "--quiet"]) == 0
+    answers = [json.loads(line) for line in (tmp_path / "o" / "answers.jsonl").read_text().splitlines()]
+    assert len(answers) == 500 and answers[0]["query_id"] == "c0"
