@@ -81,6 +81,25 @@ def read_bytes(path: str) -> bytes:
     return data
 
 
+def text_of(path: str, data: bytes) -> str:
+    """A file's text: UTF-8 (a BOM dropped), or UTF-16 with its BOM (what Excel's "Unicode
+    text" and PowerShell write); FileError naming the line otherwise. Before, a Latin-1
+    file was read with U+FFFD for every accent without a word (its categories then
+    matched no vocabulary entry), and a UTF-16 one was refused for its cell counts."""
+    shown = "standard input" if path == "-" else path
+    if data[:2] in (b"\xff\xfe", b"\xfe\xff"):
+        try:
+            return data.decode("utf-16")
+        except UnicodeDecodeError:
+            raise FileError(f"{shown}: starts like UTF-16 but is not: save it as UTF-8") from None
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as err:
+        line = data[:err.start].count(b"\n") + 1
+        raise FileError(f"{shown} line {line}: not UTF-8 (Latin-1 or Windows-1252, perhaps): save "
+                        "the file as UTF-8 (in Excel: CSV UTF-8)") from None
+
+
 def read_jsonl(path: str) -> list[Row]:
     """The non-empty lines of a JSONL file, each parsed with the worker's bounded decoder
     (schemas/limits.py ``decode``, without its byte limit: ``produce`` checks that per
@@ -89,7 +108,10 @@ def read_jsonl(path: str) -> list[Row]:
     RecursionError traceback."""
     from dpstream.schemas.limits import MALFORMED, LimitError, decode
     rows = []
-    for n, line in enumerate(read_bytes(path).splitlines(), 1):
+    data = read_bytes(path)
+    if data[:2] in (b"\xff\xfe", b"\xfe\xff"):       # UTF-16 lines, as UTF-8 (``text_of``)
+        data = text_of(path, data).encode("utf-8", "surrogatepass")
+    for n, line in enumerate(data.splitlines(), 1):
         line = line.rstrip(b"\r")
         if not line.strip():
             continue
@@ -105,8 +127,9 @@ def read_table(path: str, fmt: str) -> list[dict]:
     """The rows of a CSV file (cells as text) or a Parquet file (cells as Python values;
     needs pyarrow: ``pip install 'dpstream[parquet]'``), as dicts by column name."""
     if fmt == "csv":
-        text = read_bytes(path).decode("utf-8-sig", errors="replace")
-        reader = csv.reader(io.StringIO(text))
+        text = text_of(path, read_bytes(path))
+        reader = csv.reader(io.StringIO(text), strict=True)   # an unterminated quote is an error,
+        # not a cell that swallows the rest of the file
         rows = []
         try:
             header = next(reader, [])

@@ -705,3 +705,25 @@ def test_a_query_id_column_is_checked_before_its_values_are_published(tmp_path, 
                  "--out", str(tmp_path / "o"), "--quiet"]) == 0
     answers = [json.loads(line) for line in (tmp_path / "o" / "answers.jsonl").read_text().splitlines()]
     assert len(answers) == 500 and answers[0]["query_id"] == "c0"
+
+
+def test_a_sample_in_another_encoding_is_read_or_refused_never_mangled(tmp_path, capsys):
+    """A Latin-1 CSV was read with U+FFFD for every accent, without a word (its categories
+    then matched no vocabulary entry); a UTF-16 CSV was refused for its cell counts, a
+    UTF-16 JSONL read as "malformed JSON"; an unterminated quote swallowed the rest of the
+    file into one cell."""
+    text = "name,v\ncafé,1\nthé,2\n"
+    (tmp_path / "utf16.csv").write_bytes(text.encode("utf-16"))
+    (tmp_path / "utf16.jsonl").write_bytes('{"name": "café", "v": 1}\n{"name": "thé", "v": 2}\n'.encode("utf-16"))
+    for name in ("utf16.csv", "utf16.jsonl"):
+        assert main(["features", "--sample", str(tmp_path / name)]) == 0
+        fields = json.loads(capsys.readouterr().out)
+        assert fields[0]["name"] == "name" and sorted(fields[0]["vocabulary"]) == ["café", "thé"], name
+    (tmp_path / "latin1.csv").write_bytes(text.encode("latin-1"))
+    (tmp_path / "quote.csv").write_text('name,v\n"café,1\nthé,2\n')
+    for name, says in (("latin1.csv", "latin1.csv line 2: not UTF-8 (Latin-1 or Windows-1252, perhaps): "
+                                      "save the file as UTF-8"),
+                       ("quote.csv", "quote.csv line 3: not CSV (unexpected end of data)")):
+        assert main(["features", "--sample", str(tmp_path / name)]) == 2
+        captured = capsys.readouterr()
+        assert not captured.out and says in captured.err.strip(), captured.err
