@@ -1124,6 +1124,11 @@ def cmd_features(args) -> int:
         print(f"dpstream features: {field[:64]!r}: {note}", file=sys.stderr)
     if not suggestion.fields:
         raise Failed(f"no field of {name} could be declared (each one's reason above)")
+    from dpstream.schemas.features import MAX_FIELDS
+    if len(suggestion.fields) > MAX_FIELDS:      # a registration would refuse it
+        raise Failed(f"{name}: {len(suggestion.fields):,} fields could be declared, and a model declares "
+                     f"at most {MAX_FIELDS}: leave columns out of the sample (or hash related ones "
+                     "into one categorical field)")
     print(json.dumps([f.model_dump(mode="json", exclude_none=True) for f in suggestion.fields], indent=1))
     print(f"dpstream features: {len(suggestion.fields)} fields from {len(records)} records of {name}; "
           "the declaration is public: make it from data you may publish", file=sys.stderr)

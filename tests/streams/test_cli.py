@@ -727,3 +727,16 @@ def test_a_sample_in_another_encoding_is_read_or_refused_never_mangled(tmp_path,
         assert main(["features", "--sample", str(tmp_path / name)]) == 2
         captured = capsys.readouterr()
         assert not captured.out and says in captured.err.strip(), captured.err
+
+
+def test_features_never_suggests_a_declaration_a_registration_refuses(tmp_path, capsys):
+    """A 600-column sample gave "600 fields", exit 0: a declaration that registration then
+    refuses (``declare between 1 and 500 features``)."""
+    from dpstream.schemas.features import MAX_FIELDS
+    columns = [f"c{i}" for i in range(MAX_FIELDS + 100)]
+    rows = [",".join(columns)] + [",".join(str((r * 7 + i) % 11) for i in range(len(columns))) for r in range(20)]
+    (tmp_path / "wide.csv").write_text("\n".join(rows) + "\n")
+    assert main(["features", "--sample", str(tmp_path / "wide.csv")]) == 1
+    captured = capsys.readouterr()
+    assert not captured.out
+    assert f"{len(columns)} fields could be declared, and a model declares at most {MAX_FIELDS}" in captured.err
