@@ -175,7 +175,15 @@ def _read_models(path: str | None) -> list[bytes]:
     except LimitError as err:
         if str(err) != MALFORMED:                  # too deep, too many members: one line, not a traceback
             raise Failed(f"{path}: {err}", 2) from None
-        return [line for line in text.splitlines() if line.strip()]   # JSONL: each line checked as a record
+        lines = [line for line in text.splitlines() if line.strip()]   # JSONL: each line checked as a record
+        for line in lines:
+            try:
+                decode(line, max_bytes=None)
+            except LimitError:
+                continue                            # the runtime refuses it, as the worker would
+            json.loads(line, object_pairs_hook=_unique_names(path))
+        return lines
+    json.loads(text, object_pairs_hook=_unique_names(path))     # within the limits: no deep recursion
     return [json.dumps(v).encode() for v in (value if isinstance(value, list) else [value])]
 
 
@@ -958,6 +966,20 @@ def cmd_models(args) -> int:
     return 0
 
 
+def _unique_names(path: str):
+    """json's ``object_pairs_hook`` for a model file: Failed on a name given twice in one
+    object. JSON leaves the meaning open and Python keeps the last, so ``"model_id": "a",
+    ..., "model_id": "b"`` registered b without a word."""
+    def pairs(items: list) -> dict:
+        seen = set()
+        for name, _ in items:
+            if name in seen:
+                raise Failed(f"{path}: {str(name)[:64]!r} is given twice in one object: keep one", 2)
+            seen.add(name)
+        return dict(items)
+    return pairs
+
+
 def parse_registrations(path: str) -> list:
     """The model configs of a file (one JSON object, a list, or JSONL), each validated as
     the worker will: schema, then feasibility (``Handler.config_problem``). Failed with
@@ -978,7 +1000,7 @@ def parse_registrations(path: str) -> list:
 
     def loads(doc: str):
         try:
-            return json.loads(doc)
+            return json.loads(doc, object_pairs_hook=_unique_names(path))
         except RecursionError:                   # a traceback before; the records' own limit
             raise Failed(f"{path}: {TOO_DEEP}", 2) from None
     try:

@@ -740,3 +740,21 @@ def test_features_never_suggests_a_declaration_a_registration_refuses(tmp_path, 
     captured = capsys.readouterr()
     assert not captured.out
     assert f"{len(columns)} fields could be declared, and a model declares at most {MAX_FIELDS}" in captured.err
+
+
+def test_a_model_file_that_names_a_field_twice_is_refused(tmp_path, monkeypatch, capsys):
+    """``"model_id": "card-fraud", ..., "model_id": "other"`` registered "other" without a
+    word (Python's json keeps the last of two equal names)."""
+    monkeypatch.setenv("DPSTREAM_SECRET_KEY", KEY)
+    text = (FRAUD / "card-fraud.model.json").read_text()
+    twice = text.replace('"model_id": "card-fraud"', '"model_id": "card-fraud", "model_id": "other"', 1)
+    assert twice != text
+    (tmp_path / "m.json").write_text(twice)
+    (tmp_path / "m.jsonl").write_text(json.dumps(json.loads(text)) + "\n" + " ".join(twice.split()) + "\n")
+    for argv in (["run", "--models", str(tmp_path / "m.json"), "--out", str(tmp_path / "o")],
+                 ["run", "--models", str(tmp_path / "m.jsonl"), "--out", str(tmp_path / "o")],
+                 ["models", "register", str(tmp_path / "m.json"), "--bootstrap-server", "127.0.0.1:1"]):
+        assert main(argv) == 2
+        lines = capsys.readouterr().err.strip().splitlines()
+        assert len(lines) == 1 and "'model_id' is given twice in one object: keep one" in lines[0], lines
+    assert not (tmp_path / "o").exists()
