@@ -151,9 +151,9 @@ def test_version_prints_the_installed_version():
 def test_features_piped_into_head_stops_quietly(tmp_path):
     """Before: a BrokenPipeError traceback when the reader left."""
     sample = tmp_path / "s.jsonl"
-    # a declaration far beyond a pipe's buffer, from records within the worker's limit of
-    # 1,000 members an object (schemas/limits.py; the sample is read with its decoder)
-    sample.write_text("".join(json.dumps({f"f{j}": (i * j) % 97 / 3 for j in range(1, 1000)}) + "\n"
+    # a declaration far beyond a pipe's buffer (64 KiB), from 400 fields (a model declares
+    # at most 500, schemas/features.py), each a category with ten values of 40 characters
+    sample.write_text("".join(json.dumps({f"f{j}": f"{(i * j) % 10:040d}" for j in range(1, 401)}) + "\n"
                               for i in range(50)))
     env = {k: v for k, v in os.environ.items() if not k.startswith("DPSTREAM_")}
     proc = subprocess.Popen([DPSTREAM, "features", "--sample", str(sample)], stdout=subprocess.PIPE,
