@@ -525,7 +525,7 @@ def cmd_replay(args) -> int:
 
 
 def cmd_audit_report(args) -> int:
-    from dpstream.streams.tools.replay import replay, screen
+    from dpstream.streams.tools.replay import WrongKeyError, replay, screen
     from dpstream.streams.tools.report import build_report
     if args.internal and args.no_key:
         raise Failed("--internal recomputes mistakes with the key; drop --no-key", 2)
@@ -548,12 +548,32 @@ def cmd_audit_report(args) -> int:
                              "$DPSTREAM_SECRET_KEY_FILE)", 2) from None
             print("dpstream audit-report: no key configured: writing the keyless report "
                   "(releases marked not verified)", file=sys.stderr)
-    if rng is not None:
-        summary = asyncio.run(replay(rng, log, outputs, mistakes=mistakes)).summary()
-    with refused_out():
-        path = build_report(log, outputs, out, summary, mistakes, private=args.internal)
+    verified = None
+    with out:                                 # a directory made here and left empty is removed on failure
+        if rng is not None:
+            try:
+                verified = asyncio.run(replay(rng, log, outputs, mistakes=mistakes))
+            except WrongKeyError as err:      # a traceback before
+                raise Failed(f"{err}; no report written", 2) from None
+            summary = verified.summary()
+        with refused_out():
+            path = build_report(log, outputs, out, summary, mistakes, private=args.internal)
     form = "INTERNAL (contains information about the private examples)" if args.internal else "public"
     print(f"dpstream audit-report: {path} ({form})")
+    if verified is None:                      # no key: the public checks (replay --no-key's) still run
+        from dpstream.streams.tools.replay import verify_public
+        problems = verify_public(outputs)
+        if problems:
+            summary = "\n".join(problems)
+    if invalid or (verified is not None and not verified.ok) or (verified is None and summary):
+        # the report is written (it shows what failed), and the exit code says so: before,
+        # a tampered export gave exit 0 and "(public)", the failure only inside the HTML
+        what = ("did not verify (the report shows it too)" if verified is not None else
+                "fails the checks that need no key (as replay --no-key)")
+        print(f"dpstream audit-report: the export {what}:\n"
+              + (summary.rstrip() if summary else f"{len(invalid)} invalid record(s), listed above"),
+              file=sys.stderr)
+        return 1
     return 0
 
 

@@ -97,8 +97,24 @@ def test_run_then_replay_verifies_and_a_tampered_export_fails(tmp_path, monkeypa
     path.write_text("\n".join(lines) + "\n")
     assert main(["replay", "--dir", str(tmp_path)]) == 1
     assert f"seq {row['seq']}" in capsys.readouterr().out
+    # the audit report is written (it shows the failure) and its exit code says so: before,
+    # exit 0 and "(public)", the failure only inside the HTML
+    assert main(["audit-report", "--dir", str(tmp_path), "--out", str(tmp_path / "r")]) == 1
+    captured = capsys.readouterr()
+    assert "the export did not verify" in captured.err and f"seq {row['seq']}" in captured.err
+    assert (tmp_path / "r" / "report.html").exists()
+    ledger = tmp_path / "ledger.jsonl"
+    entries = ledger.read_text().splitlines()
+    ledger.write_text("\n".join(entries[:-1]) + "\n")        # the keyless report runs the public checks too
+    assert main(["audit-report", "--no-key", "--dir", str(tmp_path), "--out", str(tmp_path / "r1")]) == 1
+    assert "fails the checks that need no key" in capsys.readouterr().err
+    ledger.write_text("\n".join(entries) + "\n")
     monkeypatch.setenv("DPSTREAM_SECRET_KEY", "ffeeddccbbaa99887766554433221100" * 2)
     assert main(["replay", "--dir", str(tmp_path)]) == 2
+    # another key: one line (a WrongKeyError traceback before), no report
+    assert main(["audit-report", "--dir", str(tmp_path), "--out", str(tmp_path / "r2")]) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert "wrong key, nothing compared; no report written" in lines[-1] and not (tmp_path / "r2").exists()
 
 
 @pytest.mark.parametrize("make", ["missing", "empty", "no-log"])
