@@ -77,8 +77,12 @@ def reason_of(err: ValidationError) -> str:
     for e in err.errors(include_input=False, include_url=False, include_context=False):
         loc = ".".join(p if isinstance(p, str) and p in _SCHEMA_WORDS else
                        "[]" if isinstance(p, int) else "?" for p in e["loc"]) or "payload"
-        # value_error messages are the schemas' own validator texts (fixed strings)
-        parts.append(f"{loc}: {e['msg'] if e['type'] == 'value_error' else e['type']}")
+        # value_error messages are the schemas' own validator texts (fixed strings); an
+        # unknown name is '?' (an input's own text), so say what kind of mistake it is
+        what = {"value_error": e["msg"],
+                "extra_forbidden": "extra_forbidden (a field this record's schema does not have: "
+                                   "raw values go inside features)"}.get(e["type"], e["type"])
+        parts.append(f"{loc}: {what}")
     return "invalid: " + "; ".join(sorted(set(parts)))
 
 

@@ -70,6 +70,9 @@ async def test_outputs_never_contain_features():
     (json.dumps({"model_id": "w1", "x": [0.5] * 50, "y": 1}), "out of domain"),
     (json.dumps({"model_id": "nope", "active": [1], "y": 1}), "unknown model"),
     (json.dumps({"model_id": "w1", "active": [1], "y": 3, "query_id": 7}), "invalid"),
+    # an unknown top-level name is '?' (the input's own text), with what kind of mistake it is
+    (json.dumps({"model_id": "w1", "active": [1], "y": 1, "secret_name": 1}),
+     "invalid: ?: extra_forbidden (a field this record's schema does not have: raw values go inside features)"),
     (b"x" * (4 * 1024 * 1024 + 1), "oversized"),
 ])
 async def test_bad_input_is_rejected_with_a_reason_and_changes_nothing(payload, reason):
