@@ -16,22 +16,24 @@ value takes), so they are what the model will see, not a second opinion.
 """
 from __future__ import annotations
 
+import math
 from collections import Counter
 
 from dpstream.learners.features import Featuriser
 from dpstream.schemas.features import CategoricalField, NumericField
 
-MISSING, STRINGS, INTS, WRONG, OTHER, CLAMPED = (
-    "missing", "numbers as strings", "0/1 integers", "wrong type", "other", "clamped")
+MISSING, STRINGS, INTS, WRONG, OTHER, CLAMPED, NONFINITE = (
+    "missing", "numbers as strings", "0/1 integers", "wrong type", "other", "clamped", "not finite")
 #: outcomes that are a mistake in the data rather than the bounding a declaration asks for
 MISTAKES = (STRINGS, INTS, WRONG)
 SHOWN = 8              # undeclared names listed per model
 
 
-def _numeric_text(value) -> bool:
+def _numeric_text(value) -> bool | None:
+    """Whether text reads as a number: True finite, None "NaN"/"inf" (JSON has neither, and
+    a table's NaN cell is usually a missing value), False not a number."""
     try:
-        float(value)
-        return True
+        return True if math.isfinite(float(value)) else None
     except ValueError:
         return False
 
@@ -45,7 +47,9 @@ def outcome(field, value) -> str | None:
     slot = field.slot(value)
     if isinstance(spec, NumericField):
         if slot == spec.bins:                       # the missing slot: not a number
-            return STRINGS if isinstance(value, str) and _numeric_text(value) else WRONG
+            if not isinstance(value, str):
+                return WRONG
+            return {True: STRINGS, None: NONFINITE}.get(_numeric_text(value), WRONG)
         return CLAMPED if not spec.lower <= float(value) <= spec.upper else None
     if isinstance(spec, CategoricalField):
         size = len(spec.vocabulary) if spec.vocabulary is not None else spec.hash_buckets
@@ -58,7 +62,7 @@ def outcome(field, value) -> str | None:
     return None
 
 
-_SAY = {MISSING: "missing", STRINGS: "numbers sent as strings (missing slot: send JSON numbers)",
+_SAY = {MISSING: "missing", NONFINITE: "NaN or infinite (missing slot)", STRINGS: "numbers sent as strings (missing slot: send JSON numbers)",
         INTS: "0/1 integers (missing slot: send true/false, or declare it numeric 0..1 with 2 bins)",
         WRONG: "of the wrong type (missing slot)", OTHER: "not in the vocabulary (other slot)"}
 
@@ -117,7 +121,7 @@ class OwnerReport:
                 c = counts.get(f.name)
                 if not c:
                     continue
-                parts = [f"{c[k]:,} {_SAY[k]}" for k in (STRINGS, INTS, WRONG, MISSING, OTHER) if c[k]]
+                parts = [f"{c[k]:,} {_SAY[k]}" for k in (STRINGS, INTS, WRONG, NONFINITE, MISSING, OTHER) if c[k]]
                 if c[CLAMPED]:
                     parts.append(f"{c[CLAMPED]:,} clamped to [{f.spec.lower:g}, {f.spec.upper:g}]")
                 found.append(f"  {f.name}: " + ", ".join(parts))
