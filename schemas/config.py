@@ -34,7 +34,13 @@ from .events import ModelId, Strict
 from .features import FeatureField, check_fields, declared_dimension
 
 
+# A configuration's numbers are finite: NaN failed ``le=1e6`` with "should be less than or
+# equal to 1000000 (got nan)", which names the wrong problem.
+FINITE = ConfigDict(**Strict.model_config, allow_inf_nan=False)
+
+
 class Budget(Strict):
+    model_config = FINITE
     epsilon: float = Field(gt=0, le=1e6)
     delta: float = Field(ge=0, lt=1)
 
@@ -42,6 +48,7 @@ class Budget(Strict):
 class KindParams(Strict):
     """What every model kind's params share: the ``kind`` tag. Each kind's module
     (agents/kinds/) subclasses this as its ``Params``."""
+    model_config = FINITE
     kind: str
 
     def input_form(self) -> str:

@@ -51,3 +51,4 @@ def test_labels_that_are_not_numbers_equal_to_one_stay_refused_at_every_edge(y):
     assert check_record("examples", example(y)) is not None
     schema = jsonschema.Draft202012Validator(LabeledExample.model_json_schema())
     assert not schema.is_valid(json.loads(example(y)))
+
