@@ -236,6 +236,10 @@ def _strict(args, report) -> None:
 def cmd_run(args) -> int:
     from dpstream.streams.tools.embedded import EmbeddedRuntime
     from dpstream.streams.tools.owner_report import OwnerReport
+    if [args.models, args.examples, args.queries].count("-") > 1:      # the second would read nothing
+        raise Failed("standard input (-) can be one of --models, --examples, --queries, not two", 2)
+    if not (args.examples or args.queries):
+        print("dpstream run: no --examples or --queries: only the registrations are run", file=sys.stderr)
     models = _read_models(args.models)
     configs = _models_in(models)
     report = OwnerReport(configs)

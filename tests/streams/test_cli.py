@@ -782,3 +782,14 @@ def test_a_model_file_that_names_a_field_twice_is_refused(tmp_path, monkeypatch,
         lines = capsys.readouterr().err.strip().splitlines()
         assert len(lines) == 1 and "'model_id' is given twice in one object: keep one" in lines[0], lines
     assert not (tmp_path / "o").exists()
+
+
+def test_run_reads_standard_input_for_one_input_only_and_says_when_there_are_none(tmp_path, monkeypatch, capsys):
+    """``--examples - --queries -`` was accepted (the second read nothing); a run without
+    examples or queries printed "0 inputs" with no word."""
+    monkeypatch.setenv("DPSTREAM_SECRET_KEY", KEY)
+    model = str(FRAUD / "card-fraud.model.json")
+    assert main(["run", "--models", model, "--examples", "-", "--queries", "-", "--out", str(tmp_path / "a")]) == 2
+    assert "standard input (-) can be one of --models, --examples, --queries, not two" in capsys.readouterr().err
+    assert main(["run", "--models", model, "--out", str(tmp_path / "b")]) == 0
+    assert "no --examples or --queries: only the registrations are run" in capsys.readouterr().err
