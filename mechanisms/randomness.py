@@ -81,6 +81,14 @@ class KeyedRandomness:
     def __deepcopy__(self, memo) -> "KeyedRandomness":
         return self              # immutable but for a cache of derived keys: shared
 
+    @staticmethod
+    def configured(environ: dict | None = None) -> bool:
+        """Whether a key is configured at all (usable or not): the only case in which a
+        command may do without one (the demo's public key, a keyless audit report). A
+        configured key that cannot be used is refused, never replaced."""
+        env = os.environ if environ is None else environ
+        return bool(env.get(KEY_ENV) or env.get(KEY_FILE_ENV))
+
     @classmethod
     def from_env(cls, environ: dict | None = None) -> "KeyedRandomness":
         """Key from ``$DPSTREAM_SECRET_KEY`` (hex) or the file named by

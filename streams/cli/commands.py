@@ -537,21 +537,22 @@ def cmd_audit_report(args) -> int:
         log, outputs = read_export(Path(args.dir))
     except NothingToAudit as err:
         raise Failed(f"{err}: no report written", 2) from None
+    summary, mistakes = None, ({} if args.internal else None)
+    rng = None
+    if not args.no_key and not KeyedRandomness.configured():
+        if args.internal:
+            raise Failed("--internal needs the key ($DPSTREAM_SECRET_KEY or $DPSTREAM_SECRET_KEY_FILE)", 2)
+        print("dpstream audit-report: no key configured: writing the keyless report "
+              "(releases marked not verified)", file=sys.stderr)
+    elif not args.no_key:
+        try:
+            rng = KeyedRandomness.from_env()
+        except MissingKeyError as err:        # configured but unusable: refused, as everywhere
+            raise Failed(f"{err}; no report written", 2) from None
     out = out_dir(args.out, private=args.internal)
     log, outputs, invalid = screen(log, outputs)      # forged records: said, not plotted
     for found in invalid:
         print(f"dpstream audit-report: {found.line()}", file=sys.stderr)
-    summary, mistakes = None, ({} if args.internal else None)
-    rng = None
-    if not args.no_key:
-        try:
-            rng = KeyedRandomness.from_env()
-        except MissingKeyError:
-            if args.internal:
-                raise Failed("--internal needs the key ($DPSTREAM_SECRET_KEY or "
-                             "$DPSTREAM_SECRET_KEY_FILE)", 2) from None
-            print("dpstream audit-report: no key configured: writing the keyless report "
-                  "(releases marked not verified)", file=sys.stderr)
     verified = None
     with out:                                 # a directory made here and left empty is removed on failure
         if rng is not None:

@@ -49,8 +49,7 @@ def demo_key() -> tuple[KeyedRandomness, bool]:
     configured but unusable (not hex, too short, a missing or open key file) raises
     MissingKeyError as for every other command: falling back would run on a public key
     while the user believes theirs is in use."""
-    import os
-    if not (os.environ.get("DPSTREAM_SECRET_KEY") or os.environ.get("DPSTREAM_SECRET_KEY_FILE")):
+    if not KeyedRandomness.configured():
         return KeyedRandomness(DEMO_KEY), False
     return KeyedRandomness.from_env(), True
 

@@ -115,6 +115,10 @@ def test_run_then_replay_verifies_and_a_tampered_export_fails(tmp_path, monkeypa
     assert main(["audit-report", "--dir", str(tmp_path), "--out", str(tmp_path / "r2")]) == 2
     lines = capsys.readouterr().err.strip().splitlines()
     assert "wrong key, nothing compared; no report written" in lines[-1] and not (tmp_path / "r2").exists()
+    # a configured key that cannot be used is refused, not replaced by a keyless report
+    monkeypatch.setenv("DPSTREAM_SECRET_KEY", "hunter2")
+    assert main(["audit-report", "--dir", str(tmp_path), "--out", str(tmp_path / "r3")]) == 2
+    assert "passphrases are refused" in capsys.readouterr().err and not (tmp_path / "r3").exists()
 
 
 @pytest.mark.parametrize("make", ["missing", "empty", "no-log"])
