@@ -253,14 +253,20 @@ def cmd_run(args) -> int:
     out = out_dir(args.out)                   # refused before the run, not after it
     with out:                                 # a directory made here and left empty is removed on failure
         state = _state_file(args.state) if args.state else None
-        rt = EmbeddedRuntime(rng, state)
-        if state is not None:
-            _say_skipped(state, items)
-        progress = Progress("dpstream run", len(items), quiet=args.quiet)
-        asyncio.run(rt.feed_all(items, progress.advance))
-        progress.done()
-        if state is not None:
-            state.commit()
+        try:
+            rt = EmbeddedRuntime(rng, state)
+            if state is not None:
+                _same_inputs(state, items)
+                _say_skipped(state, items)
+            progress = Progress("dpstream run", len(items), quiet=args.quiet)
+            asyncio.run(rt.feed_all(items, progress.advance))
+            progress.done()
+            if state is not None:
+                _remember_inputs(state, items)
+                state.commit()
+        finally:
+            if state is not None:
+                state.close()
         with refused_out():
             write_export(out, rt.log, rt.outputs)
     print(f"dpstream run: {len(items)} inputs -> "
@@ -286,6 +292,42 @@ def _state_file(path: str):
         return SqliteState(path)
     except StateFileError as err:
         raise Failed(f"--state {err}", 2) from None
+
+
+def _input_digest(items, topic: str, n: int) -> str:
+    """SHA-256 over the first ``n`` records of one input, each length-prefixed. Kept in the
+    state file, which is private (0600) and holds exact state anyway."""
+    import hashlib
+    h = hashlib.sha256()
+    for _, raw in [it for it in items if it[0] == topic][:n]:
+        raw = raw if isinstance(raw, bytes) else json.dumps(raw).encode()
+        h.update(len(raw).to_bytes(8, "big") + raw)
+    return h.hexdigest()
+
+
+def _same_inputs(state, items) -> None:
+    """Failed (exit 2) when an input differs from what an earlier run with this state read:
+    a --state run reads each input as a topic that only grows, and skips what it read.
+    Before, another file (or an edited model file) was skipped by position without a word:
+    "0 predictions", exit 0, and a changed budget was ignored."""
+    counts = Counter(topic for topic, _ in items)
+    for topic in (topics.MODELS, topics.EXAMPLES, topics.QUERIES):
+        read = state.get(f"embedded/read/{topic}")
+        if not read:
+            continue
+        n = read["n"]
+        if counts[topic] < n or _input_digest(items, topic, n) != read["sha256"]:
+            raise Failed(f"--state: these {topic} are not the ones an earlier run with this state read "
+                         f"(its first {n:,}): a --state run reads each input as a topic that only grows; "
+                         "append new records to the same file, or give a new --state", 2)
+
+
+def _remember_inputs(state, items) -> None:
+    """What this run read, per input (``_same_inputs`` checks the next run against it)."""
+    counts = Counter(topic for topic, _ in items)
+    for topic in (topics.MODELS, topics.EXAMPLES, topics.QUERIES):
+        if counts[topic] or state.get(f"embedded/read/{topic}"):
+            state[f"embedded/read/{topic}"] = {"n": counts[topic], "sha256": _input_digest(items, topic, counts[topic])}
 
 
 def _say_skipped(state, items) -> None:

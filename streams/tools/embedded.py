@@ -7,6 +7,7 @@ role of the Kafka log's.
 """
 from __future__ import annotations
 
+import fcntl
 import json
 import sqlite3
 from collections import defaultdict
@@ -52,9 +53,21 @@ class SqliteState(MutableMapping):
                                  "holds exact private state; chmod 600 it")
         try:
             self.db = sqlite3.connect(path)
+            tables = {r[0] for r in self.db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+            if tables - {"state"}:            # another program's database: not written into
+                raise StateFileError(f"{path} is not a dpstream state file (it holds other tables)")
             self.db.execute("CREATE TABLE IF NOT EXISTS state (k TEXT PRIMARY KEY, v TEXT NOT NULL)")
         except sqlite3.DatabaseError as err:
             raise StateFileError(f"{path} is not a dpstream state file ({err})") from None
+        # one run at a time: a second run on the same state read the first one's offsets
+        # half-way and wrote an empty export, exit 0 (the lock goes with the process)
+        self._lock = open(path, "rb")
+        try:
+            fcntl.flock(self._lock.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            self._lock.close()
+            self.db.close()
+            raise StateFileError(f"{path} is in use by another run") from None
 
     def __getitem__(self, key):
         row = self.db.execute("SELECT v FROM state WHERE k = ?", (key,)).fetchone()
@@ -76,6 +89,11 @@ class SqliteState(MutableMapping):
 
     def commit(self) -> None:
         self.db.commit()
+
+    def close(self) -> None:
+        """Close the database and release the run's lock."""
+        self.db.close()
+        self._lock.close()
 
 
 class EmbeddedRuntime:

@@ -75,6 +75,7 @@ def test_a_restart_from_persisted_state_gives_the_uninterrupted_outputs(tmp_path
     state = SqliteState(tmp_path / "s.db")
     first = run(evs[:537], state)
     state.commit()
+    state.close()                          # the first process ends (and releases the state)
     rt = EmbeddedRuntime(RNG, SqliteState(tmp_path / "s.db"))
     rt.offsets.update(first.offsets)
     asyncio.run(rt.feed_all(evs[537:]))

@@ -103,6 +103,7 @@ async def test_same_events_and_key_give_identical_outputs_and_restart_from_sqlit
     first = EmbeddedRuntime(RNG, SqliteState(db))
     await first.feed_all(events[:150])
     first.state.commit()
+    first.state.close()                                   # the first process ends
     second = EmbeddedRuntime(RNG, SqliteState(db))        # a new process on the same state
     second.offsets.update(first.offsets)
     await second.feed_all(events[150:])

@@ -585,8 +585,9 @@ def test_a_symbolic_link_in_an_export_is_refused_not_followed(tmp_path, monkeypa
 def test_a_state_file_is_private_and_a_rerun_says_what_it_skips(tmp_path, monkeypatch, capsys):
     """``run --state``: the file holds exact private state (true counts, online mistakes);
     it was created 0644 under a usual umask. A second run with another file on the same
-    state read nothing and said "0 rejected"; a directory, /dev/null or a text file as the
-    state ended in a sqlite3 traceback."""
+    state read nothing and said "0 rejected"; two runs at once on one state wrote an empty
+    export; a directory, /dev/null or a text file as the state ended in a sqlite3
+    traceback, another program's database was written into."""
     import os
     import stat
     monkeypatch.setenv("DPSTREAM_SECRET_KEY", KEY)
@@ -602,11 +603,34 @@ def test_a_state_file_is_private_and_a_rerun_says_what_it_skips(tmp_path, monkey
         os.umask(old)
     assert stat.S_IMODE(db.stat().st_mode) == 0o600
     capsys.readouterr()
-    assert main(["run", "--models", model, "--examples", str(other), "--out", str(tmp_path / "b"),
-                 "--state", str(db), "--quiet"]) == 0
-    err = capsys.readouterr().err
-    assert "--state: the first 100 of 100 examples were read by an earlier run with this state and are " \
-           "skipped" in err and "the first 1 of 1 models" in err
+    # another file, or an edited model file, is not what the state read: refused (it was
+    # skipped by position, "0 predictions", exit 0, and a changed budget ignored)
+    changed = tmp_path / "changed.json"
+    changed.write_text((FRAUD / "card-fraud.model.json").read_text().replace('"epsilon": 2.0', '"epsilon": 1.5'))
+    for models, examples, what in ((model, other, "these examples"), (str(changed), first, "these models")):
+        assert main(["run", "--models", models, "--examples", str(examples), "--out", str(tmp_path / "x"),
+                     "--state", str(db), "--quiet"]) == 2
+        assert f"--state: {what} are not the ones an earlier run with this state read" in capsys.readouterr().err
+    grown = write_jsonl(tmp_path / "grown.jsonl", fraud_lines(300) + fraud_lines(500)[400:])
+    assert main(["run", "--models", model, "--examples", str(grown), "--out", str(tmp_path / "g"),
+                 "--state", str(db), "--quiet"]) == 0          # appended records are read
+    assert "the first 300 of 400 examples were read" in capsys.readouterr().err
+    assert len((tmp_path / "g" / "predictions.jsonl").read_text().splitlines()) == 100
+    # one run at a time; another program's database is not written into
+    from dpstream.streams.tools.embedded import SqliteState
+    held = SqliteState(db)
+    assert main(["run", "--models", model, "--examples", str(grown), "--out", str(tmp_path / "h"),
+                 "--state", str(db), "--quiet"]) == 2
+    assert "is in use by another run" in capsys.readouterr().err
+    held.close()
+    import sqlite3
+    foreign = tmp_path / "foreign.db"
+    with sqlite3.connect(foreign) as other:
+        other.execute("CREATE TABLE t (a)")
+    foreign.chmod(0o600)
+    assert main(["run", "--models", model, "--examples", str(first), "--out", str(tmp_path / "f"),
+                 "--state", str(foreign), "--quiet"]) == 2
+    assert "is not a dpstream state file (it holds other tables)" in capsys.readouterr().err
     (tmp_path / "dir").mkdir()
     text = write_jsonl(tmp_path / "text.jsonl", fraud_lines(2))
     text.chmod(0o600)
