@@ -210,7 +210,8 @@ def _input_rows(args, path: str, topic: str, configs: dict, report, *, labels: b
     from dpstream.streams.tools.userfiles import (FileError, LabelError, TableSpec, file_format, map_labels,
                                                   read_rows)
     model_id = args.model_id or (next(iter(configs)) if len(configs) == 1 and args.cmd == "run" else None)
-    spec = TableSpec(topic, model_id, args.label_column, args.id_column)
+    spec = TableSpec(topic, model_id, args.label_column, args.id_column,
+                     "--model-id" if args.model_id else "the one model of --models")
     name = "standard input" if path == "-" else path
     try:
         rows, left_out = read_rows(path, file_format(path, args.format), spec, configs)
@@ -238,8 +239,6 @@ def cmd_run(args) -> int:
     from dpstream.streams.tools.owner_report import OwnerReport
     if [args.models, args.examples, args.queries].count("-") > 1:      # the second would read nothing
         raise Failed("standard input (-) can be one of --models, --examples, --queries, not two", 2)
-    if not (args.examples or args.queries):
-        print("dpstream run: no --examples or --queries: only the registrations are run", file=sys.stderr)
     models = _read_models(args.models)
     configs = _models_in(models)
     report = OwnerReport(configs)
@@ -271,6 +270,8 @@ def cmd_run(args) -> int:
             write_export(out, rt.log, rt.outputs)
     print(f"dpstream run: {len(items)} inputs -> "
           + ", ".join(f"{len(rt.outputs[t])} {t}" for t in topics.OUTPUTS) + f" in {out.path}")
+    if not (args.examples or args.queries):
+        print("dpstream run: no --examples or --queries: only the registrations were run", file=sys.stderr)
     for line in report.lines("run"):
         print(line, file=sys.stderr)
     refused = [r for r in rt.outputs[topics.REJECTED] if r["source"].startswith(topics.MODELS + ":")]
@@ -883,6 +884,10 @@ def _produce_file(args) -> int:
     local = args.topic == topics.MODELS or file_format(args.file, args.format) == "jsonl"
     if local:                 # what needs no broker first: a file's mistakes before the broker's
         rows, total = _checked_rows(args, {}, report)
+    elif args.file != "-":    # a table: read once without the declarations, so that a missing
+        # file, its encoding, quoting or labels are said before an unreachable broker is
+        # (standard input can be read once only: it is read after connecting)
+        _input_rows(args, args.file, args.topic, {}, OwnerReport({}))
     kafka = _kafka(args)
     in_force, unchecked = (({}, "--no-check reads no registration") if args.no_check
                            else _in_force(kafka, args, "sent"))

@@ -131,19 +131,22 @@ def read_table(path: str, fmt: str) -> list[dict]:
         reader = csv.reader(io.StringIO(text), strict=True)   # an unterminated quote is an error,
         # not a cell that swallows the rest of the file
         rows = []
+        start = 1                       # the line the row being read starts on
         try:
             header = next(reader, [])
             _distinct_columns(path, header)
+            start = reader.line_num + 1
             for cells in reader:
+                start, row_start = reader.line_num + 1, start
                 if not cells:           # a blank line, as csv.DictReader skips it
                     continue
                 if len(cells) != len(header):
-                    raise FileError(f"{path} line {reader.line_num} has {len(cells)} cells and the "
+                    raise FileError(f"{path} line {row_start} has {len(cells)} cells and the "
                                     f"header {len(header)}: quote a cell that holds a comma, and give "
                                     "every column a cell (an empty one is a missing value)")
                 rows.append(dict(zip(header, cells)))
-        except csv.Error as err:
-            raise FileError(f"{path} line {reader.line_num}: not CSV ({err})") from None
+        except csv.Error as err:        # e.g. a quote left open: said where its row starts
+            raise FileError(f"{path} line {start}: not CSV ({err})") from None
         return rows
     try:
         import pyarrow.parquet as pq
@@ -244,6 +247,7 @@ class TableSpec:
     model_id: str | None = None
     label_column: str = LABEL_COLUMN
     id_column: str = "query_id"
+    model_from: str = "--model-id"          # where model_id comes from, for messages
 
 
 def _id_not_a_feature(path: str, spec: TableSpec, table: list[dict], configs: dict) -> None:
@@ -285,7 +289,8 @@ def table_rows(path: str, fmt: str, spec: TableSpec, configs: dict) -> tuple[lis
     for n, row in enumerate(table, 2 if fmt == "csv" else 1):
         if spec.model_id is not None and row.get("model_id") not in (None, "", spec.model_id):
             raise FileError(f"{path} row {n}: its model_id column names another model than "
-                            f"--model-id {spec.model_id[:64]!r}: drop the column or the flag")
+                            f"{spec.model_id[:64]!r} ({spec.model_from}): drop the column, or name "
+                            "the model with --model-id")
         model_id = spec.model_id or row.get("model_id")
         config = configs.get(model_id) if isinstance(model_id, str) else None
         record: dict = {"model_id": model_id}

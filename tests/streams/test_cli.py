@@ -748,7 +748,7 @@ def test_a_query_id_column_is_checked_before_its_values_are_published(tmp_path, 
     other.write_text("model_id,s1,s2,age\ncredit,0.1,0.2,30\nsomeone-else,0.1,0.2,30\n")
     for extra, says in ((["--queries", queries, "--id-column", "age"], "--id-column 'age' is a feature model credit declares"),
                         (["--queries", queries, "--id-column", "nope"], "has no id column 'nope'"),
-                        (["--queries", str(other)], "row 3: its model_id column names another model than --model-id 'credit'")):
+                        (["--queries", str(other)], "row 3: its model_id column names another model than 'credit' (--model-id)")):
         assert main(["run", "--models", str(model), "--model-id", "credit", *extra, "--out", str(tmp_path / "o")]) == 2
         lines = capsys.readouterr().err.strip().splitlines()
         assert len(lines) == 1 and says in lines[0] and "nothing run" in lines[0], lines
@@ -775,7 +775,7 @@ def test_a_sample_in_another_encoding_is_read_or_refused_never_mangled(tmp_path,
     (tmp_path / "quote.csv").write_text('name,v\n"café,1\nthé,2\n')
     for name, says in (("latin1.csv", "latin1.csv line 2: not UTF-8 (Latin-1 or Windows-1252, perhaps): "
                                       "save the file as UTF-8"),
-                       ("quote.csv", "quote.csv line 3: not CSV (unexpected end of data)")):
+                       ("quote.csv", "quote.csv line 2: not CSV (unexpected end of data)")):
         assert main(["features", "--sample", str(tmp_path / name)]) == 2
         captured = capsys.readouterr()
         assert not captured.out and says in captured.err.strip(), captured.err
@@ -820,4 +820,4 @@ def test_run_reads_standard_input_for_one_input_only_and_says_when_there_are_non
     assert main(["run", "--models", model, "--examples", "-", "--queries", "-", "--out", str(tmp_path / "a")]) == 2
     assert "standard input (-) can be one of --models, --examples, --queries, not two" in capsys.readouterr().err
     assert main(["run", "--models", model, "--out", str(tmp_path / "b")]) == 0
-    assert "no --examples or --queries: only the registrations are run" in capsys.readouterr().err
+    assert "no --examples or --queries: only the registrations were run" in capsys.readouterr().err
