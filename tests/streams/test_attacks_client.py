@@ -455,7 +455,9 @@ def test_a_forged_record_in_an_export_is_a_discrepancy_not_a_traceback(tmp_path,
     assert "Traceback" not in out.err
     assert main(["replay", "--dir", str(export), "--no-key"]) == 1
     assert "1 ledger record that is not valid" in capsys.readouterr().out
-    assert main(["audit-report", "--dir", str(export), "--out", str(tmp_path / "report")]) == 0
+    # the report is written, and its exit code says the export does not verify
+    assert main(["audit-report", "--dir", str(export), "--out", str(tmp_path / "report")]) == 1
+    assert (tmp_path / "report" / "report.html").exists()
     err = capsys.readouterr().err
     assert "1 ledger record that is not valid" in err and "Traceback" not in err
 
