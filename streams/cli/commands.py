@@ -1553,6 +1553,8 @@ def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     if args.cmd != "worker":       # the client library's own error lines: the command says it once
         logging.getLogger("aiokafka").setLevel(logging.CRITICAL)
+        from dpstream.streams.worker.kafka import quiet_tls_shutdown
+        quiet_tls_shutdown()
     try:
         return args.fn(args)
     except Failed as err:
