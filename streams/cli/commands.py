@@ -255,13 +255,13 @@ def cmd_run(args) -> int:
         try:
             rt = EmbeddedRuntime(rng, state)
             if state is not None:
-                _same_inputs(state, items)
+                _same_inputs(state, items, rng)
                 _say_skipped(state, items)
             progress = Progress("dpstream run", len(items), quiet=args.quiet)
             asyncio.run(rt.feed_all(items, progress.advance))
             progress.done()
             if state is not None:
-                _remember_inputs(state, items)
+                _remember_inputs(state, items, rng)
                 state.commit()
         finally:
             if state is not None:
@@ -295,18 +295,20 @@ def _state_file(path: str):
         raise Failed(f"--state {err}", 2) from None
 
 
-def _input_digest(items, topic: str, n: int) -> str:
-    """SHA-256 over the first ``n`` records of one input, each length-prefixed. Kept in the
-    state file, which is private (0600) and holds exact state anyway."""
+def _input_digest(rng, items, topic: str, n: int) -> str:
+    """HMAC-SHA256 over the first ``n`` records of one input, each length-prefixed, under a
+    key derived from the secret key: a plain hash of a few records could be inverted by
+    guessing them, so only a keyed MAC is written, even to the private state file."""
     import hashlib
-    h = hashlib.sha256()
+    import hmac
+    h = hmac.new(rng.stream_key("embedded-state", "input-digest", 0), digestmod=hashlib.sha256)
     for _, raw in [it for it in items if it[0] == topic][:n]:
         raw = raw if isinstance(raw, bytes) else json.dumps(raw).encode()
         h.update(len(raw).to_bytes(8, "big") + raw)
     return h.hexdigest()
 
 
-def _same_inputs(state, items) -> None:
+def _same_inputs(state, items, rng) -> None:
     """Failed (exit 2) when an input differs from what an earlier run with this state read:
     a --state run reads each input as a topic that only grows, and skips what it read.
     Before, another file (or an edited model file) was skipped by position without a word:
@@ -317,18 +319,18 @@ def _same_inputs(state, items) -> None:
         if not read:
             continue
         n = read["n"]
-        if counts[topic] < n or _input_digest(items, topic, n) != read["sha256"]:
+        if counts[topic] < n or _input_digest(rng, items, topic, n) != read["mac"]:
             raise Failed(f"--state: these {topic} are not the ones an earlier run with this state read "
                          f"(its first {n:,}): a --state run reads each input as a topic that only grows; "
                          "append new records to the same file, or give a new --state", 2)
 
 
-def _remember_inputs(state, items) -> None:
+def _remember_inputs(state, items, rng) -> None:
     """What this run read, per input (``_same_inputs`` checks the next run against it)."""
     counts = Counter(topic for topic, _ in items)
     for topic in (topics.MODELS, topics.EXAMPLES, topics.QUERIES):
         if counts[topic] or state.get(f"embedded/read/{topic}"):
-            state[f"embedded/read/{topic}"] = {"n": counts[topic], "sha256": _input_digest(items, topic, counts[topic])}
+            state[f"embedded/read/{topic}"] = {"n": counts[topic], "mac": _input_digest(rng, items, topic, counts[topic])}
 
 
 def _say_skipped(state, items) -> None:

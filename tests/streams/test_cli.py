@@ -602,6 +602,14 @@ def test_a_state_file_is_private_and_a_rerun_says_what_it_skips(tmp_path, monkey
     finally:
         os.umask(old)
     assert stat.S_IMODE(db.stat().st_mode) == 0o600
+    import hashlib
+    import sqlite3
+    with sqlite3.connect(db) as conn:                 # what was read is kept as a keyed MAC, not a plain hash
+        kept = json.loads(conn.execute("SELECT v FROM state WHERE k = 'embedded/read/examples'").fetchone()[0])
+    plain = hashlib.sha256()
+    for line in first.read_bytes().splitlines():
+        plain.update(len(line).to_bytes(8, "big") + line)
+    assert set(kept) == {"n", "mac"} and kept["n"] == 300 and kept["mac"] != plain.hexdigest()
     capsys.readouterr()
     # another file, or an edited model file, is not what the state read: refused (it was
     # skipped by position, "0 predictions", exit 0, and a changed budget ignored)
