@@ -206,7 +206,10 @@ def summarise(rt: EmbeddedRuntime, truth: dict, labelled: dict) -> list[dict]:
             "online mistakes": handler.internal_mistakes(),
             "releases / hard queries": sum(p["updated"] or p["status"] == "hard_query" for p, _ in preds),
             **baselines(cfg, labelled[mid], [t for _, t in queries]),
-            "status": preds[-1][0]["status"],
+            # the model's answer state, from its queries (the last event may be an example,
+            # whose status, "learning", says nothing about what a querier gets)
+            "last query's status": queries[-1][0]["status"] if queries else "-",
+            "queries refused (budget exhausted)": sum(p["status"] == "budget_exhausted" for p, _ in queries),
         })
     return rows
 

@@ -31,7 +31,8 @@ root, ``export`` overwrote a file outside the directory). The rules now:
   ``replay --dir`` looks for) removed first and renamed last: a run interrupted at any
   point leaves the previous export, or a directory without the marker ("not an export
   directory"), never a truncated export that reads as complete. A directory the command
-  created is removed again when the command fails before writing anything.
+  created, with the missing parents it created for it, is removed again when the command
+  fails before writing anything (each only while it is still empty).
 """
 from __future__ import annotations
 
@@ -62,22 +63,23 @@ class OutDir:
             raise UnsafeOut("an empty path", "give the directory to write into")
         self.path, self.private = Path(path), private
         self.fd: int | None = None
-        self.created = False
+        self.made: list[Path] = []          # directories this command created, outermost first
+
+    @property
+    def created(self) -> bool:
+        return bool(self.made)
 
     def __enter__(self) -> "OutDir":
         if self.fd is None:                 # entered once: the directory checked once
-            self.fd, self.created = _open_dir(self.path, self.private, with_created=True)
+            self.fd, self.made = _open_dir(self.path, self.private, with_created=True)
         return self
 
     def __exit__(self, exc_type, *exc) -> None:
         if self.fd is not None:
             os.close(self.fd)
             self.fd = None
-        if exc_type is not None and self.created:
-            try:                            # made for this command, which failed: not left behind
-                os.rmdir(self.path)         # (only if still empty)
-            except OSError:
-                pass
+        if exc_type is not None:            # made for this command, which failed: not left behind
+            _remove_made(self.made)
 
     @contextmanager
     def files(self, names):
@@ -155,7 +157,43 @@ class OutDir:
 
 def _open_dir(path: Path, private: bool, *, with_created: bool = False):
     """The directory's descriptor, created if missing, after the checks of the module
-    docstring (and whether it was created, ``with_created``)."""
+    docstring (and, ``with_created``, the directories created for it, outermost first: its
+    missing parents, then itself). A refusal removes what it created."""
+    made: list[Path] = []
+    try:
+        fd, made = _open_dir_made(path, private, made)
+    except UnsafeOut:
+        _remove_made(made)
+        raise
+    return (fd, made) if with_created else fd
+
+
+def _remove_made(made: list[Path]) -> None:
+    """Remove the directories a refused or failed command created, innermost first, each
+    only while empty (``rmdir``)."""
+    for d in reversed(made):
+        try:
+            os.rmdir(d)
+        except OSError:
+            return                          # not empty (or gone): its parents are not empty either
+
+
+def _make_parents(path: Path, made: list[Path]) -> None:
+    """Create ``path``'s missing ancestors one by one, appending each to ``made``."""
+    missing = []
+    for parent in path.absolute().parents:
+        if os.path.lexists(parent):
+            break
+        missing.append(parent)
+    for d in reversed(missing):
+        try:
+            os.mkdir(d)
+        except FileExistsError:
+            continue
+        made.append(d)
+
+
+def _open_dir_made(path: Path, private: bool, made: list[Path]):
     uid = os.geteuid()
     try:
         link = os.lstat(path)
@@ -166,12 +204,12 @@ def _open_dir(path: Path, private: bool, *, with_created: bool = False):
     created = link is None
     if created:
         try:
-            if path.parent != path:
-                path.parent.mkdir(parents=True, exist_ok=True)
+            _make_parents(path, made)
             _check_parent(path)
             os.mkdir(path, 0o700 if private else 0o777)
+            made.append(path.absolute())
         except FileExistsError:             # appeared meanwhile: judged as any existing one
-            return _open_dir(path, private, with_created=with_created)
+            return _open_dir_made(path, private, made)
         except OSError as err:
             raise UnsafeOut(f"cannot create {path} ({err.strerror})",
                             "choose a directory you may create") from None
@@ -202,7 +240,7 @@ def _open_dir(path: Path, private: bool, *, with_created: bool = False):
         wanted = 0o700 if private else stat.S_IMODE(st.st_mode) & ~OTHERS_WRITE
         if stat.S_IMODE(st.st_mode) != wanted:
             os.fchmod(fd, wanted)
-    return (fd, created) if with_created else fd
+    return fd, made
 
 
 def _check_parent(path: Path) -> None:

@@ -19,7 +19,10 @@ true/false/yes/no (or 0/1 beside them), else text.
 
 Labels (docs/python-api.md, "Labels, answers, clones"): dpstream's records carry
 -1/+1; a file may use -1/+1, 0/1 or true/false (one convention per file), read as -1/+1
-with 0 and false as -1, and the command says so. Anything else (a 2, a "yes", a file
+with 0 and false as -1, and the command says so. A CSV or Parquet label cell of text
+reads ``true``/``t``/``yes`` as true and ``false``/``f``/``no`` as false, in any case
+(``label_cell``; the words a boolean feature's cell takes too); in JSONL the label is a
+JSON value, so ``true``/``false`` only. Anything else (a 2, a "yes", a file
 that mixes 0 and -1, whose meaning is ambiguous) is refused before anything is sent or
 run, naming the line.
 """

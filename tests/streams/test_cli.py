@@ -45,6 +45,8 @@ def test_demo_runs_end_to_end_on_a_small_stream(capsys):
     assert "card-fraud" in out and "credit-risk" in out and "risk-score" in out and "eps charged" in out
     assert "non-private" in out and "majority" in out and "per example" in out
     assert "rejected inputs: 0" in out
+    # the model's state from its queries: an example's "learning" was shown as card-fraud's status
+    assert "last query's status" in out and "learning" not in out and "queries refused" in out
 
 
 def test_the_demo_summary_is_private_and_its_inputs_are_checked_before_the_run(tmp_path, monkeypatch, capsys):
@@ -829,3 +831,14 @@ def test_run_reads_standard_input_for_one_input_only_and_says_when_there_are_non
     assert "standard input (-) can be one of --models, --examples, --queries, not two" in capsys.readouterr().err
     assert main(["run", "--models", model, "--out", str(tmp_path / "b")]) == 0
     assert "no --examples or --queries: only the registrations were run" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("text, value", [("true", True), ("T", True), ("Yes", True), ("false", False),
+                                         ("f", False), ("NO", False), ("1", 1), ("0", 0), ("-1", -1),
+                                         ("maybe", "maybe"), ("", None)])
+def test_a_csv_label_cell_reads_the_words_the_docs_list(text, value):
+    """streams/tools/userfiles.py's docstring and the README list t/f and yes/no for a CSV
+    label cell; anything else stays text, which ``map_labels`` refuses naming its line."""
+    from dpstream.streams.tools.userfiles import label_cell
+    got = label_cell(text)
+    assert got == value and type(got) is type(value)
