@@ -252,24 +252,29 @@ def cmd_run(args) -> int:
     out = out_dir(args.out)                   # refused before the run, not after it
     with out:                                 # a directory made here and left empty is removed on failure
         state = _state_file(args.state) if args.state else None
+        log, outputs = [], {}                 # what earlier runs with this state wrote
         try:
             rt = EmbeddedRuntime(rng, state)
             if state is not None:
                 _same_inputs(state, items, rng)
                 _say_skipped(state, items)
+                log, outputs = state.kept_outputs()
             progress = Progress("dpstream run", len(items), quiet=args.quiet)
             asyncio.run(rt.feed_all(items, progress.advance))
             progress.done()
             if state is not None:
                 _remember_inputs(state, items, rng)
+                state.keep_outputs(rt.log, rt.outputs)
                 state.commit()
         finally:
             if state is not None:
                 state.close()
-        with refused_out():
-            write_export(out, rt.log, rt.outputs)
+        earlier = len(log) + sum(map(len, outputs.values()))
+        with refused_out():                   # the whole stream's export, earlier runs' records first
+            write_export(out, log + rt.log, {t: [*outputs.get(t, []), *rt.outputs[t]] for t in topics.OUTPUTS})
     print(f"dpstream run: {len(items)} inputs -> "
-          + ", ".join(f"{len(rt.outputs[t])} {t}" for t in topics.OUTPUTS) + f" in {out.path}")
+          + ", ".join(f"{len(rt.outputs[t])} {t}" for t in topics.OUTPUTS) + f" in {out.path}"
+          + (f" (with the {earlier:,} records of earlier runs with this state)" if earlier else ""))
     if not (args.examples or args.queries):
         print("dpstream run: no --examples or --queries: only the registrations were run", file=sys.stderr)
     for line in report.lines("run"):
@@ -1399,7 +1404,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--state", metavar="FILE",
                    help="SQLite file (0600: exact private state) that survives restarts: each input "
                         "is read as a topic, and a rerun skips the records an earlier run read "
-                        "(append new records to the same file)")
+                        "(append new records to the same file); it keeps every run's outputs, so "
+                        "--out holds the whole stream's export")
     p.add_argument("--quiet", action="store_true", help="no progress output")
     inputs(p, "files'")
     p.set_defaults(fn=cmd_run)

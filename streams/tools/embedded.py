@@ -3,7 +3,9 @@ or JSONL files, with state in a dict or an SQLite file. No Kafka needed.
 
 Input order is the order of ``records``; each record gets the offset it would have in
 a one-partition topic. The model-events log is kept in memory and its offsets play the
-role of the Kafka log's.
+role of the Kafka log's. With an SQLite state (``run --state``) the log and the output
+topics are kept in the file too, as a broker keeps its topics, so the export of a
+rerun holds every run's records and replays on its own (``SqliteState.kept_outputs``).
 """
 from __future__ import annotations
 
@@ -26,11 +28,16 @@ class StateFileError(ValueError):
 
 
 class SqliteState(MutableMapping):
-    """A persistent mapping of JSON values (embedded runs that survive restarts).
+    """A persistent mapping of JSON values (embedded runs that survive restarts), and the
+    records earlier runs wrote (``kept_outputs``, ``keep_outputs``).
 
-    The file holds exact internal state (true counts, noise buffers, online mistakes): as
-    private as the examples, so it is created 0600 whatever the umask, and an existing file
-    is used only if it is a regular file of this user's that no one else may read."""
+    The file holds exact internal state (true counts, noise buffers, online mistakes) and
+    the model-events log (validated examples): as private as the examples, so it is
+    created 0600 whatever the umask, and an existing file is used only if it is a regular
+    file of this user's that no one else may read. It grows with the stream, as a topic
+    does."""
+
+    TABLES = {"state", "outputs"}
 
     def __init__(self, path: str | Path):
         import os
@@ -54,9 +61,11 @@ class SqliteState(MutableMapping):
         try:
             self.db = sqlite3.connect(path)
             tables = {r[0] for r in self.db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
-            if tables - {"state"}:            # another program's database: not written into
+            if tables - self.TABLES:          # another program's database: not written into
                 raise StateFileError(f"{path} is not a dpstream state file (it holds other tables)")
             self.db.execute("CREATE TABLE IF NOT EXISTS state (k TEXT PRIMARY KEY, v TEXT NOT NULL)")
+            # the records runs wrote, in order: topic, JSON value (the rowid is the order)
+            self.db.execute("CREATE TABLE IF NOT EXISTS outputs (topic TEXT NOT NULL, v TEXT NOT NULL)")
         except sqlite3.DatabaseError as err:
             raise StateFileError(f"{path} is not a dpstream state file ({err})") from None
         # one run at a time: a second run on the same state read the first one's offsets
@@ -86,6 +95,19 @@ class SqliteState(MutableMapping):
 
     def __len__(self):
         return self.db.execute("SELECT COUNT(*) FROM state").fetchone()[0]
+
+    def kept_outputs(self) -> tuple[list[dict], dict[str, list]]:
+        """The model-events log and the output topics' records earlier runs kept, in order."""
+        log, outputs = [], defaultdict(list)
+        for topic, v in self.db.execute("SELECT topic, v FROM outputs ORDER BY rowid"):
+            (log if topic == MODEL_EVENTS else outputs[topic]).append(json.loads(v))
+        return log, outputs
+
+    def keep_outputs(self, log: list[dict], outputs: dict[str, list]) -> None:
+        """Append a run's log and output records (written with the state at ``commit``)."""
+        rows = [(MODEL_EVENTS, json.dumps(r)) for r in log]
+        rows += [(topic, json.dumps(v)) for topic, values in outputs.items() for v in values]
+        self.db.executemany("INSERT INTO outputs (topic, v) VALUES (?, ?)", rows)
 
     def commit(self) -> None:
         self.db.commit()

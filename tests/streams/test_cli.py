@@ -625,7 +625,16 @@ def test_a_state_file_is_private_and_a_rerun_says_what_it_skips(tmp_path, monkey
     assert main(["run", "--models", model, "--examples", str(grown), "--out", str(tmp_path / "g"),
                  "--state", str(db), "--quiet"]) == 0          # appended records are read
     assert "the first 300 of 400 examples were read" in capsys.readouterr().err
-    assert len((tmp_path / "g" / "predictions.jsonl").read_text().splitlines()) == 100
+    # the rerun's export is the whole stream's (it held only the 100 it added and did not
+    # replay on its own): the same files as one run over the grown file, and it verifies
+    assert main(["run", "--models", model, "--examples", str(grown), "--out", str(tmp_path / "once"),
+                 "--quiet"]) == 0
+    for name in ("model-events", "predictions", "answers", "ledger", "releases", "rejected"):
+        assert (tmp_path / "g" / f"{name}.jsonl").read_text() == (tmp_path / "once" / f"{name}.jsonl").read_text()
+    assert len((tmp_path / "g" / "predictions.jsonl").read_text().splitlines()) == 400
+    capsys.readouterr()
+    assert main(["replay", "--dir", str(tmp_path / "g")]) == 0
+    assert "OK" in capsys.readouterr().out
     # one run at a time; another program's database is not written into
     from dpstream.streams.tools.embedded import SqliteState
     held = SqliteState(db)
