@@ -251,13 +251,14 @@ def cmd_run(args) -> int:
     rng = _key()
     out = out_dir(args.out)                   # refused before the run, not after it
     with out:                                 # a directory made here and left empty is removed on failure
-        state = _state_file(args.state) if args.state else None
+        state = _state_file(args.state) if args.state is not None else None
         log, outputs = [], {}                 # what earlier runs with this state wrote
+        skipped = 0
         try:
             rt = EmbeddedRuntime(rng, state)
             if state is not None:
                 _same_inputs(state, items, rng)
-                _say_skipped(state, items)
+                skipped = _say_skipped(state, items)
                 log, outputs = state.kept_outputs()
             progress = Progress("dpstream run", len(items), quiet=args.quiet)
             asyncio.run(rt.feed_all(items, progress.advance))
@@ -272,7 +273,7 @@ def cmd_run(args) -> int:
         earlier = len(log) + sum(map(len, outputs.values()))
         with refused_out():                   # the whole stream's export, earlier runs' records first
             write_export(out, log + rt.log, {t: [*outputs.get(t, []), *rt.outputs[t]] for t in topics.OUTPUTS})
-    print(f"dpstream run: {len(items)} inputs -> "
+    print(f"dpstream run: {len(items) - skipped} inputs -> "
           + ", ".join(f"{len(rt.outputs[t])} {t}" for t in topics.OUTPUTS) + f" in {out.path}"
           + (f" (with the {earlier:,} records of earlier runs with this state)" if earlier else ""))
     if not (args.examples or args.queries):
@@ -338,19 +339,22 @@ def _remember_inputs(state, items, rng) -> None:
             state[f"embedded/read/{topic}"] = {"n": counts[topic], "mac": _input_digest(rng, items, topic, counts[topic])}
 
 
-def _say_skipped(state, items) -> None:
+def _say_skipped(state, items) -> int:
     """With ``--state`` each input is read as a topic that an earlier run may have read
     part of: the records at positions it already handled are skipped, as a restarted
     worker skips what it committed. Say so, per input, so a different file given to the
-    same state is not silently ignored."""
+    same state is not silently ignored; return how many are skipped."""
     from dpstream.agents.sequencer import last_handled
     counts = Counter(topic for topic, _ in items)
+    skipped = 0
     for topic in (topics.MODELS, topics.EXAMPLES, topics.QUERIES):
         done = min(last_handled(state, topic, 0) + 1, counts[topic])
+        skipped += done
         if done:
             print(f"dpstream run: --state: the first {done:,} of {counts[topic]:,} {topic} were read by an "
                   f"earlier run with this state and are skipped (a --state run reads each input as a "
                   f"topic: append new records to the same file)", file=sys.stderr)
+    return skipped
 
 
 @contextmanager
@@ -1405,7 +1409,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="SQLite file (0600: exact private state) that survives restarts: each input "
                         "is read as a topic, and a rerun skips the records an earlier run read "
                         "(append new records to the same file); it keeps every run's outputs, so "
-                        "--out holds the whole stream's export")
+                        "--out holds the export of every run's records, in the order read; keep it "
+                        "in a directory only you can write")
     p.add_argument("--quiet", action="store_true", help="no progress output")
     inputs(p, "files'")
     p.set_defaults(fn=cmd_run)

@@ -30,7 +30,6 @@ import math
 
 import numpy as np
 
-from dpstream.mechanisms.errors import MissingKeyError
 from dpstream.mechanisms.randomness import KeyedRandomness
 from dpstream.streams.tools.embedded import EmbeddedRuntime
 

@@ -34,15 +34,29 @@ class SqliteState(MutableMapping):
     The file holds exact internal state (true counts, noise buffers, online mistakes) and
     the model-events log (validated examples): as private as the examples, so it is
     created 0600 whatever the umask, and an existing file is used only if it is a regular
-    file of this user's that no one else may read. It grows with the stream, as a topic
-    does."""
+    file of this user's, with one link, that no one else may read. Its directory must be
+    one only the caller (or root) can write, every directory on the way to it judged as
+    ``--out``'s are: SQLite makes side files next to it by name (``NAME-journal``, which
+    holds pages of the state while a run writes), and another user who made that name
+    first could read them. It grows with the stream, as a topic does. A file whose kept
+    records do not match its state (made by an older dpstream, or edited) is refused:
+    its export would not replay."""
 
     TABLES = {"state", "outputs"}
 
     def __init__(self, path: str | Path):
         import os
         import stat
+
+        from dpstream.streams.tools.outdir import UnsafeOut, check_private_home
         path = str(path)
+        if not path.strip():
+            raise StateFileError("an empty path: give the state file")
+        try:
+            check_private_home(Path(path))
+        except UnsafeOut as err:
+            raise StateFileError(f"{path}: {err.problem}; keep the state in a directory only you can "
+                                 "write") from None
         try:
             fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
         except OSError as err:
@@ -58,6 +72,9 @@ class SqliteState(MutableMapping):
         if st.st_mode & 0o077:
             raise StateFileError(f"{path} may be read by others (mode {stat.S_IMODE(st.st_mode):o}): it "
                                  "holds exact private state; chmod 600 it")
+        if st.st_nlink != 1:
+            raise StateFileError(f"{path} has {st.st_nlink} hard links: another name reaches the same "
+                                 "private state; give a file of its own")
         try:
             self.db = sqlite3.connect(path)
             tables = {r[0] for r in self.db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
@@ -66,6 +83,7 @@ class SqliteState(MutableMapping):
             self.db.execute("CREATE TABLE IF NOT EXISTS state (k TEXT PRIMARY KEY, v TEXT NOT NULL)")
             # the records runs wrote, in order: topic, JSON value (the rowid is the order)
             self.db.execute("CREATE TABLE IF NOT EXISTS outputs (topic TEXT NOT NULL, v TEXT NOT NULL)")
+            self._kept = self._read_kept(path)
         except sqlite3.DatabaseError as err:
             raise StateFileError(f"{path} is not a dpstream state file ({err})") from None
         # one run at a time: a second run on the same state read the first one's offsets
@@ -96,12 +114,30 @@ class SqliteState(MutableMapping):
     def __len__(self):
         return self.db.execute("SELECT COUNT(*) FROM state").fetchone()[0]
 
+    def _read_kept(self, path: str) -> tuple[list[dict], dict[str, list]]:
+        """The kept records, checked against the state: as many model events as the state's
+        log offset says, the embedded bookkeeping well-formed (else StateFileError)."""
+        damaged = (f"{path} is damaged or was made by an older dpstream ({{}}): its export would "
+                   "not replay; give a new --state")
+        log, outputs = [], defaultdict(list)
+        try:
+            for topic, v in self.db.execute("SELECT topic, v FROM outputs ORDER BY rowid"):
+                (log if topic == MODEL_EVENTS else outputs[topic]).append(json.loads(v))
+            offset = self.get("embedded/log_offset", -1)
+            reads = [self[k] for k in self if k.startswith("embedded/read/")]
+        except ValueError:
+            raise StateFileError(damaged.format("a record that is not JSON")) from None
+        if type(offset) is not int or offset + 1 != len(log):
+            raise StateFileError(damaged.format(f"it keeps {len(log):,} model events, its state says "
+                                                f"{offset + 1 if type(offset) is int else '?'}"))
+        if not all(isinstance(r, dict) and type(r.get("n")) is int and r["n"] >= 0
+                   and isinstance(r.get("mac"), str) for r in reads):
+            raise StateFileError(damaged.format("what earlier runs read is not recorded as it should be"))
+        return log, outputs
+
     def kept_outputs(self) -> tuple[list[dict], dict[str, list]]:
         """The model-events log and the output topics' records earlier runs kept, in order."""
-        log, outputs = [], defaultdict(list)
-        for topic, v in self.db.execute("SELECT topic, v FROM outputs ORDER BY rowid"):
-            (log if topic == MODEL_EVENTS else outputs[topic]).append(json.loads(v))
-        return log, outputs
+        return self._kept
 
     def keep_outputs(self, log: list[dict], outputs: dict[str, list]) -> None:
         """Append a run's log and output records (written with the state at ``commit``)."""

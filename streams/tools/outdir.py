@@ -23,9 +23,12 @@ root, ``export`` overwrote a file outside the directory). The rules now:
   with one link, before it is truncated and written. A symbolic link, another user's
   file or a hard link to elsewhere at a target name is refused with one line; files are
   opened before any is written, so a refusal leaves what was there unchanged.
-* Its parent must belong to the caller or to root, and when others may write to it,
-  carry the sticky bit (as /tmp does): whoever may write a parent without it could move
-  the directory away once written and put their own in its place.
+* Its parent, and every existing directory on the way to it, must belong to the caller
+  or to root, and when others may write to it, carry the sticky bit (as /tmp does):
+  whoever may write such a directory without it could move the directory away once
+  written and put their own in its place. A symbolic link on the way must belong to the
+  caller or root (another user could repoint it between two steps). Missing parents are
+  created one by one, each judged before it is made, at most 0755 whatever the umask.
 * An export (``OutDir.staged``) is written to hidden ``.NAME.partial`` files and renamed
   into place once every file is written, its marker file (``model-events.jsonl``, what
   ``replay --dir`` looks for) removed first and renamed last: a run interrupted at any
@@ -63,15 +66,20 @@ class OutDir:
             raise UnsafeOut("an empty path", "give the directory to write into")
         self.path, self.private = Path(path), private
         self.fd: int | None = None
-        self.made: list[Path] = []          # directories this command created, outermost first
+        self._made: list[tuple[Path, int, int]] = []   # created here: (path, st_dev, st_ino), outermost first
+
+    @property
+    def made(self) -> list[Path]:
+        """The directories this command created, outermost first."""
+        return [d for d, _, _ in self._made]
 
     @property
     def created(self) -> bool:
-        return bool(self.made)
+        return bool(self._made)
 
     def __enter__(self) -> "OutDir":
         if self.fd is None:                 # entered once: the directory checked once
-            self.fd, self.made = _open_dir(self.path, self.private, with_created=True)
+            self.fd, self._made = _open_dir(self.path, self.private, with_created=True)
         return self
 
     def __exit__(self, exc_type, *exc) -> None:
@@ -79,7 +87,7 @@ class OutDir:
             os.close(self.fd)
             self.fd = None
         if exc_type is not None:            # made for this command, which failed: not left behind
-            _remove_made(self.made)
+            _remove_made(self._made)
 
     @contextmanager
     def files(self, names):
@@ -158,9 +166,11 @@ class OutDir:
 def _open_dir(path: Path, private: bool, *, with_created: bool = False):
     """The directory's descriptor, created if missing, after the checks of the module
     docstring (and, ``with_created``, the directories created for it, outermost first: its
-    missing parents, then itself). A refusal removes what it created."""
-    made: list[Path] = []
+    missing parents, then itself, as (path, st_dev, st_ino)). A refusal removes what it
+    created."""
+    made: list[tuple[Path, int, int]] = []
     try:
+        _check_ancestors(path)
         fd, made = _open_dir_made(path, private, made)
     except UnsafeOut:
         _remove_made(made)
@@ -168,29 +178,64 @@ def _open_dir(path: Path, private: bool, *, with_created: bool = False):
     return (fd, made) if with_created else fd
 
 
-def _remove_made(made: list[Path]) -> None:
+def _remove_made(made: list[tuple[Path, int, int]]) -> None:
     """Remove the directories a refused or failed command created, innermost first, each
-    only while empty (``rmdir``)."""
-    for d in reversed(made):
+    only while empty (``rmdir``) and only while its path still names the directory made
+    (device and inode): a path repointed since is left alone, with everything above it."""
+    for d, dev, ino in reversed(made):
         try:
+            st = os.lstat(d)
+            if (st.st_dev, st.st_ino) != (dev, ino) or not stat.S_ISDIR(st.st_mode):
+                return
             os.rmdir(d)
         except OSError:
             return                          # not empty (or gone): its parents are not empty either
 
 
-def _make_parents(path: Path, made: list[Path]) -> None:
-    """Create ``path``'s missing ancestors one by one, appending each to ``made``."""
+def _mkdir(d: Path, mode: int, made: list[tuple[Path, int, int]]) -> None:
+    """Make one directory and note it (FileExistsError if it appeared meanwhile)."""
+    os.mkdir(d, mode)
+    st = os.lstat(d)
+    made.append((d, st.st_dev, st.st_ino))
+
+
+def _make_parents(path: Path, made: list[tuple[Path, int, int]]) -> None:
+    """Create ``path``'s missing ancestors one by one (at most 0755), each after its own
+    parent passed ``_check_parent``, appending each to ``made``."""
     missing = []
     for parent in path.absolute().parents:
         if os.path.lexists(parent):
             break
         missing.append(parent)
     for d in reversed(missing):
+        _check_parent(d)
         try:
-            os.mkdir(d)
+            _mkdir(d, 0o755, made)
         except FileExistsError:
+            _check_parent(d / "x")          # appeared meanwhile: judged as any existing one
             continue
-        made.append(d)
+
+
+def _check_ancestors(path: Path) -> None:
+    """UnsafeOut unless every existing directory on the way to ``path`` (its ancestors, from
+    the root) belongs to the caller or root and, when others may write to it, has the
+    sticky bit; and every symbolic link on the way belongs to the caller or root (module
+    docstring). ``path`` itself is judged by the caller."""
+    uid = os.geteuid()
+    parts = path.absolute().parts
+    here = Path(parts[0])
+    for part in parts[1:-1]:
+        here = here / part
+        try:
+            link = os.lstat(here)
+        except FileNotFoundError:
+            return                          # the rest is made here, each step judged (_make_parents)
+        except OSError as err:
+            raise UnsafeOut(f"cannot reach {here} ({err.strerror})", "choose another directory") from None
+        if stat.S_ISLNK(link.st_mode) and link.st_uid not in (0, uid):
+            raise UnsafeOut(f"{path}: {here} is a symbolic link owned by uid {link.st_uid}", "its owner could "
+                            "repoint it between two steps of this command; choose a path without it")
+        _check_dir(here, path, what="on the way to it")
 
 
 def _open_dir_made(path: Path, private: bool, made: list[Path]):
@@ -206,8 +251,7 @@ def _open_dir_made(path: Path, private: bool, made: list[Path]):
         try:
             _make_parents(path, made)
             _check_parent(path)
-            os.mkdir(path, 0o700 if private else 0o777)
-            made.append(path.absolute())
+            _mkdir(path.absolute(), 0o700 if private else 0o777, made)
         except FileExistsError:             # appeared meanwhile: judged as any existing one
             return _open_dir_made(path, private, made)
         except OSError as err:
@@ -246,17 +290,23 @@ def _open_dir_made(path: Path, private: bool, made: list[Path]):
 def _check_parent(path: Path) -> None:
     """UnsafeOut unless ``path``'s parent belongs to the caller or root and, when others may
     write to it, has the sticky bit (module docstring)."""
-    parent = path.absolute().parent
+    _check_dir(path.absolute().parent, path, what="parent")
+
+
+def _check_dir(directory: Path, path: Path, *, what: str) -> None:
+    """UnsafeOut unless ``directory`` (``path``'s parent, or a directory on the way to it)
+    belongs to the caller or root and, when others may write to it, has the sticky bit."""
     try:
-        st = os.stat(parent)
+        st = os.stat(directory)
     except OSError as err:
-        raise UnsafeOut(f"cannot reach {parent} ({err.strerror})", "choose another directory") from None
+        raise UnsafeOut(f"cannot reach {directory} ({err.strerror})", "choose another directory") from None
+    where = f"{path}'s parent {directory}" if what == "parent" else f"{directory}, {what} {path},"
     if st.st_uid not in (0, os.geteuid()):
-        raise UnsafeOut(f"{path}'s parent {parent} belongs to uid {st.st_uid}", "its owner could move "
+        raise UnsafeOut(f"{where} belongs to uid {st.st_uid}", "its owner could move "
                         "the directory away and put theirs in its place; choose a directory under "
                         "one of yours")
     if st.st_mode & OTHERS_WRITE and not st.st_mode & stat.S_ISVTX:
-        raise UnsafeOut(f"{path}'s parent {parent} is writable by other users without the sticky "
+        raise UnsafeOut(f"{where} is writable by other users without the sticky "
                         f"bit (mode {stat.S_IMODE(st.st_mode):04o})", "they could move the directory "
                         "away and put theirs in its place; choose a directory under one of yours")
 
@@ -330,6 +380,27 @@ def _open_file(dir_fd: int, path: Path, name: str, mode: int) -> tuple[int, bool
         raise UnsafeOut(problem, "nothing written; remove it or choose a new --out directory")
     os.set_blocking(fd, True)
     return fd, created
+
+
+def check_private_home(path: Path) -> None:
+    """UnsafeOut unless ``path``'s directory may be written by the caller (or root) alone
+    and every directory on the way to it passes ``_check_ancestors``: for a file whose
+    side files are made next to it by name (``run --state``'s SQLite journal), where a
+    sticky bit does not help (another user may make the name first)."""
+    _check_ancestors(path)
+    directory = path.absolute().parent
+    try:
+        st = os.stat(directory)
+    except FileNotFoundError:
+        return                              # nothing to make a side file in: opening the file says so
+    except OSError as err:
+        raise UnsafeOut(f"cannot reach {directory} ({err.strerror})") from None
+    if st.st_uid not in (0, os.geteuid()):
+        raise UnsafeOut(f"its directory {directory} belongs to uid {st.st_uid}")
+    if st.st_mode & OTHERS_WRITE:
+        raise UnsafeOut(f"its directory {directory} is writable by other users (mode "
+                        f"{stat.S_IMODE(st.st_mode):04o}), who could make its side file "
+                        f"{path.name}-journal first and read the state's pages from it")
 
 
 def private_file(path: str | Path):

@@ -375,9 +375,9 @@ def map_labels(rows: list[Row], name: str) -> str | None:
         other = next(k for k in first if k != "bool")
         raise LabelError(f"{name} mixes true/false labels ({first['bool']}) with numbers "
                          f"({first[other]}): use one convention")
-    if "0" in first and "-1" in first:
-        raise LabelError(f"{name} mixes labels 0 ({first['0']}) and -1 ({first['-1']}): is 0 the "
-                         "negative class? use -1/+1 or 0/1, not both")
+    if "0" in first and "-1" in first:     # no line named: the lines with 0 and -1 are both negatives
+        raise LabelError(f"{name} mixes labels 0 and -1: is 0 the negative class? use -1/+1 or 0/1, "
+                         "not both")
     if "bool" in first:
         note = f"{name}: labels true/false read as +1/-1"
     elif "0" in first:

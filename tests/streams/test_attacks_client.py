@@ -391,6 +391,58 @@ def test_a_directory_or_link_of_another_user_is_refused(shared_tmp, capsys, expo
     assert not any(mine.iterdir())
 
 
+@needs_root
+def test_missing_parents_are_judged_where_they_are_made(shared_tmp, capsys, export):
+    """Before: ``--out theirs/x/y`` under another user's 0777 directory was accepted (only the
+    immediate parent, ``x``, made by dpstream itself, was judged), and that user could then
+    swap ``x`` for a tree of their own, which ``replay --dir`` read."""
+    capsys.readouterr()
+    evil = shared_tmp / "tmp" / "evil"
+    as_nobody("mkdir", "-m", "777", str(evil))
+    for out in (evil / "x", evil / "x" / "y", evil / "x" / "y" / "z"):
+        assert main(out_commands(export)["run"](str(out))) == 2
+        assert f"belongs to uid {NOBODY}" in one_line(capsys)
+        assert not any(evil.iterdir())
+    # a symbolic link on the way that another user owns: refused (they could repoint it)
+    mine = shared_tmp / "mine"
+    mine.mkdir(mode=0o700)
+    as_nobody("ln", "-s", str(mine), str(shared_tmp / "tmp" / "via"))
+    assert main(out_commands(export)["run"](str(shared_tmp / "tmp" / "via" / "new" / "out"))) == 2
+    assert f"is a symbolic link owned by uid {NOBODY}" in one_line(capsys)
+    assert not any(mine.iterdir())
+
+
+def test_a_failed_command_removes_only_the_directories_it_made(tmp_path):
+    """Before: the cleanup removed by path, so a link on the way repointed during the run
+    made it remove another tree's empty directories of the same names."""
+    from dpstream.streams.tools.outdir import OutDir
+    first, second = tmp_path / "first", tmp_path / "second"
+    first.mkdir()
+    (second / "new" / "out").mkdir(parents=True)            # someone's empty directories
+    link = tmp_path / "via"
+    link.symlink_to(first)
+    with pytest.raises(RuntimeError):
+        with OutDir(link / "new" / "out", private=True):
+            assert (first / "new" / "out").is_dir()
+            link.unlink()
+            link.symlink_to(second)                           # repointed mid-run
+            raise RuntimeError
+    assert (second / "new" / "out").is_dir()                  # not ours: left alone
+
+
+def test_missing_parents_are_never_writable_by_others_whatever_the_umask(tmp_path, capsys, export):
+    """Before: with umask 000 the parents were made 0777 and then refused (and removed) as
+    writable by others, so ``--out u/v/w`` could never work."""
+    capsys.readouterr()
+    old = os.umask(0)
+    try:
+        assert main(out_commands(export)["run"](str(tmp_path / "u" / "v" / "w"))) == 0
+    finally:
+        os.umask(old)
+    assert {oct((tmp_path / p).stat().st_mode & 0o777) for p in ("u", "u/v")} == {"0o755"}
+    assert oct((tmp_path / "u" / "v" / "w").stat().st_mode & 0o777) == "0o700"
+
+
 @pytest.mark.parametrize("planted", ["symlink", "hardlink"])
 def test_a_link_inside_the_out_directory_is_never_written_through(tmp_path, capsys, export, planted):
     """Before: files were opened by path with O_TRUNC, following a symbolic link (or

@@ -282,7 +282,7 @@ def test_run_reads_0_1_and_true_false_labels_as_the_same_run_over_plus_minus_1(t
 
 @pytest.mark.parametrize("labels, needle", [
     ([1, -1, 2], "line 3: the label is another number, not one of -1/+1, 0/1 or true/false"),
-    ([1, 0, -1], "mixes labels 0 (line 2) and -1 (line 3)"),
+    ([1, 0, -1], "mixes labels 0 and -1: is 0 the negative class"),   # no line: both would be negatives
     ([True, 0], "mixes true/false labels (line 1) with numbers (line 2): use one convention"),
     (["HIV positive", "HIV negative"], "line 1: the label is a string, not one of"),
     ([None, 1], "line 1: the label is null, not one of"),
@@ -297,8 +297,10 @@ def test_labels_that_follow_no_convention_are_refused_before_anything_runs(tmp_p
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and needle in err[0] and "nothing run" in err[0], err
     assert not (tmp_path / "out").exists()
-    # a label is a private value: no message quotes one (it said y="HIV positive")
+    # a label is a private value: no message quotes one (it said y="HIV positive"), nor ties
+    # a line to a class ("mixes labels 0 (line 2) and -1 (line 3)" said both were negatives)
     assert "HIV" not in err[0], err
+    assert "mixes labels 0" not in needle or "line" not in err[0], err
 
 
 def test_run_fails_and_says_why_when_examples_are_dead_lettered(tmp_path, monkeypatch, capsys):
@@ -624,7 +626,9 @@ def test_a_state_file_is_private_and_a_rerun_says_what_it_skips(tmp_path, monkey
     grown = write_jsonl(tmp_path / "grown.jsonl", fraud_lines(300) + fraud_lines(500)[400:])
     assert main(["run", "--models", model, "--examples", str(grown), "--out", str(tmp_path / "g"),
                  "--state", str(db), "--quiet"]) == 0          # appended records are read
-    assert "the first 300 of 400 examples were read" in capsys.readouterr().err
+    said = capsys.readouterr()
+    assert "the first 300 of 400 examples were read" in said.err
+    assert said.out.startswith("dpstream run: 100 inputs -> 100 predictions") and "earlier runs" in said.out
     # the rerun's export is the whole stream's (it held only the 100 it added and did not
     # replay on its own): the same files as one run over the grown file, and it verifies
     assert main(["run", "--models", model, "--examples", str(grown), "--out", str(tmp_path / "once"),
@@ -664,6 +668,51 @@ def test_a_state_file_is_private_and_a_rerun_says_what_it_skips(tmp_path, monkey
         lines = capsys.readouterr().err.strip().splitlines()
         assert len(lines) == 1 and says in lines[0], (path, lines)
         assert not (tmp_path / "c").exists()
+
+
+def test_a_state_file_is_refused_where_its_journal_could_be_read_or_its_records_do_not_match(
+        tmp_path, monkeypatch, capsys):
+    """An attacker's pass: in a 1777 directory another user could make ``s.db-journal`` first
+    and read the state's pages from it while a run wrote; a second hard link, or ``--state ""``
+    (which ran with no state), were accepted; a state without its kept records (made before
+    they were kept, or edited) gave exit 0 and an export that failed replay; a damaged
+    record ended in a traceback."""
+    import os
+    import sqlite3
+    monkeypatch.setenv("DPSTREAM_SECRET_KEY", KEY)
+    model = str(FRAUD / "card-fraud.model.json")
+    examples = write_jsonl(tmp_path / "e.jsonl", fraud_lines(50))
+
+    def run(state, out) -> str:
+        code = main(["run", "--models", model, "--examples", str(examples), "--out", str(tmp_path / out),
+                     "--state", str(state), "--quiet"])
+        err = capsys.readouterr().err.strip().splitlines()
+        return f"{code} {err[-1] if err else ''}"
+
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o1777)
+    assert "is writable by other users (mode 1777), who could make its side file s.db-journal" in run(
+        shared / "s.db", "a")
+    assert not list(shared.iterdir()) and not (tmp_path / "a").exists()
+    assert run("", "b").startswith("2 dpstream run: --state an empty path")
+    good = tmp_path / "good.db"
+    assert run(good, "c").startswith("0")
+    os.link(good, tmp_path / "other-name.db")
+    assert "has 2 hard links" in run(good, "d")
+    os.unlink(tmp_path / "other-name.db")
+    for damage, says in (("DELETE FROM outputs", "it keeps 0 model events, its state says 51"),
+                         ("DROP TABLE outputs", "it keeps 0 model events, its state says 51"),
+                         ("UPDATE outputs SET v = '{not json'", "a record that is not JSON"),
+                         ("UPDATE state SET v = '\"abc\"' WHERE k = 'embedded/log_offset'", "its state says ?"),
+                         ("UPDATE state SET v = '{\"n\": \"x\"}' WHERE k = 'embedded/read/examples'",
+                          "what earlier runs read is not recorded")):
+        state = tmp_path / f"s{abs(hash(damage))}.db"
+        assert run(state, "e" + state.stem).startswith("0")
+        with sqlite3.connect(state) as conn:
+            conn.execute(damage)
+        line = run(state, "f" + state.stem)
+        assert line.startswith("2 ") and "is damaged or was made by an older dpstream" in line and says in line, line
 
 
 def test_replay_of_one_model_checks_that_model_and_a_model_with_no_record_is_nothing_verified(
