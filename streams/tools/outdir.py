@@ -235,7 +235,7 @@ def _check_ancestors(path: Path) -> None:
         if stat.S_ISLNK(link.st_mode) and link.st_uid not in (0, uid):
             raise UnsafeOut(f"{path}: {here} is a symbolic link owned by uid {link.st_uid}", "its owner could "
                             "repoint it between two steps of this command; choose a path without it")
-        _check_dir(here, path, what="on the way to it")
+        _check_dir(here, path, what="parent" if here == path.absolute().parent else "on the way to it")
 
 
 def _open_dir_made(path: Path, private: bool, made: list[Path]):
