@@ -39,6 +39,7 @@ import json
 import logging
 import math
 import os
+import sqlite3
 import stat
 import sys
 from collections import Counter
@@ -265,8 +266,9 @@ def cmd_run(args) -> int:
             progress.done()
             if state is not None:
                 _remember_inputs(state, items, rng)
-                state.keep_outputs(rt.log, rt.outputs)
-                state.commit()
+                state.commit()                # with the records the runtime kept in it
+        except sqlite3.Error as err:          # held by another program (locked), a full disk...
+            raise Failed(f"--state {args.state}: {err}; nothing of this run kept in it", 2) from None
         finally:
             if state is not None:
                 state.close()
@@ -643,7 +645,9 @@ def _default_data_dir(app_id: str) -> Path:
     """Where a worker keeps faust's local files unless told: the user's state directory
     (``$XDG_STATE_HOME``, else ~/.local/state), not /tmp, where another local user could
     make the directory first (streams/tools/outdir.py ``private_dir``)."""
-    base = Path(os.environ.get("XDG_STATE_HOME") or Path.home() / ".local" / "state")
+    xdg = os.environ.get("XDG_STATE_HOME", "")
+    # the XDG Base Directory spec: a relative path in $XDG_STATE_HOME is invalid and ignored
+    base = Path(xdg) if os.path.isabs(xdg) else Path.home() / ".local" / "state"
     return base / "dpstream" / f"worker-{app_id}"
 
 
@@ -670,6 +674,9 @@ def cmd_worker(args) -> int:
     if args.web_port is not None and (problem := web_port_problem(bind, args.web_port)):
         raise Failed(problem, 2)
     try:
+        if args.data_dir is not None and not args.data_dir.strip():
+            raise UnsafeOut("is empty", "give a directory, or leave the option out for the "
+                            "default under ~/.local/state")
         data_dir = private_dir(args.data_dir or _default_data_dir(app_id))
     except UnsafeOut as err:
         raise Failed(f"--data-dir {err}", 2) from None

@@ -53,10 +53,11 @@ class SqliteState(MutableMapping):
         if not path.strip():
             raise StateFileError("an empty path: give the state file")
         try:
-            check_private_home(Path(path))
+            resolved = str(check_private_home(Path(path)))   # absolute: ":memory:" is a file name here
         except UnsafeOut as err:
             raise StateFileError(f"{path}: {err.problem}; keep the state in a directory only you can "
                                  "write") from None
+        path = resolved
         try:
             fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
         except OSError as err:
@@ -125,11 +126,16 @@ class SqliteState(MutableMapping):
                 (log if topic == MODEL_EVENTS else outputs[topic]).append(json.loads(v))
             offset = self.get("embedded/log_offset", -1)
             reads = [self[k] for k in self if k.startswith("embedded/read/")]
-        except ValueError:
+            positions = [self[k] for k in self if k.startswith("src/")]
+        except (ValueError, TypeError):
             raise StateFileError(damaged.format("a record that is not JSON")) from None
         if type(offset) is not int or offset + 1 != len(log):
             raise StateFileError(damaged.format(f"it keeps {len(log):,} model events, its state says "
                                                 f"{offset + 1 if type(offset) is int else '?'}"))
+        if not all(isinstance(r, dict) and r.get("offset") == i for i, r in enumerate(log)):
+            raise StateFileError(damaged.format("a kept model event is not where its offset says"))
+        if not all(type(p) is int and p >= -1 for p in positions):
+            raise StateFileError(damaged.format("an input position is not a whole number"))
         if not all(isinstance(r, dict) and type(r.get("n")) is int and r["n"] >= 0
                    and isinstance(r.get("mac"), str) for r in reads):
             raise StateFileError(damaged.format("what earlier runs read is not recorded as it should be"))
@@ -140,7 +146,8 @@ class SqliteState(MutableMapping):
         return self._kept
 
     def keep_outputs(self, log: list[dict], outputs: dict[str, list]) -> None:
-        """Append a run's log and output records (written with the state at ``commit``)."""
+        """Append a batch's log and output records (``EmbeddedRuntime`` calls it after each
+        batch; written with the state at ``commit``)."""
         rows = [(MODEL_EVENTS, json.dumps(r)) for r in log]
         rows += [(topic, json.dumps(v)) for topic, values in outputs.items() for v in values]
         self.db.executemany("INSERT INTO outputs (topic, v) VALUES (?, ?)", rows)
@@ -209,6 +216,13 @@ class EmbeddedRuntime:
                 progress(len(batch))
 
     async def _apply(self, records: list[RawRecord]) -> None:
+        log_from, outputs_from = len(self.log), {t: len(v) for t, v in self.outputs.items()}
+        await self._sequence_and_process(records)
+        keep = getattr(self.state, "keep_outputs", None)     # an SQLite state keeps them with it
+        if keep is not None:
+            keep(self.log[log_from:], {t: v[outputs_from.get(t, 0):] for t, v in self.outputs.items()})
+
+    async def _sequence_and_process(self, records: list[RawRecord]) -> None:
         await sequence_batch(records, self.state, self._emit)
         appended = []
         for mkey, value in self._pending:

@@ -15,9 +15,12 @@ root, ``export`` overwrote a file outside the directory). The rules now:
   only read is taken as it is: every private file is 0600, so others see its name and
   size, not its content (sizes say how many events, which the ledger and ``seq`` show
   anyway).
-* A ``--out`` that is itself a symbolic link is followed only when the caller owns the
-  link (a link another user planted where the caller's directory was expected is
-  refused).
+* The path is resolved here, one name at a time, before anything is made (``_walk``): a
+  symbolic link on the way, the ``--out`` itself included, is followed only when the
+  caller or root owns it (a link another user planted where the caller's directory was
+  expected is refused), and the path its target names is judged the same way; ``..``
+  after a directory still to be made is refused (it would climb out of what the command
+  makes, where nothing was judged).
 * Every file is opened relative to the directory's descriptor (``openat``), with
   O_NOFOLLOW, and checked once open (``fstat``) to be a regular file owned by the caller
   with one link, before it is truncated and written. A symbolic link, another user's
@@ -157,8 +160,10 @@ class OutDir:
                     pass
 
     def write_all(self, files: dict[str, bytes]) -> None:
-        """Write every file (name -> content)."""
-        with self.files(files) as handles:
+        """Write every file (name -> content). Private files replace what was there (new
+        files renamed into place, ``staged``): rewriting an existing file in place would show
+        the private content to whoever opened it before, while it was public."""
+        with (self.staged(list(files)) if self.private else self.files(files)) as handles:
             for name, data in files.items():
                 handles[name].write(data)
 
@@ -170,8 +175,7 @@ def _open_dir(path: Path, private: bool, *, with_created: bool = False):
     created."""
     made: list[tuple[Path, int, int]] = []
     try:
-        _check_ancestors(path)
-        fd, made = _open_dir_made(path, private, made)
+        fd, made = _open_dir_made(_walk(path), private, made)
     except UnsafeOut:
         _remove_made(made)
         raise
@@ -216,26 +220,66 @@ def _make_parents(path: Path, made: list[tuple[Path, int, int]]) -> None:
             continue
 
 
-def _check_ancestors(path: Path) -> None:
-    """UnsafeOut unless every existing directory on the way to ``path`` (its ancestors, from
-    the root) belongs to the caller or root and, when others may write to it, has the
-    sticky bit; and every symbolic link on the way belongs to the caller or root (module
-    docstring). ``path`` itself is judged by the caller."""
+MAX_LINKS = 40      # symbolic links followed in one path (the kernel's limit, ELOOP)
+
+
+def _walk(path: Path) -> Path:
+    """``path`` resolved one name at a time from the root, as the kernel would, judging as it
+    goes (module docstring): every symbolic link met (the last name's too) must belong to
+    the caller or root, and its target is walked the same way; every directory passed
+    through must pass ``_check_dir``; ``..`` after a missing name is refused. Returns the
+    path with no link and no ``..`` in its existing part, followed by the names still to
+    be made. UnsafeOut otherwise."""
     uid = os.geteuid()
-    parts = path.absolute().parts
-    here = Path(parts[0])
-    for part in parts[1:-1]:
-        here = here / part
+    try:
+        here = Path("/") if path.is_absolute() else Path(os.getcwd())   # getcwd: no links in it
+    except FileNotFoundError:
+        raise UnsafeOut(f"{path}: the current directory no longer exists", "give an absolute path") from None
+    pending = list(here.parts[1:] if not path.is_absolute() else ()) + list(path.parts[1:] if path.is_absolute()
+                                                                             else path.parts)
+    here, passed, missing, links = Path("/"), [], [], 0
+    while pending:
+        name = pending.pop(0)
+        if name in ("", "."):
+            continue
+        if missing:
+            if name == "..":
+                raise UnsafeOut(f"{path} climbs (..) out of a directory it would make", "give the path "
+                                "without .. after a directory that does not exist yet")
+            missing.append(name)
+            continue
+        if name == "..":
+            here = here.parent                # ``here`` has no link in it: its parent is the kernel's
+            continue
+        step = here / name
         try:
-            link = os.lstat(here)
+            st = os.lstat(step)
         except FileNotFoundError:
-            return                          # the rest is made here, each step judged (_make_parents)
+            missing.append(name)
+            continue
         except OSError as err:
-            raise UnsafeOut(f"cannot reach {here} ({err.strerror})", "choose another directory") from None
-        if stat.S_ISLNK(link.st_mode) and link.st_uid not in (0, uid):
-            raise UnsafeOut(f"{path}: {here} is a symbolic link owned by uid {link.st_uid}", "its owner could "
-                            "repoint it between two steps of this command; choose a path without it")
-        _check_dir(here, path, what="parent" if here == path.absolute().parent else "on the way to it")
+            raise UnsafeOut(f"cannot reach {step} ({err.strerror})", "choose another directory") from None
+        if stat.S_ISLNK(st.st_mode):
+            if st.st_uid not in (0, uid):
+                raise UnsafeOut(f"{path}: {step} is a symbolic link owned by uid {st.st_uid}, not by you or "
+                                "root", "its owner could repoint it between two steps of this command; "
+                                "nothing written through it; choose a path without it")
+            links += 1
+            if links > MAX_LINKS:
+                raise UnsafeOut(f"{path}: more than {MAX_LINKS} symbolic links", "choose another directory")
+            target = Path(os.readlink(step))
+            if target.is_absolute():
+                here = Path("/")
+            pending = list(target.parts[1:] if target.is_absolute() else target.parts) + pending
+            continue
+        if pending and stat.S_ISDIR(st.st_mode):
+            passed.append(step)
+        here = step
+    resolved = here.joinpath(*missing)
+    for directory in passed:
+        if directory in resolved.parents:     # a directory on the final path, not one left by ..
+            _check_dir(directory, resolved, what="parent" if directory == resolved.parent else "on the way")
+    return resolved
 
 
 def _open_dir_made(path: Path, private: bool, made: list[Path]):
@@ -251,15 +295,14 @@ def _open_dir_made(path: Path, private: bool, made: list[Path]):
         try:
             _make_parents(path, made)
             _check_parent(path)
-            _mkdir(path.absolute(), 0o700 if private else 0o777, made)
+            _mkdir(path.absolute(), 0o700 if private else 0o755, made)
         except FileExistsError:             # appeared meanwhile: judged as any existing one
             return _open_dir_made(path, private, made)
         except OSError as err:
             raise UnsafeOut(f"cannot create {path} ({err.strerror})",
                             "choose a directory you may create") from None
-    elif stat.S_ISLNK(link.st_mode) and link.st_uid != uid:
-        raise UnsafeOut(f"{path} is a symbolic link owned by uid {link.st_uid}, not by you",
-                        "nothing written through it; choose another directory")
+    elif stat.S_ISLNK(link.st_mode):         # _walk resolved every link: one appeared since
+        raise UnsafeOut(f"{path} became a symbolic link", "nothing written through it; choose another directory")
     else:
         _check_parent(path)
     try:
@@ -273,7 +316,7 @@ def _open_dir_made(path: Path, private: bool, made: list[Path]):
     if st.st_uid != uid:
         problem = UnsafeOut(f"{path} belongs to uid {st.st_uid}, not to you", "its owner could read or "
                             "swap what is written there; choose a new directory (it is created 0700)")
-    elif st.st_mode & OTHERS_WRITE and not created:
+    elif st.st_mode & OTHERS_WRITE and not created and not _private_group(st):
         problem = UnsafeOut(f"{path} is writable by other users (mode {stat.S_IMODE(st.st_mode):04o})",
                             "they could plant links or swap files in it; choose a new directory (it "
                             "is created 0700) or one only you can write (it is never chmod-ed here)")
@@ -285,6 +328,26 @@ def _open_dir_made(path: Path, private: bool, made: list[Path]):
         if stat.S_IMODE(st.st_mode) != wanted:
             os.fchmod(fd, wanted)
     return fd, made
+
+
+def _private_group(st: os.stat_result) -> bool:
+    """Whether a group-writable (not world-writable) file or directory's group has exactly one
+    member, its owner: the user private groups that Debian, Fedora and RHEL make by default
+    (umask 002 then makes ~/projects 0775 without opening it to anyone). The rule is
+    Debian OpenSSH's "Allow harmless group-writability" (Colin Watson, 2014) for
+    ~/.ssh/config: the owner is the group's only member, by primary group or by the
+    group's member list, and no other user has it as their primary group."""
+    import grp
+    import pwd
+    if st.st_mode & stat.S_IWOTH:
+        return False
+    try:
+        group, owner = grp.getgrgid(st.st_gid), pwd.getpwuid(st.st_uid)
+    except KeyError:
+        return False
+    primary = [u.pw_name for u in pwd.getpwall() if u.pw_gid == st.st_gid]
+    members = set(primary) | set(group.gr_mem)
+    return members == {owner.pw_name}
 
 
 def _check_parent(path: Path) -> None:
@@ -300,12 +363,12 @@ def _check_dir(directory: Path, path: Path, *, what: str) -> None:
         st = os.stat(directory)
     except OSError as err:
         raise UnsafeOut(f"cannot reach {directory} ({err.strerror})", "choose another directory") from None
-    where = f"{path}'s parent {directory}" if what == "parent" else f"{directory}, {what} {path},"
+    where = f"{path}'s parent {directory}" if what == "parent" else f"{path}: {directory}, on the way,"
     if st.st_uid not in (0, os.geteuid()):
         raise UnsafeOut(f"{where} belongs to uid {st.st_uid}", "its owner could move "
                         "the directory away and put theirs in its place; choose a directory under "
                         "one of yours")
-    if st.st_mode & OTHERS_WRITE and not st.st_mode & stat.S_ISVTX:
+    if st.st_mode & OTHERS_WRITE and not st.st_mode & stat.S_ISVTX and not _private_group(st):
         raise UnsafeOut(f"{where} is writable by other users without the sticky "
                         f"bit (mode {stat.S_IMODE(st.st_mode):04o})", "they could move the directory "
                         "away and put theirs in its place; choose a directory under one of yours")
@@ -382,45 +445,84 @@ def _open_file(dir_fd: int, path: Path, name: str, mode: int) -> tuple[int, bool
     return fd, created
 
 
-def check_private_home(path: Path) -> None:
-    """UnsafeOut unless ``path``'s directory may be written by the caller (or root) alone
-    and every directory on the way to it passes ``_check_ancestors``: for a file whose
-    side files are made next to it by name (``run --state``'s SQLite journal), where a
-    sticky bit does not help (another user may make the name first)."""
-    _check_ancestors(path)
-    directory = path.absolute().parent
+def check_private_home(path: Path) -> Path:
+    """``path`` resolved by ``_walk``, whose directory (if it exists) must be writable by the caller
+    and by nobody else but root (UnsafeOut otherwise): for a file whose side files are
+    made next to it by name (``run --state``'s SQLite journal), where a sticky bit does
+    not help (another user may make the name first)."""
+    path = _walk(path)
+    directory = path.parent
     try:
         st = os.stat(directory)
     except FileNotFoundError:
-        return                              # nothing to make a side file in: opening the file says so
+        return path                         # opening the file says so
     except OSError as err:
         raise UnsafeOut(f"cannot reach {directory} ({err.strerror})") from None
     if st.st_uid not in (0, os.geteuid()):
         raise UnsafeOut(f"its directory {directory} belongs to uid {st.st_uid}")
-    if st.st_mode & OTHERS_WRITE:
+    if st.st_mode & OTHERS_WRITE and not _private_group(st):
         raise UnsafeOut(f"its directory {directory} is writable by other users (mode "
                         f"{stat.S_IMODE(st.st_mode):04o}), who could make its side file "
                         f"{path.name}-journal first and read the state's pages from it")
+    if not os.access(directory, os.W_OK):
+        raise UnsafeOut(f"its directory {directory} is not writable by you (SQLite writes its journal "
+                        "there)")
+    return path
 
 
-def private_file(path: str | Path):
-    """A single private output file (``demo --json``: online mistakes, private statistics),
-    opened for writing in binary by ``_open_file``'s rules (no link followed, the caller's
-    own regular file with one link, else UnsafeOut), then made 0600 and truncated."""
+def private_file(path: str | Path) -> "_ReplacingFile":
+    """A single private output file (``demo --json``: online mistakes, private statistics):
+    its directory judged as ``--out``'s parent is (``_walk``: no link of another user on the
+    way, owned by the caller or root, sticky if others may write it); written to a new
+    hidden file (0600, O_EXCL, O_NOFOLLOW) that replaces the target when closed without
+    error. The target, if there is one, must be the caller's own regular file with one
+    link (``_check_target``); it is replaced, never rewritten in place: whoever opened it
+    while it was public would otherwise read the private content. UnsafeOut otherwise.
+    Use as ``with private_file(p) as fh: fh.write(b"...")``."""
     path = Path(path)
     if not path.name or path.name in (".", ".."):
         raise UnsafeOut(f"{str(path)!r} names no file", "give a file name")
+    resolved = _walk(path)
+    _check_dir(resolved.parent, resolved, what="parent")
     try:
-        dir_fd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        dir_fd = os.open(resolved.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     except OSError as err:
         raise UnsafeOut(f"cannot write {path} ({err.strerror})", "choose another file") from None
     try:
-        fd, _ = _open_file(dir_fd, path.parent, path.name, 0o600)
-    finally:
+        _check_target(dir_fd, resolved.parent, resolved.name)
+        fd = _open_partial(dir_fd, resolved.parent, resolved.name, 0o600)
+    except BaseException:
         os.close(dir_fd)
-    os.fchmod(fd, 0o600)
-    os.ftruncate(fd, 0)
-    return os.fdopen(fd, "wb")
+        raise
+    return _ReplacingFile(dir_fd, resolved.name, os.fdopen(fd, "wb"))
+
+
+class _ReplacingFile:
+    """``private_file``'s handle: written, then renamed over its target on a clean exit
+    (removed on any error)."""
+
+    def __init__(self, dir_fd: int, name: str, fh):
+        self.dir_fd, self.name, self.fh = dir_fd, name, fh
+
+    def write(self, data: bytes) -> int:
+        return self.fh.write(data)
+
+    def __enter__(self) -> "_ReplacingFile":
+        return self
+
+    def __exit__(self, exc_type, *exc) -> None:
+        try:
+            self.fh.flush()
+            os.fsync(self.fh.fileno())
+            self.fh.close()
+            if exc_type is None:
+                os.rename(_partial(self.name), self.name, src_dir_fd=self.dir_fd, dst_dir_fd=self.dir_fd)
+        finally:
+            try:
+                os.unlink(_partial(self.name), dir_fd=self.dir_fd)
+            except FileNotFoundError:
+                pass
+            os.close(self.dir_fd)
 
 
 def private_dir(path: str | Path) -> Path:

@@ -360,6 +360,7 @@ def verify_public(published: dict[str, list[dict]]) -> list[str]:
 
     _, published, invalid = screen([], published)
     problems: list[str] = [i.line() for i in invalid]
+    published = {topic: _with_defaults(topic, values) for topic, values in published.items()}
     published, conflicting = _distinct_topics(published)
     problems += conflicting
     ledgers: dict[tuple, dict] = {}
@@ -405,6 +406,18 @@ def verify_public(published: dict[str, list[dict]]) -> list[str]:
     problems += _check_sources(published)
     problems += _check_answers(published)
     return problems
+
+
+def _with_defaults(topic: str, values: list[dict]) -> list[dict]:
+    """Valid records with the fields their schema defaults filled in: a record may leave
+    out ``epoch`` or ``updated`` (the schema gives 0 and False), and the checks read every
+    field (an export with such a record ended in a KeyError)."""
+    schema = SCHEMAS.get(topic)
+    if schema is None:
+        return values
+    defaults = {name: f.default for name, f in schema.model_fields.items()
+                if not f.is_required() and f.default_factory is None}
+    return [{**defaults, **v} if defaults.keys() - v.keys() else v for v in values]
 
 
 def _distinct_topics(published: dict[str, list[dict]]) -> tuple[dict, list[str]]:

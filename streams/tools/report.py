@@ -20,14 +20,34 @@ import base64
 import html
 import io
 import math
+import os
 from collections import defaultdict
 from datetime import datetime, timezone
 from pathlib import Path
 
-import matplotlib
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
+def _matplotlib():
+    """matplotlib, imported from this package's directory: it reads ``./matplotlibrc``
+    from the current directory before any other settings (matplotlib.matplotlib_fname),
+    so a file another user left where the command runs restyled the figures, and a FIFO
+    of that name made ``audit-report`` wait forever."""
+    try:
+        here = os.open(".", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError:                       # no current directory: nothing can be read from it
+        here = None
+    try:
+        os.chdir(Path(__file__).resolve().parent)
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+        return plt
+    finally:
+        if here is not None:
+            os.fchdir(here)
+            os.close(here)
+
+
+plt = _matplotlib()
 
 from dpstream.agents.kinds import kind  # noqa: E402
 from dpstream.schemas import ModelConfig  # noqa: E402

@@ -412,6 +412,84 @@ def test_missing_parents_are_judged_where_they_are_made(shared_tmp, capsys, expo
     assert not any(mine.iterdir())
 
 
+@needs_root
+def test_links_and_dot_dots_cannot_lead_an_out_or_a_json_file_through_another_users_directory(
+        shared_tmp, capsys, export, monkeypatch):
+    """A second attacker's pass: ``missing/../theirs-link/out`` was not judged past the missing
+    name and wrote through another user's link; the caller's own link into another
+    user's link was followed unjudged; ``demo --json`` judged no directory at all."""
+    capsys.readouterr()
+    target = shared_tmp / "target"                      # root's, 0755: where a link would lead
+    target.mkdir(mode=0o755)
+    sticky = shared_tmp / "tmp"
+    as_nobody("ln", "-s", str(target), str(sticky / "results"))
+    monkeypatch.chdir(sticky)
+    assert main(out_commands(export)["run"]("build/../results/run")) == 2
+    assert "climbs (..) out of a directory it would make" in one_line(capsys)
+    assert not (sticky / "build").exists()
+    mine = shared_tmp / "mine"
+    mine.mkdir(mode=0o700)
+    (mine / "lnk").symlink_to(sticky / "results")       # the caller's own link, into theirs
+    assert main(out_commands(export)["run"](str(mine / "lnk" / "run"))) == 2
+    assert f"is a symbolic link owned by uid {NOBODY}" in one_line(capsys)
+    assert main(["demo", "--json", str(sticky / "results" / "summary.json"), "--fraud-events", "20",
+                 "--queries", "5", "--quiet"]) == 2
+    assert f"is a symbolic link owned by uid {NOBODY}" in one_line(capsys)
+    assert not any(target.iterdir())
+
+
+def test_an_existing_private_file_is_replaced_not_rewritten_in_place(tmp_path, capsys, export):
+    """Before: ``audit-report --internal`` (and ``demo --json``) truncated and rewrote an
+    existing, public file, so whoever had it open read the private content."""
+    from dpstream.streams.tools.outdir import private_file
+    capsys.readouterr()
+    out = tmp_path / "rep"
+    assert main(["audit-report", "--dir", str(export), "--out", str(out)]) == 0
+    before = (out / "report.html").open("rb")            # a reader of the public report
+    public = before.read()
+    assert main(["audit-report", "--dir", str(export), "--out", str(out), "--internal"]) == 0
+    before.seek(0)
+    assert before.read() == public and b"INTERNAL" not in public
+    assert b"INTERNAL" in (out / "report.html").read_bytes()
+    summary = tmp_path / "summary.json"
+    summary.write_text("{}")
+    summary.chmod(0o644)
+    reader = summary.open("rb")
+    with private_file(summary) as fh:
+        fh.write(b"private")
+    assert reader.read() == b"{}" and summary.read_bytes() == b"private"
+    assert oct(summary.stat().st_mode & 0o777) == "0o600"
+
+
+def test_a_group_writable_directory_of_a_private_group_is_the_users_own(tmp_path, capsys, export):
+    """User private groups (Debian, Fedora: umask 002 makes ~/projects 0775) were refused as
+    writable by other users; a group with another member still is."""
+    import grp
+    import pwd
+    from dpstream.streams.tools.outdir import _private_group
+    capsys.readouterr()
+    shared = tmp_path / "projects"
+    shared.mkdir()
+    shared.chmod(0o775)
+    st = shared.stat()
+    me = pwd.getpwuid(st.st_uid).pw_name
+    group = grp.getgrgid(st.st_gid)
+    alone = {u.pw_name for u in pwd.getpwall() if u.pw_gid == st.st_gid} | set(group.gr_mem) == {me}
+    assert _private_group(st) == alone
+    code = main(out_commands(export)["run"](str(shared / "run1")))
+    assert code == (0 if alone else 2)
+    shared.chmod(0o777)                                   # others may write: never the user's own
+    assert not _private_group(shared.stat())
+    if os.geteuid() == 0:                                 # a group nobody is in: not the user's own
+        nogroup = pwd.getpwuid(NOBODY).pw_gid
+        os.chown(shared, -1, nogroup)
+        shared.chmod(0o775)
+        assert not _private_group(shared.stat())
+        capsys.readouterr()
+        assert main(out_commands(export)["run"](str(shared / "run2"))) == 2
+        assert "is writable by other users" in one_line(capsys)
+
+
 def test_a_failed_command_removes_only_the_directories_it_made(tmp_path):
     """Before: the cleanup removed by path, so a link on the way repointed during the run
     made it remove another tree's empty directories of the same names."""

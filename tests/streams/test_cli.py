@@ -715,6 +715,47 @@ def test_a_state_file_is_refused_where_its_journal_could_be_read_or_its_records_
         assert line.startswith("2 ") and "is damaged or was made by an older dpstream" in line and says in line, line
 
 
+def test_a_state_that_cannot_be_written_or_is_held_by_another_program_is_one_line(
+        tmp_path, monkeypatch, capsys):
+    """A second attacker's pass: a state in a directory the caller cannot write, or one
+    another SQLite client holds, ended in a sqlite3 traceback; ``--state :memory:`` kept
+    nothing (SQLite's in-memory name) and left an empty file."""
+    import os
+    import sqlite3
+    monkeypatch.setenv("DPSTREAM_SECRET_KEY", KEY)
+    model = str(FRAUD / "card-fraud.model.json")
+    examples = write_jsonl(tmp_path / "e.jsonl", fraud_lines(20))
+
+    def run(state, out) -> tuple[int, list[str]]:
+        code = main(["run", "--models", model, "--examples", str(examples), "--out", str(tmp_path / out),
+                     "--state", str(state), "--quiet"])
+        return code, capsys.readouterr().err.strip().splitlines()
+
+    monkeypatch.chdir(tmp_path)
+    assert run(":memory:", "m")[0] == 0 and (tmp_path / ":memory:").stat().st_size > 0   # a file, kept
+    code, err = run(":memory:", "m2")
+    assert code == 0 and any("were read by an earlier run" in line for line in err)
+    held = tmp_path / "held.db"
+    assert run(held, "a")[0] == 0
+    other = sqlite3.connect(held, timeout=0)
+    other.execute("BEGIN IMMEDIATE")                      # another program's write transaction
+    try:
+        code, err = run(held, "b")
+    finally:
+        other.rollback()
+        other.close()
+    assert code == 2 and "database is locked; nothing of this run kept" in err[-1], err
+    assert not any("Traceback" in line for line in err)
+    locked = tmp_path / "ro"
+    locked.mkdir()
+    locked.chmod(0o500)
+    if os.geteuid() == 0:                                  # root may write anywhere: as if it could not
+        from dpstream.streams.tools import outdir
+        monkeypatch.setattr(outdir.os, "access", lambda p, mode: False)
+    code, err = run(locked / "s.db", "c")
+    assert code == 2 and len(err) == 1 and f"its directory {locked} is not writable by you" in err[0], err
+
+
 def test_replay_of_one_model_checks_that_model_and_a_model_with_no_record_is_nothing_verified(
         tmp_path, monkeypatch, capsys):
     """``replay --model nosuch`` replayed nothing and printed "OK: every release

@@ -283,6 +283,19 @@ def test_a_refused_data_dir_says_what_is_wrong_and_how_to_fix_it(capsys, tmp_pat
         assert stat.S_IMODE(path.stat().st_mode) == 0o777                 # never chmod-ed
 
 
+def test_an_empty_data_dir_is_refused_and_a_relative_xdg_state_home_is_ignored(capsys, tmp_path, monkeypatch):
+    """``--data-dir ''`` fell back to the default without a word; a relative $XDG_STATE_HOME
+    was used relative to the current directory (the XDG spec says to ignore it)."""
+    from dpstream.streams.cli.commands import _default_data_dir
+    assert main(["worker", *NOWHERE, "--data-dir", ""]) == 2
+    assert one_line(capsys) == ("dpstream worker: --data-dir is empty: give a directory, or leave the "
+                                "option out for the default under ~/.local/state")
+    monkeypatch.setenv("XDG_STATE_HOME", "relative/state")
+    assert _default_data_dir("app").is_absolute()
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path))
+    assert _default_data_dir("app").is_relative_to(tmp_path)
+
+
 # ------------------------------------------------------------------ item 9: models register
 def registration_of(size: int) -> dict:
     """A registration whose compact JSON (as sent) has exactly ``size`` bytes: a vocabulary

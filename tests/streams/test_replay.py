@@ -234,3 +234,28 @@ def test_no_key_checks_survive_hostile_values_and_name_them():
         published = copy.deepcopy(dict(rt.outputs))
         published[topic][i].update(change)
         assert any(needle in p for p in verify_public(published)), (change, verify_public(published))
+
+
+def test_no_key_checks_survive_every_field_removed_or_retyped():
+    """An attacker's fuzzing: a prediction without ``epoch`` (a defaulted field) ended
+    ``replay --no-key`` and a keyless audit report in a KeyError. Every field of a record of
+    each output topic, removed or replaced by a value of another type, gives problem lines
+    or none, never an exception."""
+    from dpstream.streams.tools.replay import verify_public
+    rt = run_models()
+    outputs = {t: v for t, v in rt.outputs.items() if v}
+    tried = 0
+    for topic, values in outputs.items():
+        for i in (0, len(values) // 2, len(values) - 1):
+            for field in list(values[i]):
+                for change in ("drop", True, None, "x", -1, 1e308, [], {}):
+                    published = copy.deepcopy(outputs)
+                    record = published[topic][i]
+                    if change == "drop":
+                        del record[field]
+                    else:
+                        record[field] = change
+                    problems = verify_public(published)
+                    assert isinstance(problems, list)
+                    tried += 1
+    assert tried > 300

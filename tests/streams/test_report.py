@@ -128,3 +128,21 @@ def test_a_vocabulary_is_listed_so_that_a_reader_can_tell_its_values_apart():
     assert listed == ('7 values: "a, b", "", "say \\"hi\\"", "evil\\u202eelba", "zero\\u200bwidth", '
                       '"caf\u00e9", "\\u3164"; else other')
     assert all(ch.isprintable() for ch in listed)
+
+
+def test_a_matplotlibrc_where_the_command_runs_is_not_read(tmp_path):
+    """matplotlib reads ./matplotlibrc first: a file another user left in the directory
+    where ``audit-report`` ran restyled its figures, and a FIFO of that name made it wait
+    forever."""
+    import sys
+    (tmp_path / "styled").mkdir()
+    (tmp_path / "styled" / "matplotlibrc").write_text("figure.facecolor: red\n")
+    os.mkfifo(tmp_path / "fifo-dir-matplotlibrc")
+    (tmp_path / "fifo").mkdir()
+    os.rename(tmp_path / "fifo-dir-matplotlibrc", tmp_path / "fifo" / "matplotlibrc")
+    code = "import dpstream.streams.tools.report as r; print(r.plt.rcParams['figure.facecolor'])"
+    for where in ("styled", "fifo"):
+        done = subprocess.run([sys.executable, "-c", code], cwd=tmp_path / where, capture_output=True,
+                              text=True, timeout=60)
+        assert done.returncode == 0, done.stderr
+        assert done.stdout.strip() != "red", done.stdout
