@@ -132,8 +132,12 @@ def cmd_demo(args) -> int:
                   "examples; they are private statistics and are never published")
     console.print(f"noise key source: {meta['_key_source']}; rejected inputs: {meta['_rejected']}")
     if summary is not None:
-        with summary:
-            summary.write(json.dumps(rows, indent=2).encode())
+        from dpstream.streams.tools.outdir import UnsafeOut
+        try:
+            with summary:
+                summary.write(json.dumps(rows, indent=2).encode())
+        except UnsafeOut as err:
+            raise Failed(f"--json {err}", 1) from None
     return 0
 
 
@@ -327,10 +331,15 @@ def _same_inputs(state, items, rng) -> None:
         if not read:
             continue
         n = read["n"]
-        if counts[topic] < n or _input_digest(rng, items, topic, n) != read["mac"]:
+        if counts[topic] < n:
+            raise Failed(f"--state: this run gives {counts[topic]:,} {topic}, an earlier run with this state "
+                         f"read {n:,}: a --state run reads each input as a topic that only grows; give "
+                         "the same file (with records appended), or a new --state", 2)
+        if _input_digest(rng, items, topic, n) != read["mac"]:
             raise Failed(f"--state: these {topic} are not the ones an earlier run with this state read "
-                         f"(its first {n:,}): a --state run reads each input as a topic that only grows; "
-                         "append new records to the same file, or give a new --state", 2)
+                         f"(its first {n:,}), or the secret key is not the one it ran with: a --state run "
+                         "reads each input as a topic that only grows; append new records to the same "
+                         "file, or give a new --state", 2)
 
 
 def _remember_inputs(state, items, rng) -> None:
@@ -446,8 +455,14 @@ def read_export(src: Path, *, public: bool = False) -> tuple[list[dict], dict]:
         data = _read_export_file(path)
         lines = [(n, line) for n, line in enumerate(data.splitlines(), 1) if line.strip()]
         return Located([parse_json(line) for _, line in lines], [f"{path.name} line {n}" for n, _ in lines])
-    if not src.is_dir():
-        raise NothingToAudit(f"{src} is not an export directory")
+    try:
+        os.listdir(src)                       # a directory this user may not read: said in one line
+    except NotADirectoryError:
+        raise NothingToAudit(f"{src} is not an export directory") from None
+    except FileNotFoundError:
+        raise NothingToAudit(f"{src} is not an export directory (it does not exist)") from None
+    except OSError as err:
+        raise NothingToAudit(f"{src} cannot be read ({err.strerror})") from None
     if not public and not (src / f"{topics.MODEL_EVENTS}.jsonl").is_file():
         raise NothingToAudit(f"{src} is not an export directory (no {topics.MODEL_EVENTS}.jsonl; "
                              "`dpstream replay --no-key` checks an export of the public topics)")

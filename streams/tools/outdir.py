@@ -149,8 +149,10 @@ class OutDir:
                 os.rename(_partial(name), name, src_dir_fd=self.fd, dst_dir_fd=self.fd)
             os.fsync(self.fd)
         except OSError as err:
-            raise UnsafeOut(f"cannot write {self.path} ({err.strerror})", "nothing of this run kept "
-                            "(the directory has no model-events.jsonl if it had to be replaced)") from None
+            marker = names[0]
+            raise UnsafeOut(f"cannot write {self.path} ({err.strerror})", "nothing of this run kept"
+                            + (f" (the directory has no {marker} if it had to be replaced)"
+                               if marker.endswith(".jsonl") else "")) from None
         finally:
             for name, fh in handles.items():
                 fh.close()
@@ -160,10 +162,11 @@ class OutDir:
                     pass
 
     def write_all(self, files: dict[str, bytes]) -> None:
-        """Write every file (name -> content). Private files replace what was there (new
-        files renamed into place, ``staged``): rewriting an existing file in place would show
-        the private content to whoever opened it before, while it was public."""
-        with (self.staged(list(files)) if self.private else self.files(files)) as handles:
+        """Write every file (name -> content), replacing what was there (new files renamed
+        into place, ``staged``): rewriting an existing file in place would show private
+        content to whoever opened it before, while it was public, and a full disk would
+        leave it truncated."""
+        with self.staged(list(files)) as handles:
             for name, data in files.items():
                 handles[name].write(data)
 
@@ -214,23 +217,26 @@ def _make_parents(path: Path, made: list[tuple[Path, int, int]]) -> None:
     for d in reversed(missing):
         _check_parent(d)
         try:
-            _mkdir(d, 0o755, made)
-        except FileExistsError:
-            _check_parent(d / "x")          # appeared meanwhile: judged as any existing one
-            continue
+            _mkdir(d, 0o755, made)          # mkdir never follows a link: what it makes is ours
+        except FileExistsError:             # appeared meanwhile (another user's link?): judged anew
+            _walk(d / "x")
+            if not stat.S_ISDIR(os.lstat(d).st_mode):
+                raise UnsafeOut(f"{d} appeared meanwhile and is not a directory",
+                                "choose another directory") from None
 
 
 MAX_LINKS = 40      # symbolic links followed in one path (the kernel's limit, ELOOP)
 
 
-def _walk(path: Path) -> Path:
+def _walk(path: Path, *, existing: bool = False) -> Path:
     """``path`` resolved one name at a time from the root, as the kernel would, judging as it
     goes (module docstring): every symbolic link met (the last name's too) must belong to
     the caller or root, and its target is walked the same way; every directory passed
     through must pass ``_check_dir``; ``..`` after a missing name is refused. Returns the
     path with no link and no ``..`` in its existing part, followed by the names still to
-    be made. UnsafeOut otherwise."""
+    be made (``existing``: refused, there must be none). UnsafeOut otherwise."""
     uid = os.geteuid()
+    path = path.expanduser()
     try:
         here = Path("/") if path.is_absolute() else Path(os.getcwd())   # getcwd: no links in it
     except FileNotFoundError:
@@ -276,6 +282,8 @@ def _walk(path: Path) -> Path:
             passed.append(step)
         here = step
     resolved = here.joinpath(*missing)
+    if existing and missing:
+        raise UnsafeOut(f"{here / missing[0]} does not exist", "make the directory first")
     for directory in passed:
         if directory in resolved.parents:     # a directory on the final path, not one left by ..
             _check_dir(directory, resolved, what="parent" if directory == resolved.parent else "on the way")
@@ -306,7 +314,7 @@ def _open_dir_made(path: Path, private: bool, made: list[Path]):
     else:
         _check_parent(path)
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
     except NotADirectoryError:
         raise UnsafeOut(f"{path} exists and is not a directory", "choose a directory") from None
     except OSError as err:
@@ -446,7 +454,7 @@ def _open_file(dir_fd: int, path: Path, name: str, mode: int) -> tuple[int, bool
 
 
 def check_private_home(path: Path) -> Path:
-    """``path`` resolved by ``_walk``, whose directory (if it exists) must be writable by the caller
+    """``path`` resolved by ``_walk``, whose directory must exist and be writable by the caller
     and by nobody else but root (UnsafeOut otherwise): for a file whose side files are
     made next to it by name (``run --state``'s SQLite journal), where a sticky bit does
     not help (another user may make the name first)."""
@@ -454,8 +462,8 @@ def check_private_home(path: Path) -> Path:
     directory = path.parent
     try:
         st = os.stat(directory)
-    except FileNotFoundError:
-        return path                         # opening the file says so
+    except FileNotFoundError:               # made later by path, it could be another user's link by then
+        raise UnsafeOut(f"its directory {directory} does not exist (make it first, mode 700)") from None
     except OSError as err:
         raise UnsafeOut(f"cannot reach {directory} ({err.strerror})") from None
     if st.st_uid not in (0, os.geteuid()):
@@ -482,10 +490,11 @@ def private_file(path: str | Path) -> "_ReplacingFile":
     path = Path(path)
     if not path.name or path.name in (".", ".."):
         raise UnsafeOut(f"{str(path)!r} names no file", "give a file name")
-    resolved = _walk(path)
-    _check_dir(resolved.parent, resolved, what="parent")
-    try:
-        dir_fd = os.open(resolved.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    parent = _walk(path.expanduser().parent, existing=True)
+    resolved = parent / path.name
+    _check_dir(parent, resolved, what="parent")
+    try:                                      # O_NOFOLLOW: no link put there since it was judged
+        dir_fd = os.open(parent, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
     except OSError as err:
         raise UnsafeOut(f"cannot write {path} ({err.strerror})", "choose another file") from None
     try:
@@ -516,8 +525,13 @@ class _ReplacingFile:
             os.fsync(self.fh.fileno())
             self.fh.close()
             if exc_type is None:
+                _check_target(self.dir_fd, Path("."), self.name)   # another user's file put there since
                 os.rename(_partial(self.name), self.name, src_dir_fd=self.dir_fd, dst_dir_fd=self.dir_fd)
+        except OSError as err:
+            raise UnsafeOut(f"cannot write {self.name} ({err.strerror})", "nothing written") from None
         finally:
+            if not self.fh.closed:
+                self.fh.close()
             try:
                 os.unlink(_partial(self.name), dir_fd=self.dir_fd)
             except FileNotFoundError:
@@ -532,6 +546,11 @@ def private_dir(path: str | Path) -> Path:
     here), else UnsafeOut, whose one line says what is wrong and how to fix it. Before, a
     /tmp/dpstream-worker another user made was used, with a warning at most."""
     path = Path(path).expanduser()
+    try:
+        path = _walk(path)                  # before any advice: a link of another user is refused
+    except UnsafeOut as err:
+        raise UnsafeOut(err.problem, "give --data-dir a directory of your own (a missing one is created "
+                        "0700), or leave it out for the default under ~/.local/state") from None
     fix = ("give --data-dir a directory of your own (a missing one is created 0700), or leave "
            "it out for the default under ~/.local/state")
     try:

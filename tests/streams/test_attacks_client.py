@@ -490,6 +490,67 @@ def test_a_group_writable_directory_of_a_private_group_is_the_users_own(tmp_path
         assert "is writable by other users" in one_line(capsys)
 
 
+@needs_root
+def test_a_link_another_user_puts_where_a_parent_is_about_to_be_made_is_refused(
+        shared_tmp, capsys, export, monkeypatch):
+    """A third pass: the name of a missing parent in a shared directory, judged missing, was
+    then made by ``mkdir``; when another user's link appeared there first (a race won on
+    the first try), the FileExistsError was taken as "made meanwhile" and the export went
+    through the link. Here the link appears exactly in that window."""
+    from dpstream.streams.tools import outdir
+    capsys.readouterr()
+    target = shared_tmp / "target"
+    target.mkdir(mode=0o755)
+    sticky = shared_tmp / "tmp"
+    planted = sticky / "race"
+    real_check = outdir._check_parent
+
+    def check_then_plant(d):
+        real_check(d)
+        if d == planted and not os.path.lexists(planted):
+            planted.symlink_to(target)
+            os.lchown(planted, NOBODY, NOBODY)
+    monkeypatch.setattr(outdir, "_check_parent", check_then_plant)
+    assert main(out_commands(export)["run"](str(planted / "sub" / "out"))) == 2
+    assert f"is a symbolic link owned by uid {NOBODY}" in one_line(capsys)
+    assert not any(target.iterdir())
+
+
+@needs_root
+def test_a_data_dir_through_another_users_link_is_refused_before_any_advice(shared_tmp, capsys, key):
+    """``--data-dir`` through another user's link said "open to other users ... chmod 700
+    LINK", advice that as root would chmod the link's target."""
+    capsys.readouterr()
+    target = shared_tmp / "target"
+    target.mkdir(mode=0o755)
+    as_nobody("ln", "-s", str(target), str(shared_tmp / "tmp" / "wd"))
+    assert main(["worker", "--bootstrap-server", "127.0.0.1:1", "--data-dir", str(shared_tmp / "tmp" / "wd")]) == 2
+    line = one_line(capsys)
+    assert f"is a symbolic link owned by uid {NOBODY}" in line and "chmod" not in line, line
+    assert oct(target.stat().st_mode & 0o777) == "0o755"
+
+
+def test_a_json_file_in_a_missing_directory_and_an_unreadable_export_are_one_line(
+        tmp_path, capsys, export, monkeypatch):
+    """``demo --json`` into a directory that does not exist (made later by path, it could be
+    another user's link by then) is refused; an export directory the caller may not read
+    ended ``replay`` in a PermissionError traceback."""
+    capsys.readouterr()
+    assert main(["demo", "--json", str(tmp_path / "nod" / "d.json"), "--fraud-events", "20",
+                 "--queries", "5", "--quiet"]) == 2
+    assert "nod does not exist" in one_line(capsys)
+    real = os.listdir
+
+    def refuse(p="."):
+        if str(p) == str(export):
+            raise PermissionError(13, "Permission denied")
+        return real(p)
+    monkeypatch.setattr(os, "listdir", refuse)
+    for args in (["replay", "--dir", str(export)], ["replay", "--dir", str(export), "--no-key"]):
+        assert main(args) == 2
+        assert f"{export} cannot be read (Permission denied)" in one_line(capsys)
+
+
 def test_a_failed_command_removes_only_the_directories_it_made(tmp_path):
     """Before: the cleanup removed by path, so a link on the way repointed during the run
     made it remove another tree's empty directories of the same names."""

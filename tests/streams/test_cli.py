@@ -619,10 +619,15 @@ def test_a_state_file_is_private_and_a_rerun_says_what_it_skips(tmp_path, monkey
     # skipped by position, "0 predictions", exit 0, and a changed budget ignored)
     changed = tmp_path / "changed.json"
     changed.write_text((FRAUD / "card-fraud.model.json").read_text().replace('"epsilon": 2.0', '"epsilon": 1.5'))
-    for models, examples, what in ((model, other, "these examples"), (str(changed), first, "these models")):
+    for models, examples, says in (
+            (model, other, "this run gives 100 examples, an earlier run with this state read 300"),
+            (model, write_jsonl(tmp_path / "same-size.jsonl", fraud_lines(600)[300:]),
+             "these examples are not the ones an earlier run with this state read (its first 300), or the "
+             "secret key is not the one it ran with"),
+            (str(changed), first, "these models are not the ones an earlier run with this state read")):
         assert main(["run", "--models", models, "--examples", str(examples), "--out", str(tmp_path / "x"),
                      "--state", str(db), "--quiet"]) == 2
-        assert f"--state: {what} are not the ones an earlier run with this state read" in capsys.readouterr().err
+        assert f"--state: {says}" in capsys.readouterr().err
     grown = write_jsonl(tmp_path / "grown.jsonl", fraud_lines(300) + fraud_lines(500)[400:])
     assert main(["run", "--models", model, "--examples", str(grown), "--out", str(tmp_path / "g"),
                  "--state", str(db), "--quiet"]) == 0          # appended records are read
@@ -661,7 +666,7 @@ def test_a_state_file_is_private_and_a_rerun_says_what_it_skips(tmp_path, monkey
     open_db.touch(mode=0o644)
     open_db.chmod(0o644)
     for path, says in ((tmp_path / "dir", "is a directory"), ("/dev/null", "is not a regular file"),
-                       (tmp_path / "no" / "s.db", "no such file or directory"),
+                       (tmp_path / "no" / "s.db", "does not exist (make it first"),
                        (text, "is not a dpstream state file"), (open_db, "may be read by others (mode 644)")):
         assert main(["run", "--models", model, "--examples", str(first), "--out", str(tmp_path / "c"),
                      "--state", str(path), "--quiet"]) == 2
