@@ -21,11 +21,13 @@ root, ``export`` overwrote a file outside the directory). The rules now:
   expected is refused), and the path its target names is judged the same way; ``..``
   after a directory still to be made is refused (it would climb out of what the command
   makes, where nothing was judged).
-* Every file is opened relative to the directory's descriptor (``openat``), with
-  O_NOFOLLOW, and checked once open (``fstat``) to be a regular file owned by the caller
-  with one link, before it is truncated and written. A symbolic link, another user's
-  file or a hard link to elsewhere at a target name is refused with one line; files are
-  opened before any is written, so a refusal leaves what was there unchanged.
+* Every file is written as a new hidden file made relative to the directory's descriptor
+  (``openat``, O_CREAT | O_EXCL | O_NOFOLLOW) and renamed over its name once all are
+  written: what was there is replaced, never rewritten in place (whoever had a public
+  file open would read the private one, a full disk would leave it truncated). What is
+  at a target name must be the caller's own regular file with one link: a symbolic
+  link, another user's file or a hard link to elsewhere is refused with one line, for
+  every name before anything is written, so a refusal leaves what was there unchanged.
 * Its parent, and every existing directory on the way to it, must belong to the caller
   or to root, and when others may write to it, carry the sticky bit (as /tmp does):
   whoever may write such a directory without it could move the directory away once
@@ -42,7 +44,6 @@ root, ``export`` overwrote a file outside the directory). The rules now:
 """
 from __future__ import annotations
 
-import errno
 import os
 import stat
 from contextlib import contextmanager
@@ -93,39 +94,10 @@ class OutDir:
             _remove_made(self._made)
 
     @contextmanager
-    def files(self, names):
-        """Binary files for writing, one per name: every one opened and checked before any
-        is truncated, so a refusal leaves what was there unchanged."""
-        mode = 0o600 if self.private else 0o644
-        fds: dict[str, int] = {}
-        handles = {}
-        created = []
-        try:
-            try:
-                for name in names:
-                    fds[name], new = _open_file(self.fd, self.path, name, mode)
-                    created += [name] if new else []
-            except UnsafeOut:
-                for name in created:                # refused: leave the directory as it was
-                    os.unlink(name, dir_fd=self.fd)
-                raise
-            for name, fd in fds.items():
-                os.ftruncate(fd, 0)
-                os.fchmod(fd, mode)
-                handles[name] = os.fdopen(fd, "wb")
-            yield handles
-        finally:
-            for name, fd in fds.items():
-                if name in handles:
-                    handles[name].close()
-                else:
-                    os.close(fd)
-
-    @contextmanager
     def staged(self, names):
         """Binary files for writing, one per name, that take their names only once all are
         written (module docstring): the first name is the marker, removed first and put in
-        place last. Every target is checked as ``files`` checks it before anything is
+        place last. Every target is checked (``_check_target``) before anything is
         written; on any failure the hidden files are removed and the targets left as they
         were (or without the marker, if the renames had begun)."""
         mode = 0o600 if self.private else 0o644
@@ -387,8 +359,8 @@ def _partial(name: str) -> str:
 
 
 def _check_target(dir_fd: int, path: Path, name: str) -> None:
-    """UnsafeOut when what is at ``name`` may not be replaced (``_open_file``'s rules; a
-    missing target is fine)."""
+    """UnsafeOut when what is at ``name`` may not be replaced: a symbolic link, or not the
+    caller's own regular file with one link (``_file_problem``); a missing target is fine."""
     shown = path / name
     try:
         st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
@@ -425,32 +397,6 @@ def _open_partial(dir_fd: int, path: Path, name: str, mode: int) -> int:
     except OSError as err:
         raise UnsafeOut(f"cannot write {path / _partial(name)} ({err.strerror})",
                         "choose a new --out directory") from None
-
-
-def _open_file(dir_fd: int, path: Path, name: str, mode: int) -> tuple[int, bool]:
-    """``name`` in the directory, opened for writing without following a link, checked to
-    be the caller's own regular file with one link (not yet truncated); and whether it
-    was created here."""
-    shown = path / name
-    flags = os.O_WRONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
-    created = True
-    try:
-        try:
-            fd = os.open(name, flags | os.O_CREAT | os.O_EXCL, mode, dir_fd=dir_fd)
-        except FileExistsError:
-            created = False
-            fd = os.open(name, flags, dir_fd=dir_fd)
-    except OSError as err:
-        if os.path.islink(shown) or err.errno == errno.ELOOP:           # ELOOP: O_NOFOLLOW met a link
-            raise UnsafeOut(f"{shown} is a symbolic link", "nothing written through it; "
-                            "remove it or choose a new --out directory") from None
-        raise UnsafeOut(f"cannot write {shown} ({err.strerror})", "choose a new --out directory") from None
-    problem = _file_problem(shown, os.fstat(fd))
-    if problem is not None:
-        os.close(fd)
-        raise UnsafeOut(problem, "nothing written; remove it or choose a new --out directory")
-    os.set_blocking(fd, True)
-    return fd, created
 
 
 def check_private_home(path: Path) -> Path:
