@@ -203,7 +203,8 @@ def summarise(rt: EmbeddedRuntime, truth: dict, labelled: dict) -> list[dict]:
             "query accuracy": (sum(p["label"] == t for p, t in answered) / len(answered)) if answered else float("nan"),
             # computed in-process from the learner (where the data is), never from the topic
             "online mistakes": handler.internal_mistakes(),
-            "releases / hard queries": sum(p["updated"] or p["status"] == "hard_query" for p, _ in preds),
+            "hypothesis releases": sum(bool(p["updated"]) for p, _ in preds),
+            "hard queries": sum(p["status"] == "hard_query" for p, _ in preds),
             **baselines(cfg, labelled[mid], [t for _, t in queries]),
             # the model's answer state, from its queries (the last event may be an example,
             # whose status, "learning", says nothing about what a querier gets)

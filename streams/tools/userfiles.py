@@ -32,6 +32,7 @@ import csv
 import io
 import json
 import math
+import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -211,16 +212,25 @@ def cell(value, kind: str | None = None):
     return _TRUTH.get(text.lower(), value)
 
 
+LABEL_NUMBER = re.compile(r"(\+?[01]|-1)(\.0*)?")     # 1, +1, 0, -1, 1.0, -1.00, ...
+
+
 def label_cell(value):
-    """A label cell: an integer or a number as written, true/false/yes/no as a boolean
-    (``map_labels`` then reads the file's convention); None when empty."""
+    """A label cell: -1, 0, 1 as written (``LABEL_NUMBER``: an optional plus sign, zeros
+    after a decimal point) as an integer, true/false/yes/no as a boolean (``map_labels``
+    then reads the file's convention); None when empty. Any other number, however close
+    (``1e-400`` reads as 0.0, ``1.0000000000000001`` as 1.0, ``01``), is NaN: refused as
+    another number, not read as a class it only rounds to."""
     if not isinstance(value, str) or not value.strip():
         return value if isinstance(value, (bool, int, float)) else None
     text = value.strip()
+    if LABEL_NUMBER.fullmatch(text):
+        return int(float(text))
     try:
-        return _number(text)
+        _number(text)
     except ValueError:
         return _TRUTH.get(text.lower(), value)
+    return math.nan
 
 
 def column_kinds(table: list[dict]) -> dict[str, str]:

@@ -939,10 +939,21 @@ def test_run_reads_standard_input_for_one_input_only_and_says_when_there_are_non
 
 @pytest.mark.parametrize("text, value", [("true", True), ("T", True), ("Yes", True), ("false", False),
                                          ("f", False), ("NO", False), ("1", 1), ("0", 0), ("-1", -1),
-                                         ("maybe", "maybe"), ("", None)])
+                                         ("maybe", "maybe"), ("", None), ("+1", 1), ("1.0", 1),
+                                         ("-1.00", -1), (" 0 ", 0)])
 def test_a_csv_label_cell_reads_the_words_the_docs_list(text, value):
     """streams/tools/userfiles.py's docstring and the README list t/f and yes/no for a CSV
     label cell; anything else stays text, which ``map_labels`` refuses naming its line."""
     from dpstream.streams.tools.userfiles import label_cell
     got = label_cell(text)
     assert got == value and type(got) is type(value)
+
+
+@pytest.mark.parametrize("text", ["1e-400", "1e0", "0e0", "01", "00", "-0", "1.0000000000000001", "2", "0.5"])
+def test_a_label_cell_that_only_rounds_to_a_label_is_another_number(text):
+    """An attacker's pass: ``1e-400`` was read as 0 (the negative class), ``01`` and ``1e0``
+    as 1; a label is refused unless it is written as one."""
+    import math
+    from dpstream.streams.tools.userfiles import _label_kind, label_cell
+    got = label_cell(text)
+    assert isinstance(got, float) and math.isnan(got) and _label_kind(got) is None
