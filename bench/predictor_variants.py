@@ -9,7 +9,9 @@ labelled examples and the three held-out tasks of bench/datasets.py. Per set, th
 accuracy on all queries, mean over ``--keys`` keys (keys 0 to 2 are the other
 benches'), for:
 
-* ``as is``: learners.predictor.size_predictor's sizing;
+* ``as is``: learners.predictor.size_predictor's sizing, and the student as it is (since
+  the sixth round it chooses label spreading over the queries seen by cross-validation,
+  learners/student.py);
 * ``cap 16``: the same sizing with the cap ladder topped at 16 hard queries, not 64;
 * ``blocks at gap 2``: the sizing's cap, but k = k_min(cap), the fewest blocks whose
   vote gap holds 2 noise scales, so the blocks are as large as the examples allow (the
@@ -20,7 +22,8 @@ benches'), for:
 * ``screened``: once 32 answers are kept, a query whose 9 nearest kept answers agree is
   answered by them without the vote (saving the hard queries that noise makes of
   unanimous votes);
-* ``spread``: after the budget runs out, the student replaced by label spreading (Zhou et
+* ``spread`` (the fifth round's trial that led to the sixth round's student): after the
+  budget runs out, the student replaced by label spreading (Zhou et
   al. 2004; scikit-learn's ``LabelSpreading``, 7 nearest neighbours, alpha 0.5) over
   the released answers and the queries seen so far (at most 2,048), refitted each time
   the queries seen double.

@@ -23,8 +23,9 @@ Privacy, two accountings (``PredictorConfig.accounting``):
 Either way, after the v_max-th hard query the model answers nothing more
 (``budget_exhausted``) until a new epoch brings a fresh, disjoint sample; epochs on
 disjoint data compose in parallel. With ``student=True`` (issue 45), the answers the
-vote released this epoch train a student model (refitted at 8, 16, 32, ... answers and
-when the budget runs out), and the student answers from then on (status ``student``):
+vote released this epoch train a student model (refitted at 8, 16, 32, ... answers, when
+the budget runs out, and as the queries seen then reach 8, 16, ... 2,048: label
+spreading over them), and the student answers from then on (status ``student``):
 post-processing of the released transcript, no charge, with the caveat on queries in
 learners/student.py.
 
@@ -62,7 +63,7 @@ from dpstream.mechanisms.params import PredictorBudget, predictor_instance_budge
 from dpstream.mechanisms.randomness import KeyedRandomness
 
 from .protocol import Step
-from .student import STUDENT_MAX, fit_student, refit_due, student_label
+from .student import SEEN_MAX, STUDENT_MAX, StudentModel, fit_student, refit_due
 
 EPOCH_MECHANISM = "between_thresholds_epoch"
 BT_PURPOSE = "predictor/between_thresholds"
@@ -239,6 +240,7 @@ class PredictorState:
     hard_x: list = field(default_factory=list)
     hard_y: list = field(default_factory=list)
     kept: int = 0                        # released answers kept for the student this epoch
+    seen: int = 0                        # queries kept for the student this epoch (<= SEEN_MAX)
     student: dict | None = None          # the student's record (learners/student.py), once fitted
 
     def to_record(self) -> dict:
@@ -259,6 +261,7 @@ class PredictorState:
         r["ledger"] = None if r["ledger"] is None else LedgerState(**r["ledger"])
         r["hard_x"], r["hard_y"] = _copied(r["hard_x"]), list(r["hard_y"])
         r.setdefault("kept", 0)
+        r.setdefault("seen", 0)
         r["student"] = None if r.get("student") is None else _student_copy(r["student"])
         return cls(**r)
 
@@ -333,7 +336,8 @@ class PrivatePredictor:
         self.with_student = student
         self.kept_x: list = []
         self.kept_y: list = []
-        self._student_rows = None
+        self.seen_x: list = []             # the epoch's first SEEN_MAX queries (label spreading)
+        self._student_model: StudentModel | None = None
 
     def _ledger(self, state: LedgerState) -> Ledger:
         """The epoch's ledger (one per epoch: epochs see disjoint samples), publishing each
@@ -354,8 +358,8 @@ class PrivatePredictor:
         s.instances = s.tops = 0
         s.exhausted = False
         s.hard_x, s.hard_y = [], []
-        s.kept, s.student = 0, None
-        self.kept_x, self.kept_y = [], []
+        s.kept, s.seen, s.student = 0, 0, None
+        self.kept_x, self.kept_y, self.seen_x = [], [], []
         if self.config.accounting == "epoch":
             fresh = Ledger.create(epsilon=self.config.epsilon, delta=self.config.delta, rule="basic")
         else:
@@ -376,13 +380,14 @@ class PrivatePredictor:
         perm = keyed_permutation(self.rng, self.model_id, epoch, X.shape[0])[: k * m]
         return [(X[perm[i * m:(i + 1) * m]], y[perm[i * m:(i + 1) * m]]) for i in range(k)]
 
-    def restore(self, blocks, H, kept=None) -> None:
-        """Reattach stored blocks, hypotheses and the released answers kept for the student
-        ((x, label) rows) after loading ``state``."""
+    def restore(self, blocks, H, kept=None, seen=None) -> None:
+        """Reattach stored blocks, hypotheses, the released answers kept for the student
+        ((x, label) rows) and the queries it has seen (x rows) after loading ``state``."""
         self.blocks, self.H = blocks, self.generator.stack(H)
         self.generator.bind(blocks, self.state.hard_x, self.state.hard_y)
         kept = list(kept or [])[: self.state.kept]
         self.kept_x, self.kept_y = [r[:-1] for r in kept], [int(r[-1]) for r in kept]
+        self.seen_x = [list(r) for r in list(seen or [])[: self.state.seen]]
         if self.state.bt is not None and not self.state.exhausted:
             self._bt = BetweenThresholds(calibration=self.calibration, rng=self.rng,
                                          model_id=self.model_id, state=self.state.bt,
@@ -418,7 +423,7 @@ class PrivatePredictor:
         except BudgetExhausted:
             s.exhausted, self._bt = True, None
             if self.with_student and self.kept_y and (s.student is None or s.student["n"] < s.kept):
-                s.student = fit_student(self.kept_x, self.kept_y)
+                self._fit_student()
             return
         finally:
             s.ledger = ledger.state
@@ -457,19 +462,37 @@ class PrivatePredictor:
         return [self.predict_one(x) for x in X]
 
     # ------------------------------------------------------------ queries
+    def _fit_student(self) -> None:
+        s = self.state
+        s.student = fit_student(self.kept_x, self.kept_y, self.seen_x if s.exhausted else ())
+
     def _student_label(self, x) -> int:
-        """The student's label; the kept answers it reads, as arrays, built once per fit."""
+        """The student's label; the rows it reads, as arrays (and its graph), built once per fit."""
         student = self.state.student
-        if self._student_rows is None or self._student_rows[0] is not student:
-            n = student["n"]
-            self._student_rows = (student, np.asarray(self.kept_x[:n], dtype=float).reshape(n, -1),
-                                  np.asarray(self.kept_y[:n]))
-        return student_label(student, x, *self._student_rows[1:])
+        if self._student_model is None or self._student_model.student is not student:
+            self._student_model = StudentModel(student, self.kept_x, self.kept_y, self.seen_x)
+        return self._student_model.label(x)
+
+    def _see(self, x) -> None:
+        """Keep the epoch's first SEEN_MAX queries for the student; once the budget is spent,
+        refit it as their number doubles (public times: a function of the query count)."""
+        s = self.state
+        if not self.with_student or s.epoch < 0 or s.seen >= SEEN_MAX:
+            return
+        self.seen_x.append(np.asarray(x, dtype=float).ravel().tolist())
+        s.seen += 1
+        if s.exhausted and s.student is not None and refit_due(s.seen):
+            self._fit_student()
 
     def votes(self, x) -> np.ndarray:
         return self.generator.votes(self.H, x)
 
     def answer(self, x) -> Answer:
+        a = self._answer(x)
+        self._see(x)
+        return a
+
+    def _answer(self, x) -> Answer:
         s = self.state
         if s.epoch < 0:
             return Answer(None, NO_EPOCH, s.version)
@@ -488,7 +511,7 @@ class PrivatePredictor:
                 self.kept_y.append(label)
                 s.kept += 1
                 if refit_due(s.kept):
-                    s.student = fit_student(self.kept_x, self.kept_y)
+                    self._fit_student()
             return Answer(label, ANSWERED, s.version, out)
         # TOP: the student's label (a keyed coin before there is one), record the hard
         # query, shrink, fresh instance.

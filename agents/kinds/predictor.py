@@ -4,8 +4,10 @@ and shrinkage on hard queries (seed 001 Algorithm 2, learners/predictor.py).
 Records: ``head`` (counters, BetweenThresholds state, hard queries, the epoch ledger),
 ``buffer/<epoch>/<chunk>`` (the labelled sample an epoch is partitioned from, and the
 next epoch's, filling), ``hyp/<epoch>/<version>/<chunk>`` (the blocks' hypotheses),
-``kept/<epoch>/<chunk>`` (with ``student``: the epoch's released answers (x, label) the
-student is trained on; its weights sit in the head once fitted).
+``kept/<epoch>/<chunk>`` and ``seen/<epoch>/<chunk>`` (with ``student``: the epoch's
+released answers (x, label) the student is trained on, and its first SEEN_MAX queries
+(x), label spreading's unlabelled points; the student's record sits in the head once
+fitted).
 """
 from __future__ import annotations
 
@@ -308,20 +310,22 @@ class PredictorKind(Handler):
             per = self.hyp_chunk
             for j in range((shape(self.config)[0] + per - 1) // per):
                 H.extend(self.state[self.key("hyp", s.epoch, s.version, j)])
-            self.model.restore(self.model.partition(X, y, s.epoch), H, self._kept(s.epoch, s.kept))
+            self.model.restore(self.model.partition(X, y, s.epoch), H, self._kept("kept", s.epoch, s.kept),
+                               self._kept("seen", s.epoch, s.seen))
 
-    def _keep(self, epoch: int, n: int, row: list) -> None:
-        """Store the n-th released answer kept for the student, (x, label), in chunks as the
-        buffered examples are (a row rewritten after a crash is truncated, not doubled)."""
-        key = self.key("kept", epoch, n // self.chunk)
+    def _keep(self, name: str, epoch: int, n: int, row: list) -> None:
+        """Store the n-th row kept for the student (``kept``: a released answer (x, label);
+        ``seen``: a query's x), in chunks as the buffered examples are (a row rewritten after
+        a crash is truncated, not doubled)."""
+        key = self.key(name, epoch, n // self.chunk)
         rows = list(self.state.get(key, []))[:n % self.chunk]
         rows.append(row)
         self._put(key, rows)
 
-    def _kept(self, epoch: int, n: int) -> list:
+    def _kept(self, name: str, epoch: int, n: int) -> list:
         rows = []
         for chunk in range((n + self.chunk - 1) // self.chunk):
-            rows.extend(self.state[self.key("kept", epoch, chunk)])
+            rows.extend(self.state[self.key(name, epoch, chunk)])
         return rows[:n]
 
     def _sample(self, epoch: int, n: int):
@@ -348,6 +352,7 @@ class PredictorKind(Handler):
             keys |= self._chunks("hyp", s.epoch, s.version, n=shape(self.config)[0],
                                  per=self.hyp_chunk)
             keys |= self._chunks("kept", s.epoch, n=s.kept, per=self.chunk)
+            keys |= self._chunks("seen", s.epoch, n=s.seen, per=self.chunk)
         return keys
 
     def ledger_record(self):
@@ -394,10 +399,13 @@ class PredictorKind(Handler):
         self.epoch = self.model.state.epoch
         self._maybe_start_epoch()
         self.epoch = self.model.state.epoch
-        kept = self.model.state.kept
+        s = self.model.state
+        kept, seen = s.kept, s.seen
         a = self.model.answer(np.asarray(self._x(event), dtype=float))
-        if self.model.state.kept > kept:          # a released answer kept for the student
-            self._keep(self.model.state.epoch, kept, [*self.model.kept_x[-1], self.model.kept_y[-1]])
+        if s.kept > kept:                         # a released answer kept for the student
+            self._keep("kept", s.epoch, kept, [*self.model.kept_x[-1], self.model.kept_y[-1]])
+        if s.seen > seen:                         # a query kept for the student
+            self._keep("seen", s.epoch, seen, self.model.seen_x[-1])
         status = {NO_EPOCH: "learning", EXHAUSTED: "budget_exhausted", HARD: "hard_query",
                   STUDENT: "frozen"}.get(a.status, "answered")
         self._predict("query", source, event, a.label, status, a.version)

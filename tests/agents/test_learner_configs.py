@@ -161,3 +161,39 @@ def test_the_student_answers_after_exhaustion_end_to_end_and_the_same_after_a_re
     second.log_offset = first.log_offset
     asyncio.run(second.feed_all(evs[cut:]))
     assert first.outputs["predictions"] + second.outputs["predictions"] == whole.outputs["predictions"]
+
+
+def test_the_workers_student_spreads_over_the_queries_it_keeps_and_a_restart_keeps_them():
+    """Two moons (no halfspace fits, 12 answers span them): after exhaustion the student
+    spreads labels over the queries seen, which the worker keeps in ``seen`` records,
+    at most SEEN_MAX rows however many queries come; a restart after exhaustion reloads
+    them and gives the same records as the run that never stopped."""
+    from dpstream.learners.student import SEEN_MAX
+
+    from ..learners.test_predictor import moons
+    X, y = moons("worker-moons", 0, 1500)
+    Q, truth = moons("worker-moons-q", 0, SEEN_MAX + 452)
+    cfg = {"model_id": "moons", "dimension": 2, "budget": {"epsilon": 4.0, "delta": 1e-6},
+           "params": {"kind": "predictor", "generator": "nearest", "examples": 1500, "v_max": 4,
+                      "student": True}}
+    evs = ([("models", cfg)]
+           + [("examples", {"model_id": "moons", "x": r.tolist(), "y": int(t)}) for r, t in zip(X, y)]
+           + [("queries", {"model_id": "moons", "x": r.tolist(), "query_id": f"q{i}"})
+              for i, r in enumerate(Q)])
+    whole = run(evs)
+    answers = [p for p in whole.outputs["predictions"] if p["kind"] == "query"]
+    frozen = [p["label"] == t for p, t in zip(answers, truth) if p["status"] == "frozen"]
+    assert len(frozen) > 2000 and sum(frozen) / len(frozen) > 0.97
+    state = {}
+    cut = 1 + 1500 + 1200
+    first = EmbeddedRuntime(RNG, state)
+    asyncio.run(first.feed_all(evs[:cut]))
+    second = EmbeddedRuntime(RNG, state)
+    second.offsets.update(first.offsets)
+    second.log_offset = first.log_offset
+    asyncio.run(second.feed_all(evs[cut:]))
+    assert first.outputs["predictions"] + second.outputs["predictions"] == whole.outputs["predictions"]
+    assert state["model/moons/head"]["predictor"]["student"]["model"] == "spread"
+    seen = [rows for key, rows in state.items() if "/seen/" in key]
+    assert sum(len(rows) for rows in seen) == SEEN_MAX
+    assert all(len(row) == 2 for rows in seen for row in rows)

@@ -7,7 +7,7 @@ from dpstream.learners.decision_list import FeatureFamily
 from dpstream.learners.generators import (DecisionLists, FiniteClass, Halfspaces, Intervals,
                                           MonotoneConjunctions, Thresholds)
 from dpstream.learners.predictor import (ANSWERED, EXHAUSTED, HARD, PredictorConfig, PredictorState,
-                                         PrivatePredictor)
+                                         PrivatePredictor, size_predictor)
 from dpstream.mechanisms.errors import ThresholdsTooClose
 from dpstream.mechanisms.randomness import KeyedRandomness
 
@@ -293,15 +293,17 @@ def test_the_student_answers_after_the_hard_queries_are_spent_and_without_it_not
 
 def test_the_student_reads_only_released_labels_and_query_features():
     """Post-processing: the student is ``fit_student`` of the released (query, label)
-    pairs of answered queries, nothing else; replacing every private block and
-    hypothesis after it is fitted changes none of its answers."""
+    pairs of answered queries and of the queries seen, nothing else; replacing every
+    private block and hypothesis after it is fitted changes none of its answers."""
     from dpstream.learners.student import fit_student
     Q, _ = queries(3000)
     model = student_model()
     answers = [model.answer(x) for x in Q]
     released = [(x, a.label) for x, a in zip(Q, answers) if a.status == ANSWERED]
-    assert model.state.student == fit_student([x for x, _ in released][:model.state.kept],
-                                              [t for _, t in released][:model.state.kept])
+    student = model.state.student
+    assert 0 < student["seen"] <= model.state.seen      # refitted on queries seen after exhaustion
+    assert student == fit_student([x for x, _ in released][:model.state.kept],
+                                  [t for _, t in released][:model.state.kept], Q[:student["seen"]])
     before = [model.answer(x).label for x in Q[:200]]
     model.blocks = [(b[0] * 0 + 5, -b[1]) for b in model.blocks]
     model.H = model.H * 0 - 1
@@ -319,6 +321,75 @@ def test_a_restored_predictor_keeps_its_student_and_its_kept_answers():
                              student=True)
     again.restore(model.blocks, model.generator.dump(model.H), rows)
     assert [again.answer(x) for x in Q[1500:]] == [model.answer(x) for x in Q[1500:]]
+
+
+def moons(name, seed, n):
+    """Two interleaving half circles in [-1, 1]^2 (labels +-1): a boundary no halfspace
+    fits, and a manifold a few labels span."""
+    s = data_stream(name, seed)
+    t = s.uniform(n) * np.pi
+    side = np.where(s.uniform(n) < 0.5, 1, -1)
+    x = np.where(side == 1, np.cos(t), 1 - np.cos(t))
+    y = np.where(side == 1, np.sin(t), 0.5 - np.sin(t))
+    return (np.stack([x, y], axis=1) + (s.uniform(2 * n).reshape(n, 2) - 0.5) * 0.2) / 2, side
+
+
+def test_label_spreading_over_seen_queries_learns_a_manifold_from_twelve_answers():
+    """With 12 released answers on two moons, the queries seen carry the moons' shape:
+    cross-validation picks label spreading over them, and it labels fresh queries
+    (nearly) perfectly, where the student without them (nearest answers, logistic
+    regression) errs on up to a fifth; without seen queries spreading is not offered."""
+    from dpstream.learners.student import StudentModel, fit_student
+    spread, alone = [], []
+    for seed in range(5):
+        X, y = moons("moons", seed, 12)
+        U, _ = moons("moons-seen", seed, 1000)
+        Q, truth = moons("moons-q", seed, 500)
+        with_seen, without = fit_student(X, y, U), fit_student(X, y)
+        assert with_seen["model"] == "spread" and with_seen["seen"] == 1000
+        assert without["model"] != "spread" and without["seen"] == 0
+        a, b = StudentModel(with_seen, X, y, U), StudentModel(without, X, y)
+        spread.append(np.mean([a.label(q) == t for q, t in zip(Q, truth)]))
+        alone.append(np.mean([b.label(q) == t for q, t in zip(Q, truth)]))
+    assert min(spread) >= 0.98 and np.mean(alone) < np.mean(spread) - 0.05, (spread, alone)
+
+
+def test_the_student_spreads_over_at_most_seen_max_queries_only_once_the_budget_is_spent():
+    """Before exhaustion the student labels hard queries and never spreads; after it, it
+    is refitted as the queries seen reach powers of two, spreads over them on the moons,
+    keeps at most SEEN_MAX of them, and a predictor restored from its record, blocks,
+    kept answers and seen queries answers exactly as the one that kept running."""
+    from dpstream.learners.generators import NearestNeighbours
+    from dpstream.learners.predictor import STUDENT
+    from dpstream.learners.student import SEEN_MAX
+    X, y = moons("moons-examples", 0, 1500)
+    Q, truth = moons("moons-queries", 0, SEEN_MAX + 952)
+    k, _, v = size_predictor(epsilon=4.0, delta=1e-6, examples=1500, v_max=4)
+    model = PrivatePredictor(config=PredictorConfig(k=k, epsilon=4.0, delta=1e-6, v_max=v),
+                             generator=NearestNeighbours(2), rng=RNG, model_id="moons", student=True)
+    model.start_epoch(X, y)
+    fits, answers = [], []
+    for i, x in enumerate(Q):
+        answers.append(model.answer(x))
+        st = model.state.student
+        if st is not None and (not fits or fits[-1][1] is not st):
+            fits.append((model.state.exhausted, st))
+        if i == 1000:
+            record = PredictorState.from_record(model.state.to_record())
+            blocks, H = model.blocks, model.generator.dump(model.H)
+            kept = [x + [t] for x, t in zip(model.kept_x, model.kept_y)]
+            seen = [list(r) for r in model.seen_x]
+    assert all(st["model"] != "spread" for done, st in fits if not done)
+    spread = [st["seen"] for done, st in fits if done and st["model"] == "spread"]
+    assert spread and spread[-1] == SEEN_MAX and all(n & (n - 1) == 0 for n in spread[1:])
+    assert model.state.seen == len(model.seen_x) == SEEN_MAX
+    late = [a.label == t for a, t in zip(answers, truth) if a.status == STUDENT]
+    assert len(late) > 2000 and np.mean(late) > 0.97
+    again = PrivatePredictor(config=model.config, generator=NearestNeighbours(2), rng=RNG,
+                             model_id="moons", state=record, student=True)
+    again.restore(blocks, H, kept, seen)
+    assert [again.answer(x) for x in Q[1001:]] == answers[1001:]
+    assert again.state.to_record() == model.state.to_record() and again.seen_x == model.seen_x
 
 
 def test_a_halfspace_block_with_tiny_matrix_entries_is_solved():
