@@ -134,23 +134,26 @@ def choose(X: np.ndarray, y: np.ndarray, U: np.ndarray | None = None) -> tuple[s
 class Graph:
     """The symmetrised k-nearest-neighbour graph of points P (Zhou et al. 2004, Sec. 2, with
     kNN affinities: W = A + A^T for A the 0/1 k-nearest relation, S = D^-1/2 W D^-1/2),
-    built in blocks of rows (memory O(512 n)); ties of distance go to the earlier point."""
+    built in blocks of rows (memory O(512 n)); ties of distance go to the earlier point,
+    and a point at an infinite distance (``squared_distances``) is joined to nothing."""
 
     def __init__(self, P: np.ndarray, k: int):
         self.P = np.asarray(P, dtype=float)
         n = len(self.P)
         self.k = k = max(1, min(k, n - 1))
-        sq = np.sum(self.P * self.P, axis=1)
         near = np.empty((n, k), dtype=np.int64)
+        finite = np.empty((n, k), dtype=bool)        # an infinitely far "neighbour" is no edge
         for a in range(0, n, 512):
-            d2 = sq[a:a + 512, None] - 2.0 * self.P[a:a + 512] @ self.P.T + sq[None, :]
+            d2 = squared_distances(self.P[a:a + 512], self.P)
             d2[np.arange(len(d2)), np.arange(a, a + len(d2))] = np.inf     # not its own neighbour
             near[a:a + 512] = np.argsort(d2, axis=1, kind="stable")[:, :k]
-        rows = np.repeat(np.arange(n), k)
-        self.i = np.concatenate([rows, near.ravel()])
-        self.j = np.concatenate([near.ravel(), rows])
+            finite[a:a + 512] = np.isfinite(np.take_along_axis(d2, near[a:a + 512], axis=1))
+        rows = np.repeat(np.arange(n), k)[finite.ravel()]
+        cols = near.ravel()[finite.ravel()]
+        self.i = np.concatenate([rows, cols])
+        self.j = np.concatenate([cols, rows])
         degree = np.bincount(self.i, minlength=n).astype(float)
-        self.w = 1.0 / np.sqrt(degree[self.i] * degree[self.j])
+        self.w = 1.0 / np.sqrt(degree[self.i] * degree[self.j])   # an edge's ends have degree >= 1
 
     def spread(self, Y: np.ndarray) -> np.ndarray:
         """F after SPREAD_ITERS steps of F <- alpha S F + (1 - alpha) Y from F = Y (Y: +-1 on
@@ -165,8 +168,7 @@ class Graph:
     def extend(self, F: np.ndarray, Q) -> np.ndarray:
         """Labels of new points Q: the sign of the summed F of their k nearest points."""
         Q = np.asarray(Q, dtype=float).reshape(-1, self.P.shape[1])
-        d2 = np.sum(Q * Q, axis=1)[:, None] - 2.0 * Q @ self.P.T + np.sum(self.P * self.P, axis=1)[None, :]
-        near = np.argsort(d2, axis=1, kind="stable")[:, :self.k]
+        near = np.argsort(squared_distances(Q, self.P), axis=1, kind="stable")[:, :self.k]
         return np.where(F[near].sum(axis=1) >= 0, 1, -1)
 
 
@@ -178,14 +180,23 @@ def _predict(candidate, X, y, Q) -> np.ndarray:
     return nearest_labels(X, y, Q, int(param))
 
 
+def squared_distances(Q: np.ndarray, X: np.ndarray) -> np.ndarray:
+    """|q - x|^2 for every row pair, by the expansion |q|^2 - 2 q.x + |x|^2 (one matrix
+    product). A query far outside the data's scale (1e300: the predictor's raw rows are
+    not clamped) overflows it to inf - inf; such a distance counts as infinite (the
+    graph joins no such pair), without a warning."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        d2 = np.sum(Q * Q, axis=1)[:, None] - 2.0 * Q @ X.T + np.sum(X * X, axis=1)[None, :]
+    return np.where(np.isnan(d2), np.inf, d2)
+
+
 def nearest_labels(X, y, Q, k: int) -> np.ndarray:
     """The majority label of the k nearest rows of X (ties of distance: the earlier row),
     for every row of Q; k is cut to the rows there are (and kept odd)."""
     X, Q = np.asarray(X, float), np.asarray(Q, float).reshape(-1, X.shape[1])
     k = min(k, len(y))
     k -= 1 - k % 2
-    d2 = np.sum(Q * Q, axis=1)[:, None] - 2.0 * Q @ X.T + np.sum(X * X, axis=1)[None, :]
-    near = np.argsort(d2, axis=1, kind="stable")[:, :k]
+    near = np.argsort(squared_distances(Q, X), axis=1, kind="stable")[:, :k]
     return np.where(np.asarray(y)[near].sum(axis=1) >= 0, 1, -1)
 
 

@@ -354,6 +354,29 @@ def test_label_spreading_over_seen_queries_learns_a_manifold_from_twelve_answers
     assert min(spread) >= 0.98 and np.mean(alone) < np.mean(spread) - 0.05, (spread, alone)
 
 
+def test_queries_far_outside_the_datas_scale_neither_warn_nor_become_anyones_neighbour():
+    """The predictor's raw rows are not clamped: 1e300 overflowed the distance expansion
+    to inf - inf (NaN, a RuntimeWarning per fit) and such points were neighbours of
+    whatever sorted first. Now they count as infinitely far: the moons are still learned
+    from 12 answers with 40 of them among the queries seen, and nothing warns."""
+    import warnings
+
+    from dpstream.learners.student import Graph, StudentModel, fit_student
+    X, y = moons("moons", 0, 12)
+    U, _ = moons("moons-seen", 0, 1000)
+    U = np.vstack([U, [[1e300, -1e300]] * 20, [[1e160, 1e160]] * 20])
+    Q, truth = moons("moons-q", 0, 500)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        student = fit_student(X, y, U)
+        model = StudentModel(student, X, y, U)
+        labels = [model.label(q) for q in Q]
+        graph = Graph(np.vstack([X, U]), 7)
+    assert student["model"] == "spread" and np.mean(np.array(labels) == truth) >= 0.98
+    far = np.arange(len(X) + 1000, len(X) + len(U))
+    assert not np.isin(graph.i, far).any() and not np.isin(graph.j, far).any()   # no edge at all
+
+
 def test_the_student_spreads_over_at_most_seen_max_queries_only_once_the_budget_is_spent():
     """Before exhaustion the student labels hard queries and never spreads; after it, it
     is refitted as the queries seen reach powers of two, spreads over them on the moons,
