@@ -46,7 +46,9 @@ from .decision_list import TRUE, DecisionList, FeatureFamily
 
 class Generator:
     """What every generator shares: ``bind`` does nothing unless a hypothesis refers to
-    the blocks (``NearestNeighbours``)."""
+    the blocks (``NearestNeighbours``); ``dense``: its points are real rows, entries in
+    [-1, 1] (the predictor clamps them there, learners/predictor.py)."""
+    dense = False
 
     def bind(self, blocks, hard_X, hard_y) -> None:
         pass
@@ -261,6 +263,7 @@ class Halfspaces(Generator):
     """
 
     BOX = 1e3
+    dense = True
 
     def __init__(self, d: int, adaptive: bool = False, hard_weight: float = 1e4):
         """``hard_weight``: a hard query's slack weight against one example's. The seed
@@ -455,6 +458,7 @@ class NearestNeighbours(Generator):
     per query (numpy, no Python loop over blocks)."""
     oblivious = True
     width = 1
+    dense = True
 
     def __init__(self, d: int, *, hard_weight: float = 0.0):
         if not (hard_weight >= 0 and np.isfinite(hard_weight)):

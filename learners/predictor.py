@@ -40,6 +40,12 @@ of bench/predictor_real.py, 10 keys): hard queries answered right 65% (segment),
 (digits) and 53% (bananas, whose hard queries sit on its curved boundary) of the time,
 where the coin gives 50%.
 
+Rows of the real-feature generators (halfspace, logistic, nearest: ``dense``) have
+their entries clamped to [-1, 1], as DP-FTRL's are: declared features give such rows,
+and a well-formed row is bounded, not rejected. Before, one example of 1e300 made the
+halfspace LP fail at the epoch's start, so the example completing the sample was
+dead-lettered and the model never left ``learning``.
+
 Regeneration keeps a block's hypothesis when it already satisfies the new hard
 query (oblivious generators): it was the least-error hypothesis over a larger set that
 still contains it, so it is still optimal. The adaptive generator regenerates all.
@@ -373,8 +379,9 @@ class PrivatePredictor:
         self._start_instance()
 
     def partition(self, X, y, epoch: int) -> list[tuple[np.ndarray, np.ndarray]]:
-        """The epoch's k disjoint blocks of m examples (keyed permutation)."""
-        X, y = np.asarray(X), np.asarray(y)
+        """The epoch's k disjoint blocks of m examples (keyed permutation), rows as the
+        generator takes them (``_rows``)."""
+        X, y = np.asarray(self._rows(X)), np.asarray(y)
         k = self.config.k
         m = X.shape[0] // k
         perm = keyed_permutation(self.rng, self.model_id, epoch, X.shape[0])[: k * m]
@@ -487,7 +494,12 @@ class PrivatePredictor:
     def votes(self, x) -> np.ndarray:
         return self.generator.votes(self.H, x)
 
+    def _rows(self, X) -> np.ndarray:
+        """Points as the generator takes them: dense rows clamped to [-1, 1] (module docstring)."""
+        return np.clip(np.asarray(X, dtype=float), -1.0, 1.0) if self.generator.dense else X
+
     def answer(self, x) -> Answer:
+        x = self._rows(x)
         a = self._answer(x)
         self._see(x)
         return a

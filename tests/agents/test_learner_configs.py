@@ -163,6 +163,32 @@ def test_the_student_answers_after_exhaustion_end_to_end_and_the_same_after_a_re
     assert first.outputs["predictions"] + second.outputs["predictions"] == whole.outputs["predictions"]
 
 
+@pytest.mark.parametrize("generator", ["halfspace", "logistic", "nearest"])
+def test_raw_rows_far_outside_minus_one_one_are_clamped_not_dead_lettered(generator):
+    """Before: one example of 1e300 among 1,200 made the halfspace LP fail as the epoch
+    started, so the example completing the sample was dead-lettered and the model never
+    left ``learning`` (the logistic fit warned and the student's distances overflowed).
+    Raw rows of the real-feature generators are now clamped to [-1, 1], as DP-FTRL's:
+    every record is answered, the epoch starts, and the rows the student keeps are
+    bounded."""
+    s = RNG.stream("learner-config-tests", "far", 0)
+    X = s.uniform(3 * 1200).reshape(-1, 3) * 2 - 1
+    Q = s.uniform(3 * 600).reshape(-1, 3) * 2 - 1
+    X[7::100], Q[3::50] = [1e300, -1e300, 5.0], [-1e300, 1e300, 1e-300]
+    label = lambda r: 1 if r[0] > 0.3 else -1            # noqa: E731
+    cfg = {**PRED, "params": {**PRED["params"], "student": True, "generator": generator}}
+    rt = run([("models", cfg)]
+             + [("examples", {"model_id": "pred", "x": r.tolist(), "y": label(r)}) for r in X]
+             + [("queries", {"model_id": "pred", "x": r.tolist(), "query_id": f"q{i}"})
+                for i, r in enumerate(Q)])
+    assert rt.outputs["rejected"] == []
+    answers = [p for p in rt.outputs["predictions"] if p["kind"] == "query"]
+    assert len(answers) == 600 and all(p["label"] in (-1, 1) for p in answers)
+    assert {p["status"] for p in answers} >= {"answered", "frozen"}
+    rows = [r for key, v in rt.state.items() if "/seen/" in key or "/kept/" in key for r in v]
+    assert len(rows) > 600 and all(-1.0 <= v <= 1.0 for r in rows for v in r[:3])
+
+
 def test_the_workers_student_spreads_over_the_queries_it_keeps_and_a_restart_keeps_them():
     """Two moons (no halfspace fits, 12 answers span them): after exhaustion the student
     spreads labels over the queries seen, which the worker keeps in ``seen`` records,
