@@ -344,6 +344,7 @@ class PrivatePredictor:
         self.kept_y: list = []
         self.seen_x: list = []             # the epoch's first SEEN_MAX queries (label spreading)
         self._student_model: StudentModel | None = None
+        self._cv_scores: dict = {}          # the student's cross-validation, by answers (fit_student)
 
     def _ledger(self, state: LedgerState) -> Ledger:
         """The epoch's ledger (one per epoch: epochs see disjoint samples), publishing each
@@ -366,6 +367,7 @@ class PrivatePredictor:
         s.hard_x, s.hard_y = [], []
         s.kept, s.seen, s.student = 0, 0, None
         self.kept_x, self.kept_y, self.seen_x = [], [], []
+        self._cv_scores = {}
         if self.config.accounting == "epoch":
             fresh = Ledger.create(epsilon=self.config.epsilon, delta=self.config.delta, rule="basic")
         else:
@@ -429,7 +431,7 @@ class PrivatePredictor:
                 ledger.charge("between_thresholds", budget.eps_bt, budget.delta_bt)
         except BudgetExhausted:
             s.exhausted, self._bt = True, None
-            if self.with_student and self.kept_y and (s.student is None or s.student["n"] < s.kept):
+            if self.with_student and self.kept_y:      # spreading is offered from now on
                 self._fit_student()
             return
         finally:
@@ -471,7 +473,8 @@ class PrivatePredictor:
     # ------------------------------------------------------------ queries
     def _fit_student(self) -> None:
         s = self.state
-        s.student = fit_student(self.kept_x, self.kept_y, self.seen_x if s.exhausted else ())
+        s.student = fit_student(self.kept_x, self.kept_y, self.seen_x if s.exhausted else (),
+                                scores=self._cv_scores)
 
     def _student_label(self, x) -> int:
         """The student's label; the rows it reads, as arrays (and its graph), built once per fit."""

@@ -17,8 +17,12 @@ runs out, and is one of
   over a graph of the SPREAD_K nearest neighbours joining the n answers and the queries
   this epoch has seen (at most SEEN_MAX, the first ones), offered once the budget is
   spent (the fits that then answer) and while n <= SEEN_MAX (a graph of at most 4,096
-  points: about 1.5 s more per fit in 256 dimensions on this machine); a new query gets the sign of the summed scores of its SPREAD_K nearest graph points
-  (the inductive extension of Delalleau, Bengio, Le Roux 2005),
+  points: about 4 s to build in 256 dimensions on this machine, under load); a new
+  query gets the sign of the summed scores of its SPREAD_K nearest graph points (the
+  inductive extension of Delalleau, Bengio, Le Roux 2005), and where that sum is
+  exactly 0 (no released answer reaches that part of the graph: an attacker's pass
+  made 8 identical queries in an empty corner answer +1 by the sign rule) the nearest
+  released answer's label,
 whichever has the best 5-fold cross-validated accuracy on the same n answers (the
 folds are the arrival order's residues mod 5: deterministic, a function of the
 transcript only; label spreading is scored on a held-out answer's own graph point
@@ -39,11 +43,14 @@ regression is ahead on segment from 25 labels (92% against 89%): one fixed model
 loses on some stream. Label spreading (issue 45, sixth round) uses the queries' features
 beyond the answered ones: where the data lie on a low-dimensional manifold the
 unanswered queries carry its shape (digits: 78.5% -> 83.3% over 10 keys, the other
-sets within 0.3 points, docs/models.md). Offered before the budget is spent too, where
+sets within 0.5 points, docs/models.md). Offered before the budget is spent too, where
 the student labels only hard queries, it cost digits_zero 0.5 points (its rare class
 smeared over the seen queries before the vote's answers covered it), so it is not.
 Once the budget is spent the student is refitted as the queries seen reach 8, 16, 32,
-... up to SEEN_MAX (public times: the query count).
+... up to SEEN_MAX (public times: the query count); the answers no longer change then,
+so the other candidates' cross-validated counts are kept (``fit_student``'s ``scores``)
+and only spreading is scored again. Distances are elementwise (``squared_distances``):
+the same bits on every CPU, so a replay elsewhere finds the same neighbours.
 
 Privacy: the transcript is exactly what the predictor published, and the seed's
 guarantee (seed 001, Sec. 2: "the transcript of outputs ((x_1, Label_1), ..., (x_T,
@@ -96,39 +103,59 @@ def refit_due(kept: int) -> bool:
     return kept >= REFIT_FROM and kept & (kept - 1) == 0
 
 
-def fit_student(X, y, seen=()) -> dict:
+def fit_student(X, y, seen=(), scores: dict | None = None) -> dict:
     """The student of released answers (query features X, released labels y) and the
     queries seen (``seen``, unlabelled): the candidate with the best cross-validated
     accuracy (module docstring); with fewer than 2 FOLDS answers or one class, logistic
-    regression at L2 (its intercept then says the one class)."""
+    regression at L2 (its intercept then says the one class). ``scores``: a dict the
+    cross-validated counts of the candidates other than spreading are kept in, keyed by
+    the number of answers, and read from when the same answers are refitted with more
+    queries seen (after exhaustion the answers no longer change: 35 logistic fits saved
+    per refit)."""
     y = np.asarray(y, dtype=float)
     X = np.asarray(X, dtype=float).reshape(len(y), -1)
     U = np.asarray(seen, dtype=float).reshape(-1, X.shape[1])
-    model, param = choose(X, y, U)
+    model, param = choose(X, y, U, scores)
     if model == "logistic":
         return {"model": model, "theta": fit_logistic(X, y, l2=param).tolist(), "n": len(y),
                 "seen": len(U)}
     return {"model": model, "k": int(param), "n": len(y), "seen": len(U)}
 
 
-def choose(X: np.ndarray, y: np.ndarray, U: np.ndarray | None = None) -> tuple[str, float]:
+def choose(X: np.ndarray, y: np.ndarray, U: np.ndarray | None = None,
+           scores: dict | None = None) -> tuple[str, float]:
     if len(y) < 2 * FOLDS or np.all(y == y[0]):
         return "logistic", L2
-    spread = U is not None and len(U) > 0 and len(y) <= SEEN_MAX
-    graph = Graph(np.vstack([X, U]), SPREAD_K) if spread else None
     fold = np.arange(len(y)) % FOLDS
-    right = {c: 0 for c in candidates(spread)}
-    for f in range(FOLDS):
-        train, test = fold != f, fold == f
-        for c in right:
-            if c[0] == "spread":
-                scores = graph.spread(np.where(train, y, 0.0))
-                guess = np.where(scores[:len(y)][test] >= 0, 1, -1)
-            else:
-                guess = _predict(c, X[train], y[train], X[test])
-            right[c] += int(np.sum(guess == y[test]))
+    right = None if scores is None else scores.get(len(y))
+    if right is None:
+        right = {c: 0 for c in candidates()}
+        for f in range(FOLDS):
+            train, test = fold != f, fold == f
+            for c in right:
+                right[c] += int(np.sum(_predict(c, X[train], y[train], X[test]) == y[test]))
+        if scores is not None:
+            scores.clear()
+            scores[len(y)] = right
+    right = dict(right)
+    spread = U is not None and len(U) > 0 and len(y) <= SEEN_MAX
+    if spread:
+        graph = Graph(np.vstack([X, U]), SPREAD_K)
+        right[("spread", SPREAD_K)] = 0
+        for f in range(FOLDS):
+            train, test = fold != f, fold == f
+            sums = graph.spread(np.where(train, y, 0.0))[:len(y)][test]
+            nearest = nearest_labels(X[train], y[train], X[test], 1)
+            right[("spread", SPREAD_K)] += int(np.sum(_signs(sums, nearest) == y[test]))
     best = max(right.values())
     return next(c for c in candidates(spread) if right[c] == best)
+
+
+def _signs(sums: np.ndarray, fallback: np.ndarray) -> np.ndarray:
+    """The sign of label spreading's scores; where no label reached (a score of exactly 0:
+    a part of the graph no released answer joins, such as a few identical queries), the
+    nearest released answer's label (``fallback``), not a tie-break towards one class."""
+    return np.where(sums > 0, 1, np.where(sums < 0, -1, fallback))
 
 
 class Graph:
@@ -166,10 +193,11 @@ class Graph:
         return F
 
     def extend(self, F: np.ndarray, Q) -> np.ndarray:
-        """Labels of new points Q: the sign of the summed F of their k nearest points."""
+        """Scores of new points Q: the summed F of their k nearest points (their sign is
+        the label, ``_signs``)."""
         Q = np.asarray(Q, dtype=float).reshape(-1, self.P.shape[1])
         near = np.argsort(squared_distances(Q, self.P), axis=1, kind="stable")[:, :self.k]
-        return np.where(F[near].sum(axis=1) >= 0, 1, -1)
+        return F[near].sum(axis=1)
 
 
 def _predict(candidate, X, y, Q) -> np.ndarray:
@@ -180,14 +208,33 @@ def _predict(candidate, X, y, Q) -> np.ndarray:
     return nearest_labels(X, y, Q, int(param))
 
 
+DISTANCE_BLOCK = 1 << 17   # distance entries computed at once (1 MiB of float64)
+
+
 def squared_distances(Q: np.ndarray, X: np.ndarray) -> np.ndarray:
-    """|q - x|^2 for every row pair, by the expansion |q|^2 - 2 q.x + |x|^2 (one matrix
-    product). A query far outside the data's scale (1e300: the predictor's raw rows are
-    not clamped) overflows it to inf - inf; such a distance counts as infinite (the
-    graph joins no such pair), without a warning."""
+    """|q - x|^2 for every row pair, summed over the columns in order with elementwise
+    operations only. Not the expansion |q|^2 - 2 q.x + |x|^2: its matrix product runs in
+    whichever BLAS kernel the CPU selects, whose rounding differs, so a replay on another
+    machine (or under OPENBLAS_CORETYPE) found other nearest neighbours among equidistant
+    points and 4 of 3,000 answers changed (an attacker's pass); elementwise IEEE
+    operations in a fixed order give the same bits everywhere, and an exact duplicate
+    is at exactly 0. A pair whose distance overflows (rows of 1e300 outside the clamped
+    predictor) counts as infinitely far (the graph joins no such pair), without a warning."""
+    Q = np.asarray(Q, dtype=float).reshape(len(Q), -1)
+    XT = np.ascontiguousarray(np.asarray(X, dtype=float).reshape(len(X), -1).T)
+    out = np.empty((len(Q), XT.shape[1]))
+    rows = max(1, DISTANCE_BLOCK // max(1, XT.shape[1]))
     with np.errstate(over="ignore", invalid="ignore"):
-        d2 = np.sum(Q * Q, axis=1)[:, None] - 2.0 * Q @ X.T + np.sum(X * X, axis=1)[None, :]
-    return np.where(np.isnan(d2), np.inf, d2)
+        for a in range(0, len(Q), rows):
+            block = Q[a:a + rows]
+            acc = np.zeros((len(block), XT.shape[1]))
+            diff = np.empty_like(acc)
+            for j in range(XT.shape[0]):
+                np.subtract(block[:, j:j + 1], XT[j], out=diff)
+                np.multiply(diff, diff, out=diff)
+                acc += diff
+            out[a:a + rows] = acc
+    return np.where(np.isnan(out), np.inf, out)
 
 
 def nearest_labels(X, y, Q, k: int) -> np.ndarray:
@@ -222,7 +269,10 @@ class StudentModel:
             theta = np.asarray(self.student["theta"], dtype=float)
             return 1 if float(x @ theta[:-1]) >= theta[-1] else -1
         if model == "spread":
-            return int(self.graph.extend(self.scores, x)[0])
+            total = float(self.graph.extend(self.scores, x)[0])
+            if total != 0.0:
+                return 1 if total > 0 else -1
+            return int(nearest_labels(self.X, self.y, x[None, :], 1)[0])    # ``_signs``' fallback
         return int(nearest_labels(self.X, self.y, x[None, :], self.student["k"])[0])
 
 

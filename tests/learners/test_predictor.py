@@ -354,14 +354,15 @@ def test_label_spreading_over_seen_queries_learns_a_manifold_from_twelve_answers
     assert min(spread) >= 0.98 and np.mean(alone) < np.mean(spread) - 0.05, (spread, alone)
 
 
-def test_queries_far_outside_the_datas_scale_neither_warn_nor_become_anyones_neighbour():
-    """The predictor's raw rows are not clamped: 1e300 overflowed the distance expansion
-    to inf - inf (NaN, a RuntimeWarning per fit) and such points were neighbours of
-    whatever sorted first. Now they count as infinitely far: the moons are still learned
-    from 12 answers with 40 of them among the queries seen, and nothing warns."""
+def test_points_far_outside_the_datas_scale_neither_warn_nor_become_anyones_neighbour():
+    """The library takes any rows (the predictor clamps its own): 1e300 overflowed the
+    distance expansion to inf - inf (NaN, a RuntimeWarning per fit) and such points were
+    neighbours of whatever sorted first. Now an overflowing distance is infinite: the
+    moons are still learned from 12 answers with 40 such points among the queries seen,
+    those join only their own duplicates (at exactly 0), and nothing warns."""
     import warnings
 
-    from dpstream.learners.student import Graph, StudentModel, fit_student
+    from dpstream.learners.student import Graph, StudentModel, fit_student, squared_distances
     X, y = moons("moons", 0, 12)
     U, _ = moons("moons-seen", 0, 1000)
     U = np.vstack([U, [[1e300, -1e300]] * 20, [[1e160, 1e160]] * 20])
@@ -374,7 +375,76 @@ def test_queries_far_outside_the_datas_scale_neither_warn_nor_become_anyones_nei
         graph = Graph(np.vstack([X, U]), 7)
     assert student["model"] == "spread" and np.mean(np.array(labels) == truth) >= 0.98
     far = np.arange(len(X) + 1000, len(X) + len(U))
-    assert not np.isin(graph.i, far).any() and not np.isin(graph.j, far).any()   # no edge at all
+    assert squared_distances(U[-40:-39], U[-40:-38])[0, 0] == 0.0
+    touching = np.isin(graph.i, far) | np.isin(graph.j, far)
+    assert touching.any() and np.isin(graph.i[touching], far).all() and np.isin(graph.j[touching], far).all()
+
+
+def test_a_few_identical_queries_no_answer_reaches_take_the_nearest_answers_label_not_plus_one():
+    """An attacker's pass: 8 identical queries in an empty corner are each other's 7
+    nearest neighbours, a part of the graph no released answer joins, so their spread
+    score is exactly 0, and the sign rule (>= 0: +1) answered +1 there and at every later
+    query nearby, whatever the answers around said. Now a score of 0 falls back to the
+    nearest released answer."""
+    from dpstream.learners.student import StudentModel
+    X, y = moons("moons", 1, 40)
+    U, _ = moons("moons-seen", 1, 1000)
+    corner = np.array([1.0, -1.0])
+    U = np.vstack([U, [corner] * 8])
+    student = {"model": "spread", "k": 7, "n": len(y), "seen": len(U)}
+    model = StudentModel(student, X, y, U)
+    assert model.graph.extend(model.scores, corner)[0] == 0.0          # no answer reaches it
+    nearest = y[np.argmin(np.sum((X - corner) ** 2, axis=1))]
+    assert nearest == -1 and model.label(corner) == -1 and model.label(corner * 0.98) == -1
+
+
+def test_the_students_cross_validation_is_kept_per_answer_count_and_gives_the_same_fit(monkeypatch):
+    """After exhaustion the answers are fixed and only the queries seen grow: the
+    cross-validated counts of the candidates other than spreading are reused (no
+    logistic fit but the chosen one's), and the record is the one computed afresh."""
+    from dpstream.learners import student as S
+    X, y = moons("moons", 2, 60)
+    U, _ = moons("moons-seen", 2, 600)
+    scores = {}
+    first = S.fit_student(X, y, U[:300], scores=scores)
+    assert list(scores) == [60]
+    calls = []
+    real = S.fit_logistic
+    monkeypatch.setattr(S, "fit_logistic", lambda *a, **k: calls.append(1) or real(*a, **k))
+    again = S.fit_student(X, y, U, scores=scores)
+    assert len(calls) <= 1
+    monkeypatch.setattr(S, "fit_logistic", real)
+    assert again == S.fit_student(X, y, U) and first == S.fit_student(X, y, U[:300])
+
+
+def test_the_students_distances_do_not_depend_on_the_blas_kernel(tmp_path):
+    """An attacker's pass: distances by |q|^2 - 2 q.x + |x|^2 ran through OpenBLAS's matrix
+    product, whose kernel (chosen per CPU; OPENBLAS_CORETYPE picks one) rounds
+    differently, so equidistant points sorted differently and a replay under another
+    kernel changed answers. Elementwise distances give the same neighbours and answers
+    under every kernel."""
+    import subprocess
+    import sys
+    script = tmp_path / "probe.py"
+    script.write_text(
+        "import numpy as np\n"
+        "from dpstream.learners.student import Graph, squared_distances\n"
+        "r = np.random.default_rng(7)\n"
+        "base = np.round(r.uniform(-1, 1, (300, 64)), 1)\n"
+        "P = np.vstack([base, base[:100], base[:100] + 0.1])\n"
+        "g = Graph(P, 7)\n"
+        "d = squared_distances(P[:50], P)\n"
+        "print(hash(g.i.tobytes() + g.j.tobytes()), hash(d.tobytes()))\n")
+    outs = set()
+    for core in (None, "Prescott", "Haswell", "SkylakeX"):
+        env = {k: v for k, v in __import__("os").environ.items() if k != "OPENBLAS_CORETYPE"}
+        env["PYTHONHASHSEED"] = "0"
+        if core:
+            env["OPENBLAS_CORETYPE"] = core
+        done = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True)
+        assert done.returncode == 0, done.stderr
+        outs.add(done.stdout)
+    assert len(outs) == 1, outs
 
 
 def test_the_student_spreads_over_at_most_seen_max_queries_only_once_the_budget_is_spent():
@@ -391,9 +461,11 @@ def test_the_student_spreads_over_at_most_seen_max_queries_only_once_the_budget_
     model = PrivatePredictor(config=PredictorConfig(k=k, epsilon=4.0, delta=1e-6, v_max=v),
                              generator=NearestNeighbours(2), rng=RNG, model_id="moons", student=True)
     model.start_epoch(X, y)
-    fits, answers = [], []
+    fits, answers, spent_at = [], [], None
     for i, x in enumerate(Q):
         answers.append(model.answer(x))
+        if model.state.exhausted and spent_at is None:
+            spent_at = i
         st = model.state.student
         if st is not None and (not fits or fits[-1][1] is not st):
             fits.append((model.state.exhausted, st))
@@ -403,6 +475,9 @@ def test_the_student_spreads_over_at_most_seen_max_queries_only_once_the_budget_
             kept = [x + [t] for x, t in zip(model.kept_x, model.kept_y)]
             seen = [list(r) for r in model.seen_x]
     assert all(st["model"] != "spread" for done, st in fits if not done)
+    # refitted as the budget ran out, with the queries seen before that one, whether or not
+    # answers came since the last fit (before: only if they had)
+    assert [st["seen"] for done, st in fits if done][0] == spent_at
     spread = [st["seen"] for done, st in fits if done and st["model"] == "spread"]
     assert spread and spread[-1] == SEEN_MAX and all(n & (n - 1) == 0 for n in spread[1:])
     assert model.state.seen == len(model.seen_x) == SEEN_MAX
