@@ -136,6 +136,18 @@ def student_events(n_examples=1200, n_queries=1500, generator="logistic"):
                for i, r in enumerate(Q)]), [label(r) for r in Q]
 
 
+def assert_a_restart_changes_nothing(evs, cut, state, whole) -> None:
+    """Feed ``evs`` to ``cut``, then the rest to a new runtime on the same ``state`` (a
+    restarted worker): the predictions are the uninterrupted run's (``whole``)."""
+    first = EmbeddedRuntime(RNG, state)
+    asyncio.run(first.feed_all(evs[:cut]))
+    second = EmbeddedRuntime(RNG, state)
+    second.offsets.update(first.offsets)
+    second.log_offset = first.log_offset
+    asyncio.run(second.feed_all(evs[cut:]))
+    assert first.outputs["predictions"] + second.outputs["predictions"] == whole.outputs["predictions"]
+
+
 @pytest.mark.parametrize("generator", ["logistic", "nearest"])
 @pytest.mark.parametrize("cut_query", [25, 700])
 def test_the_student_answers_after_exhaustion_end_to_end_and_the_same_after_a_restart(cut_query, generator):
@@ -153,14 +165,7 @@ def test_the_student_answers_after_exhaustion_end_to_end_and_the_same_after_a_re
     assert sum(frozen) / len(frozen) > 0.85
     assert len(whole.outputs["ledger"]) == 1                       # the epoch's one charge
     state = {}
-    cut = 1 + 1200 + cut_query
-    first = EmbeddedRuntime(RNG, state)
-    asyncio.run(first.feed_all(evs[:cut]))
-    second = EmbeddedRuntime(RNG, state)
-    second.offsets.update(first.offsets)
-    second.log_offset = first.log_offset
-    asyncio.run(second.feed_all(evs[cut:]))
-    assert first.outputs["predictions"] + second.outputs["predictions"] == whole.outputs["predictions"]
+    assert_a_restart_changes_nothing(evs, 1 + 1200 + cut_query, state, whole)
 
 
 @pytest.mark.parametrize("generator", ["halfspace", "logistic", "nearest"])
@@ -211,14 +216,7 @@ def test_the_workers_student_spreads_over_the_queries_it_keeps_and_a_restart_kee
     frozen = [p["label"] == t for p, t in zip(answers, truth) if p["status"] == "frozen"]
     assert len(frozen) > 2000 and sum(frozen) / len(frozen) > 0.97
     state = {}
-    cut = 1 + 1500 + 1200
-    first = EmbeddedRuntime(RNG, state)
-    asyncio.run(first.feed_all(evs[:cut]))
-    second = EmbeddedRuntime(RNG, state)
-    second.offsets.update(first.offsets)
-    second.log_offset = first.log_offset
-    asyncio.run(second.feed_all(evs[cut:]))
-    assert first.outputs["predictions"] + second.outputs["predictions"] == whole.outputs["predictions"]
+    assert_a_restart_changes_nothing(evs, 1 + 1500 + 1200, state, whole)
     assert state["model/moons/head"]["predictor"]["student"]["model"] == "spread"
     seen = [rows for key, rows in state.items() if "/seen/" in key]
     assert sum(len(rows) for rows in seen) == SEEN_MAX
