@@ -45,6 +45,7 @@ root, ``export`` overwrote a file outside the directory). The rules now:
 from __future__ import annotations
 
 import os
+import secrets
 import stat
 from contextlib import contextmanager
 from pathlib import Path
@@ -391,12 +392,15 @@ def _open_partial(dir_fd: int, path: Path, name: str, mode: int) -> int:
         pass
     except OSError as err:
         raise UnsafeOut(f"cannot write {path / _partial(name)} ({err.strerror})", "remove it") from None
+    return _open_new(dir_fd, path, _partial(name), mode, "choose a new --out directory")
+
+
+def _open_new(dir_fd: int, path: Path, name: str, mode: int, hint: str) -> int:
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
     try:
-        return os.open(_partial(name), flags, mode, dir_fd=dir_fd)
+        return os.open(name, flags, mode, dir_fd=dir_fd)
     except OSError as err:
-        raise UnsafeOut(f"cannot write {path / _partial(name)} ({err.strerror})",
-                        "choose a new --out directory") from None
+        raise UnsafeOut(f"cannot write {path / name} ({err.strerror})", hint) from None
 
 
 def check_private_home(path: Path) -> Path:
@@ -429,7 +433,10 @@ def private_file(path: str | Path) -> "_ReplacingFile":
     its directory judged as ``--out``'s parent is (``_walk``: no link of another user on the
     way, owned by the caller or root, sticky if others may write it); written to a new
     hidden file (0600, O_EXCL, O_NOFOLLOW) that replaces the target when closed without
-    error. The target, if there is one, must be the caller's own regular file with one
+    error; the hidden file's name ends in random hex (``.NAME.<hex>.partial``): in a shared
+    directory such as /tmp another user could otherwise make ``.NAME.partial`` first, which
+    the caller may not remove there, and refuse every run its output (a third attacker's
+    pass). The target, if there is one, must be the caller's own regular file with one
     link (``_check_target``); it is replaced, never rewritten in place: whoever opened it
     while it was public would otherwise read the private content. UnsafeOut otherwise.
     Use as ``with private_file(p) as fh: fh.write(b"...")``."""
@@ -445,19 +452,20 @@ def private_file(path: str | Path) -> "_ReplacingFile":
         raise UnsafeOut(f"cannot write {path} ({err.strerror})", "choose another file") from None
     try:
         _check_target(dir_fd, resolved.parent, resolved.name)
-        fd = _open_partial(dir_fd, resolved.parent, resolved.name, 0o600)
+        partial = f".{resolved.name}.{secrets.token_hex(8)}.partial"
+        fd = _open_new(dir_fd, resolved.parent, partial, 0o600, "choose another file")
     except BaseException:
         os.close(dir_fd)
         raise
-    return _ReplacingFile(dir_fd, resolved.name, os.fdopen(fd, "wb"))
+    return _ReplacingFile(dir_fd, resolved.name, partial, os.fdopen(fd, "wb"))
 
 
 class _ReplacingFile:
     """``private_file``'s handle: written, then renamed over its target on a clean exit
     (removed on any error)."""
 
-    def __init__(self, dir_fd: int, name: str, fh):
-        self.dir_fd, self.name, self.fh = dir_fd, name, fh
+    def __init__(self, dir_fd: int, name: str, partial: str, fh):
+        self.dir_fd, self.name, self.partial, self.fh = dir_fd, name, partial, fh
 
     def write(self, data: bytes) -> int:
         return self.fh.write(data)
@@ -472,14 +480,14 @@ class _ReplacingFile:
             self.fh.close()
             if exc_type is None:
                 _check_target(self.dir_fd, Path("."), self.name)   # another user's file put there since
-                os.rename(_partial(self.name), self.name, src_dir_fd=self.dir_fd, dst_dir_fd=self.dir_fd)
+                os.rename(self.partial, self.name, src_dir_fd=self.dir_fd, dst_dir_fd=self.dir_fd)
         except OSError as err:
             raise UnsafeOut(f"cannot write {self.name} ({err.strerror})", "nothing written") from None
         finally:
             if not self.fh.closed:
                 self.fh.close()
             try:
-                os.unlink(_partial(self.name), dir_fd=self.dir_fd)
+                os.unlink(self.partial, dir_fd=self.dir_fd)
             except FileNotFoundError:
                 pass
             os.close(self.dir_fd)

@@ -438,6 +438,26 @@ def test_links_and_dot_dots_cannot_lead_an_out_or_a_json_file_through_another_us
     assert not any(target.iterdir())
 
 
+@needs_root
+def test_another_users_hidden_file_in_a_shared_directory_does_not_refuse_a_json_file(shared_tmp, capsys):
+    """A third attacker's pass (left out then): ``demo --json /tmp/summary.json`` wrote
+    through ``/tmp/.summary.json.partial``; another user who made that name first refused
+    every such run of a non-root caller (the sticky bit keeps it from removing the name),
+    and a root caller removed the other user's file. The hidden file's name is now
+    random: the run succeeds and theirs stays untouched."""
+    capsys.readouterr()
+    sticky = shared_tmp / "tmp"
+    as_nobody("touch", str(sticky / ".summary.json.partial"))
+    assert main(["demo", "--json", str(sticky / "summary.json"), "--fraud-events", "20",
+                 "--queries", "5", "--quiet"]) == 0, capsys.readouterr().err
+    summary = sticky / "summary.json"
+    assert summary.stat().st_uid == os.geteuid() and oct(summary.stat().st_mode & 0o777) == "0o600"
+    assert json.loads(summary.read_text())
+    left = sorted(p.name for p in sticky.iterdir())
+    assert left == [".summary.json.partial", "summary.json"]           # theirs, and ours only
+    assert (sticky / ".summary.json.partial").stat().st_uid == NOBODY
+
+
 def test_an_existing_private_file_is_replaced_not_rewritten_in_place(tmp_path, capsys, export):
     """Before: ``audit-report --internal`` (and ``demo --json``) truncated and rewrote an
     existing, public file, so whoever had it open read the private content."""
