@@ -46,8 +46,8 @@ from .decision_list import TRUE, DecisionList, FeatureFamily
 
 class Generator:
     """What every generator shares: ``bind`` does nothing unless a hypothesis refers to
-    the blocks (``NearestNeighbours``); ``dense``: its points are real rows, entries in
-    [-1, 1] (the predictor clamps them there, learners/predictor.py)."""
+    the blocks (``NearestNeighbours``); ``dense``: its points are real rows (the predictor
+    clamps their entries to [-10^6, 10^6], learners/predictor.py)."""
     dense = False
 
     def bind(self, blocks, hard_X, hard_y) -> None:

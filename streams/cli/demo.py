@@ -15,7 +15,11 @@ reproducible from a public data key):
   with queries.
 * ``risk-score`` (the private predictor at epsilon = 2): the same two risk scores as raw
   x, a labelled epoch sample sized from the budget, then unlabelled queries answered
-  with BetweenThresholds.
+  with BetweenThresholds, a hard query weighing one example (``hard_query_weight``
+  1) and a student answering once the 16 hard queries are spent. Before, with the
+  seed's enforced hard queries and no student, a coin-labelled hard query turned the
+  blocks and the 5,000 answers were 73% right with the public key (61% with another;
+  majority 58%); now 98.3% and 98.1%, every query answered.
 
 Beside each private model the demo prints what a user would compare it with, computed
 in-process where the data is (never from the output topics): the majority class and a
@@ -77,7 +81,8 @@ MODELS = [
     {"model_id": "credit-risk", "budget": {"epsilon": 2.0, "delta": 1e-6},
      "params": {"kind": "dp_ftrl", "horizon": 20_000}, "features": CREDIT_FEATURES},
     {"model_id": "risk-score", "dimension": 2, "budget": {"epsilon": 2.0, "delta": 1e-6},
-     "params": {"kind": "predictor", "generator": "halfspace", "examples": 30_000, "v_max": 16}},
+     "params": {"kind": "predictor", "generator": "halfspace", "examples": 30_000, "v_max": 16,
+                "hard_query_weight": 1.0, "student": True}},
 ]
 
 
