@@ -39,6 +39,21 @@ def test_schemas_command_writes_valid_json_schemas(tmp_path):
 
 
 @pytest.mark.slow
+def test_the_demos_private_predictor_answers_every_query_well_with_the_public_key(tmp_path, monkeypatch):
+    """Before: the demo's risk-score model (halfspace blocks, the seed's enforced hard
+    queries, no student) answered its 5,000 queries 73% right with the public demo key
+    (majority 58%): a coin-labelled hard query turned the blocks. With a hard query
+    weighing one example and the student it answers all of them, 98% right."""
+    monkeypatch.delenv("DPSTREAM_SECRET_KEY", raising=False)
+    monkeypatch.delenv("DPSTREAM_SECRET_KEY_FILE", raising=False)
+    assert main(["demo", "--fraud-events", "50", "--queries", "5000", "--quiet",
+                 "--json", str(tmp_path / "d.json")]) == 0
+    risk = next(r for r in json.loads((tmp_path / "d.json").read_text()) if r["model"] == "risk-score")
+    assert risk["queries answered"] == "5000/5000" and risk["queries refused (budget exhausted)"] == 0
+    assert risk["query accuracy"] > 0.95 > risk["majority: query accuracy"] + 0.3
+
+
+@pytest.mark.slow
 def test_demo_runs_end_to_end_on_a_small_stream(capsys):
     assert main(["demo", "--fraud-events", "2000", "--queries", "300", "--quiet"]) == 0
     out = capsys.readouterr().out
