@@ -180,16 +180,38 @@ def _read_models(path: str | None) -> list[bytes]:
     except LimitError as err:
         if str(err) != MALFORMED:                  # too deep, too many members: one line, not a traceback
             raise Failed(f"{path}: {err}", 2) from None
-        lines = [line for line in text.splitlines() if line.strip()]   # JSONL: each line checked as a record
-        for line in lines:
+        lines = []                                  # JSONL: each line checked as a record
+        for i, line in enumerate(text.splitlines(), 1):
+            if not line.strip():
+                continue
+            lines.append(line)
             try:
                 decode(line, max_bytes=None)
-            except LimitError:
-                continue                            # the runtime refuses it, as the worker would
+            except LimitError as line_err:
+                if str(line_err) == MALFORMED:      # a config file that is not JSON: nothing is run
+                    raise Failed(f"{_shown(path)}: not JSON at {_json_error_at(text, line, i)}; "
+                                 "nothing run", 2) from None
+                continue                            # over a limit: the runtime refuses it, as the worker would
             json.loads(line, object_pairs_hook=_unique_names(path))
         return lines
     json.loads(text, object_pairs_hook=_unique_names(path))     # within the limits: no deep recursion
     return [json.dumps(v).encode() for v in (value if isinstance(value, list) else [value])]
+
+
+def _shown(path: str) -> str:
+    return "standard input" if path == "-" else path
+
+
+def _json_error_at(text: bytes, line: bytes, i: int) -> str:
+    """Where line ``i`` of ``text`` stops being JSON, as ``models register`` says it: the
+    whole document's line and column when the first line fails (one object over many
+    lines), else the line's own column; and the parser's reason."""
+    try:
+        json.loads(text if i == 1 else line)
+    except ValueError as err:
+        line_no, col = (err.lineno, err.colno) if i == 1 else (i, err.colno)
+        return f"line {line_no}, column {col}: {err.msg}"
+    return f"line {i}"
 
 
 def _models_in(lines: list[bytes]) -> dict:
@@ -266,7 +288,11 @@ def cmd_run(args) -> int:
                 skipped = _say_skipped(state, items)
                 log, outputs = state.kept_outputs()
             progress = Progress("dpstream run", len(items), quiet=args.quiet)
-            asyncio.run(rt.feed_all(items, progress.advance))
+            try:
+                asyncio.run(rt.feed_all(items, progress.advance))
+            except KeyboardInterrupt:
+                raise Failed("interrupted: nothing written" + (
+                    f", nothing of this run kept in {args.state}" if state is not None else ""), 130) from None
             progress.done()
             if state is not None:
                 _remember_inputs(state, items, rng)
@@ -1372,10 +1398,17 @@ def _whole(lo: int, hi: int):
 class _CommandParser(argparse.ArgumentParser):
     """A command's parser: an unknown flag is refused with this command's usage. (argparse
     hands what a subparser does not know back to the top-level parser, whose error shows
-    ``dpstream [-h] [--version] COMMAND ...``, which says nothing of the command's flags.)"""
+    ``dpstream [-h] [--version] COMMAND ...``, which says nothing of the command's flags.)
+
+    An optional positional after an option is taken (``models register --bootstrap-server B
+    FILE``, a newcomer's order): argparse (3.11) matches an optional positional only where
+    it first meets positionals, so FILE came back unrecognised (bpo-15112)."""
 
     def parse_known_args(self, args=None, namespace=None):
         namespace, extras = super().parse_known_args(args, namespace)
+        if len(extras) == 1 and getattr(namespace, "target", False) is None \
+                and (extras[0] == "-" or not extras[0].startswith("-")):
+            namespace.target, extras = extras[0], []
         if extras:
             self.error(f"unrecognized arguments: {' '.join(extras)}")
         return namespace, extras
@@ -1595,7 +1628,8 @@ def main(argv=None) -> int:
     except Failed as err:
         print(f"dpstream {args.cmd}: {err}", file=sys.stderr)
         return err.code
-    except KeyboardInterrupt:
+    except KeyboardInterrupt:      # Ctrl-C: a command that kept something partial says so itself
+        print(f"dpstream {args.cmd}: interrupted", file=sys.stderr)
         return 130
     except BrokenPipeError:
         # the reader left (``| head``): stop quietly, as a tool killed by SIGPIPE does

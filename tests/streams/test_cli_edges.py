@@ -14,6 +14,7 @@ from dpstream.streams.cli.commands import NothingToAudit, main, read_export, wri
 
 from .kafka_helpers import KEY_HEX
 
+ROOT = Path(__file__).resolve().parents[2]
 NOWHERE = ["--bootstrap-server", "127.0.0.1:1"]
 
 
@@ -360,3 +361,73 @@ def test_register_no_check_skips_the_broker_read_and_sends_the_compact_bytes(cap
     import asyncio
     [record] = asyncio.run(read_to_end(Kafka(kafka_bootstrap), prefix + "models", timeout=5))
     assert len(record.value) == MAX_BYTES and b", " not in record.value[:200]
+
+
+def test_a_cancelled_feed_stops_at_the_next_batch_not_at_the_end():
+    """Ctrl-C on ``run`` and ``demo`` is asyncio.run cancelling the feed; a batch of cheap
+    events never suspends, so before the feed yielded between batches the cancellation
+    took effect only after the last one (a newcomer's Ctrl-C waited for the whole input)."""
+    import asyncio
+
+    from dpstream.mechanisms.randomness import KeyedRandomness
+    from dpstream.streams.tools.embedded import EmbeddedRuntime
+    model = json.loads((ROOT / "examples" / "card-fraud.model.json").read_text())
+    examples = [json.loads(line) for line in (ROOT / "examples" / "card-fraud.examples.jsonl").open()]
+    rt = EmbeddedRuntime(KeyedRandomness(bytes.fromhex(KEY_HEX)))
+    items = [("models", model)] + [("examples", e) for e in examples[: 4 * rt.BATCH]]
+    fed = []
+
+    async def feed():
+        task = asyncio.current_task()
+
+        def progress(n):
+            fed.append(n)
+            task.cancel()                    # what asyncio.run's SIGINT handler does
+        await rt.feed_all(items, progress)
+    with pytest.raises(asyncio.CancelledError):
+        asyncio.run(feed())
+    assert sum(fed) == rt.BATCH < len(items)
+
+
+def test_an_interrupted_run_says_so_and_writes_nothing(capsys, tmp_path, monkeypatch):
+    from dpstream.streams.tools.embedded import EmbeddedRuntime
+
+    async def interrupted(self, items, progress=None):
+        raise KeyboardInterrupt
+    monkeypatch.setattr(EmbeddedRuntime, "feed_all", interrupted)
+    out = tmp_path / "out"
+    assert main(["run", "--models", str(ROOT / "examples" / "card-fraud.model.json"), "--examples",
+                 str(ROOT / "examples" / "card-fraud.examples.jsonl"), "--out", str(out), "--quiet",
+                 "--state", str(tmp_path / "state.db")]) == 130
+    assert one_line(capsys) == (f"dpstream run: interrupted: nothing written, nothing of this run "
+                                f"kept in {tmp_path / 'state.db'}")
+    assert not out.exists()
+
+
+def test_models_takes_its_file_or_id_after_an_option(capsys, tmp_path):
+    """argparse matched the optional FILE|ID only before the first option: ``models register
+    --bootstrap-server B FILE`` (a newcomer's order) was refused as unrecognised."""
+    bad = tmp_path / "m.json"
+    bad.write_text('{"model_id": "m",}')
+    assert main(["models", "register", *NOWHERE, str(bad)]) == 1
+    assert one_line(capsys) == f"dpstream models: {bad}: not JSON at line 1, column 18: " \
+        "Expecting property name enclosed in double quotes"
+    with pytest.raises(SystemExit):
+        main(["models", "register", *NOWHERE, str(bad), "extra"])
+    assert "unrecognized arguments: " + f"{bad} extra" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("text, where", [
+    ('{\n  "model_id": "m",\n}\n', "line 3, column 1"),             # one object over many lines
+    ('{"model_id": "m"}\n{"model_id": "n",}\n', "line 2, column 18"),  # JSONL
+])
+def test_run_refuses_a_models_file_that_is_not_json_before_running(capsys, tmp_path, text, where):
+    """Before, the run went on: every example dead-lettered, and 'registration at
+    models:0:0 refused: malformed JSON' said neither file nor place."""
+    (tmp_path / "m.json").write_text(text)
+    out = tmp_path / "out"
+    assert main(["run", "--models", str(tmp_path / "m.json"), "--examples",
+                 str(ROOT / "examples" / "card-fraud.examples.jsonl"), "--out", str(out), "--quiet"]) == 2
+    assert one_line(capsys) == f"dpstream run: {tmp_path / 'm.json'}: not JSON at {where}: Expecting " \
+        "property name enclosed in double quotes; nothing run"
+    assert not out.exists()
