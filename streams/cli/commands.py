@@ -305,8 +305,8 @@ def cmd_run(args) -> int:
         earlier = len(log) + sum(map(len, outputs.values()))
         with refused_out():                   # the whole stream's export, earlier runs' records first
             write_export(out, log + rt.log, {t: [*outputs.get(t, []), *rt.outputs[t]] for t in topics.OUTPUTS})
-    print(f"dpstream run: {len(items) - skipped} inputs -> "
-          + ", ".join(f"{len(rt.outputs[t])} {t}" for t in topics.OUTPUTS) + f" in {out.path}"
+    print(f"dpstream run: {len(items) - skipped:,} inputs -> "
+          + ", ".join(f"{len(rt.outputs[t]):,} {t}" for t in topics.OUTPUTS) + f" in {out.path}"
           + (f" (with the {earlier:,} records of earlier runs with this state)" if earlier else ""))
     if not (args.examples or args.queries):
         print("dpstream run: no --examples or --queries: only the registrations were run", file=sys.stderr)
@@ -412,6 +412,20 @@ def out_dir(path: str, *, private: bool = True):
     from dpstream.streams.tools.outdir import OutDir
     with refused_out():
         return OutDir(path, private=private).__enter__()
+
+
+def _owner_only(out) -> None:
+    """An internal report's directory: one only its owner may open (0700, as it is created).
+    An existing directory others may list is refused: its files are 0600, but the internal
+    report took the public one's name there (report.html in the directory a public report
+    was shared from), so a newcomer's ``--out report/ --internal`` after ``--out report/``
+    swapped the shared report for the private one."""
+    mode = stat.S_IMODE(os.fstat(out.fd).st_mode)
+    if mode & 0o077:
+        out.__exit__(None, None, None)
+        raise Failed(f"--out {out.path}: other users may open it (mode {mode:04o}); an internal report "
+                     "goes in a directory only you can open: give a new directory (it is created "
+                     f"0700), or chmod 700 {out.path}", 2)
 
 
 def write_export(out, log: list[dict], outputs: dict, *, public: bool = False,
@@ -561,8 +575,8 @@ def cmd_export(args) -> int:
         log, outputs = _read_deployment(kafka, args, args.public)
         with refused_out():
             write_export(out, log, outputs, public=args.public, written=tuple(outputs))
-    print("dpstream export: " + (f"{len(log)} model events, " if not args.public else "")
-          + ", ".join(f"{len(v)} {k}" for k, v in outputs.items()) + f" -> {args.out}"
+    print("dpstream export: " + (f"{len(log):,} model events, " if not args.public else "")
+          + ", ".join(f"{len(v):,} {k}" for k, v in outputs.items()) + f" -> {args.out}"
           + (" (public topics only: `dpstream replay --no-key --dir` checks it)" if args.public else ""))
     return 0
 
@@ -647,6 +661,8 @@ def cmd_audit_report(args) -> int:
         except MissingKeyError as err:        # configured but unusable: refused, as everywhere
             raise Failed(f"{err}; no report written", 2) from None
     out = out_dir(args.out, private=args.internal)
+    if args.internal:
+        _owner_only(out)
     log, outputs, invalid = screen(log, outputs)      # forged records: said, not plotted
     for found in invalid:
         print(f"dpstream audit-report: {found.line()}", file=sys.stderr)

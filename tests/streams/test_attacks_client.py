@@ -467,6 +467,7 @@ def test_an_existing_private_file_is_replaced_not_rewritten_in_place(tmp_path, c
     assert main(["audit-report", "--dir", str(export), "--out", str(out)]) == 0
     before = (out / "report.html").open("rb")            # a reader of the public report
     public = before.read()
+    out.chmod(0o700)                   # an internal report goes where only its owner may open
     assert main(["audit-report", "--dir", str(export), "--out", str(out), "--internal"]) == 0
     before.seek(0)
     assert before.read() == public and b"INTERNAL" not in public
@@ -627,7 +628,7 @@ def test_a_new_out_is_private_and_an_existing_one_keeps_its_mode(tmp_path, capsy
     listed = tmp_path / "listed"
     listed.mkdir()
     listed.chmod(0o755)
-    assert main(out_commands(export)["audit-report --internal"](str(listed))) == 0
+    assert main(out_commands(export)["run"](str(listed))) == 0
     assert oct(listed.stat().st_mode & 0o777) == "0o755"
     assert {oct(p.stat().st_mode & 0o777) for p in listed.iterdir()} == {"0o600"}
 

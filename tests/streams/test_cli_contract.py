@@ -83,7 +83,7 @@ def test_run_replay_and_audit_report(tmp_path):
     out = tmp_path / "out"
     ok(dpstream("run", "--models", str(EX / "card-fraud.model.json"), "--examples", str(tmp_path / "e.jsonl"),
                 "--queries", str(EX / "card-fraud.queries.jsonl"), "--out", str(out)),
-       "3001 inputs -> 3000 predictions, 2000 answers, 1 ledger, 0 releases, 0 rejected")
+       "3,001 inputs -> 3,000 predictions, 2,000 answers, 1 ledger, 0 releases, 0 rejected")
     ok(dpstream("replay", "--dir", str(out)), "OK: every release reproduced")
     ok(dpstream("replay", "--dir", str(out), "--no-key", key=False), "OK: ")
     ok(dpstream("audit-report", "--dir", str(out), "--out", str(tmp_path / "report")),

@@ -431,3 +431,24 @@ def test_run_refuses_a_models_file_that_is_not_json_before_running(capsys, tmp_p
     assert one_line(capsys) == f"dpstream run: {tmp_path / 'm.json'}: not JSON at {where}: Expecting " \
         "property name enclosed in double quotes; nothing run"
     assert not out.exists()
+
+
+def test_an_internal_report_refuses_a_directory_others_may_open(capsys, tmp_path):
+    """The README promises the internal report 0600 in a 0700 directory; ``--out report/
+    --internal`` after the public ``--out report/`` (0755) replaced the shared report.html
+    with the private one there. Refused now; a new directory is made 0700."""
+    out = tmp_path / "out"
+    assert main(["run", "--models", str(ROOT / "examples" / "card-fraud.model.json"), "--queries",
+                 str(ROOT / "examples" / "card-fraud.queries.jsonl"), "--out", str(out), "--quiet"]) == 0
+    public = tmp_path / "report"
+    assert main(["audit-report", "--dir", str(out), "--out", str(public)]) == 0
+    before = (public / "report.html").read_bytes()
+    capsys.readouterr()
+    assert main(["audit-report", "--dir", str(out), "--out", str(public), "--internal"]) == 2
+    assert one_line(capsys) == (f"dpstream audit-report: --out {public}: other users may open it (mode "
+                                f"{stat.S_IMODE(public.stat().st_mode):04o}); an internal report goes in a "
+                                "directory only you can open: give a new directory (it is created 0700), "
+                                f"or chmod 700 {public}")
+    assert (public / "report.html").read_bytes() == before
+    assert main(["audit-report", "--dir", str(out), "--out", str(tmp_path / "internal"), "--internal"]) == 0
+    assert stat.S_IMODE((tmp_path / "internal").stat().st_mode) == 0o700
