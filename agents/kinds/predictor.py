@@ -27,7 +27,7 @@ from dpstream.learners.predictor import (EPOCH_MECHANISM, EXHAUSTED, HARD, NO_EP
 from dpstream.mechanisms.errors import DPStreamError, InfeasibleParameters, ThresholdsTooClose
 from dpstream.schemas.config import KindParams
 
-from .base import BINARY, REAL, Handler
+from .base import REAL, Handler
 from .decision_list import rules_problem
 from .storage import FLOAT_BYTES, RECORD_BYTES, rows_per_record
 
@@ -142,16 +142,21 @@ def _cap(config) -> int:
     return V_MAX_LADDER[-1]
 
 
-def _beyond_max_blocks(config) -> str | None:
+def _too_few_blocks(config) -> str:
     """For a registered k the budget's noise does not fit: the refusal naming MAX_BLOCKS
-    when no k up to it would (the calibration's own message then asks for more blocks
-    than a registration may give), else None."""
+    when no k up to it would, else the fewest blocks that would (``smallest_k``, exact).
+    The calibration's own message estimates that number from the noise a wide gap needs
+    and overshoots (k = 600 at eps 1, v_max 64: "k >= about 1497", where 646 is accepted)."""
     p, b = config.params, config.budget
+    v_max = shape(config)[2]
     try:
-        smallest_k(epsilon=b.epsilon, delta=b.delta, v_max=shape(config)[2], accounting=p.accounting)
+        need = smallest_k(epsilon=b.epsilon, delta=b.delta, v_max=v_max, accounting=p.accounting)
     except InfeasibleParameters as err:
         return str(err)
-    return None
+    return (f"k={p.k:,} blocks are too few for (eps={b.epsilon}, delta={b.delta}) with up to "
+            f"v_max={v_max} hard queries: the vote's thresholds 3k/8 and 5k/8 leave too little "
+            f"room for the noise; k={need:,} blocks do: raise k (and the "
+            "examples per epoch with it), raise epsilon, or lower v_max")
 
 
 def predictor_config(config) -> PredictorConfig:
@@ -226,7 +231,7 @@ class PredictorKind(Handler):
             predictor_config(config).calibration()
         except DPStreamError as err:
             if p.k is not None and isinstance(err, ThresholdsTooClose):
-                return _beyond_max_blocks(config) or str(err)
+                return _too_few_blocks(config)
             return str(err)
         return None
 

@@ -189,3 +189,17 @@ def test_an_update_at_the_draw_limit_takes_bounded_memory():
         tracemalloc.stop()
     assert int(model.state.tilde_cnt.sum()) == MAX_DRAWS
     assert peak <= 16 * 8 * MAX_DRAWS, peak
+
+
+def test_a_registered_k_too_small_is_told_a_k_that_is_accepted():
+    """The calibration's own message estimated the blocks needed from a wide gap's noise
+    and overshot: k = 600 at eps 1, v_max 64 was told "k >= about 1497", and 646 is
+    accepted. The refusal now names a k that the same registration takes."""
+    import re
+    work = registration_work(cfg({"kind": "predictor", "k": 600, "m": 56, "v_max": 64}, 1.0, 1e-6))
+    found = re.search(r"k=([\d,]+) blocks do", work.problem or "")
+    assert found, work.problem
+    k = int(found.group(1).replace(",", ""))
+    assert 600 < k < 1000
+    assert registration_work(cfg({"kind": "predictor", "k": k, "m": 56, "v_max": 64}, 1.0, 1e-6)).problem is None
+    assert registration_work(cfg({"kind": "predictor", "k": k - 20, "m": 56, "v_max": 64}, 1.0, 1e-6)).problem
