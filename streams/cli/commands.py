@@ -253,12 +253,20 @@ def _input_rows(args, path: str, topic: str, configs: dict, report, *, labels: b
 
 
 def _strict(args, report) -> None:
-    """--strict: refuse, before anything is sent or run, data the report finds mistakes in."""
+    """--strict: refuse, before anything is sent or run, data the report finds mistakes in.
+    Always refused: a declared field missing from every record beside a column of nearly
+    its name (``OwnerReport.misnamed``): sent, the records cannot be taken back."""
+    done = "sent" if args.cmd == "produce" else "run"
+    misnamed = report.misnamed()
+    if misnamed:
+        model, field, column = misnamed[0]
+        raise Failed(f"model {model} declares {field!r}, missing from every record, and the file has "
+                     f"a column {column[:40]!r} no model declares: rename the column {field!r} (or "
+                     f"declare it); nothing {done}", 2)
     if args.strict and report.mistakes():
         for line in report.lines(args.cmd):
             print(line, file=sys.stderr)
-        raise Failed("--strict: values of the wrong type or undeclared fields (above); nothing "
-                     f"{'sent' if args.cmd == 'produce' else 'run'}")
+        raise Failed(f"--strict: values of the wrong type or undeclared fields (above); nothing {done}")
 
 
 def cmd_run(args) -> int:
@@ -1284,10 +1292,12 @@ def cmd_features(args) -> int:
             kinds = column_kinds(table)
             records = [{k: cell(v, kinds[k]) for k, v in r.items() if k != args.label_column}
                        for r in table]
+            if table and args.label_column not in table[0]:
+                _no_label_column(args.label_column, records)
     except FileError as err:
         raise Failed(str(err), 2) from None
     if not records:
-        raise Failed(f"{name} holds no JSON objects", 2)
+        raise Failed(f"{name} holds no " + ("JSON objects" if fmt == "jsonl" else "rows"), 2)
     suggestion = suggest_declaration(records, bins=args.bins, binning=args.binning)
     for field, note in suggestion.notes.items():
         print(f"dpstream features: {field[:64]!r}: {note}", file=sys.stderr)
@@ -1299,9 +1309,20 @@ def cmd_features(args) -> int:
                      f"at most {MAX_FIELDS}: leave columns out of the sample (or hash related ones "
                      "into one categorical field)")
     print(json.dumps([f.model_dump(mode="json", exclude_none=True) for f in suggestion.fields], indent=1))
-    print(f"dpstream features: {len(suggestion.fields)} fields from {len(records)} records of {name}; "
+    print(f"dpstream features: {len(suggestion.fields)} fields from {len(records):,} records of {name}; "
           "the declaration is public: make it from data you may publish", file=sys.stderr)
     return 0
+
+
+def _no_label_column(label: str, records: list[dict]) -> None:
+    """A table without the label column: every column becomes a feature. Said on stderr,
+    with the two-valued columns a label may be (``features --sample`` on a file of
+    examples declared its 0/1 label a feature, and the model then read it as one)."""
+    two = [k for k in records[0] if len({str(r.get(k)) for r in records if r.get(k) is not None}) == 2]
+    if two:                              # a sample without labels (the usual, public one) says nothing
+        print(f"dpstream features: no column {label[:40]!r} (--label-column): every column is taken "
+              f"as a feature; if the label is one of {', '.join(repr(k[:40]) for k in two[:5])}, give "
+              "--label-column NAME", file=sys.stderr)
 
 
 def cmd_acls(args) -> int:

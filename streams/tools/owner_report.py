@@ -104,6 +104,26 @@ class OwnerReport:
             if name not in declared:
                 self.undeclared.setdefault(model_id, Counter())[name] += 1
 
+    def misnamed(self) -> list[tuple[str, str, str]]:
+        """(model, declared field, column) where the field is missing from every record of
+        the model while the file has a column of nearly its name (case aside, or a close
+        spelling: difflib's ratio >= 0.8) that no model declares: a renamed or misspelt
+        header, not data (a newcomer's ``Income`` for ``income`` sent 5,000 records whose
+        income all went to the missing slot)."""
+        from difflib import get_close_matches
+        found = []
+        for model_id, n in sorted(self.records.items()):
+            spare = sorted(set(self.left_out) | set(self.undeclared.get(model_id, ())))
+            by_fold = {c.casefold(): c for c in spare}
+            for field in self.featurisers[model_id].fields:
+                if self.counts.get(model_id, {}).get(field.name, Counter())[MISSING] < n:
+                    continue
+                match = by_fold.get(field.name.casefold()) or next(
+                    iter(get_close_matches(field.name, spare, n=1, cutoff=0.8)), None)
+                if match is not None:
+                    found.append((model_id, field.name, match))
+        return found
+
     def mistakes(self) -> int:
         """Values of the wrong type, and undeclared names (what ``--strict`` refuses)."""
         wrong = sum(c[m] for fields in self.counts.values() for c in fields.values() for m in MISTAKES)

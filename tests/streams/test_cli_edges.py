@@ -452,3 +452,45 @@ def test_an_internal_report_refuses_a_directory_others_may_open(capsys, tmp_path
     assert (public / "report.html").read_bytes() == before
     assert main(["audit-report", "--dir", str(out), "--out", str(tmp_path / "internal"), "--internal"]) == 0
     assert stat.S_IMODE((tmp_path / "internal").stat().st_mode) == 0o700
+
+
+def credit_model(tmp_path, capsys) -> Path:
+    assert main(["features", "--sample", str(ROOT / "examples" / "credit.sample.csv")]) == 0
+    features = json.loads(capsys.readouterr().out)
+    path = tmp_path / "credit.model.json"
+    path.write_text(json.dumps({"model_id": "credit", "budget": {"epsilon": 2.0, "delta": 1e-6},
+                                "params": {"kind": "dp_ftrl", "horizon": 5000}, "features": features}))
+    return path
+
+
+def test_a_misspelt_header_is_refused_before_anything_is_run(capsys, tmp_path):
+    """A newcomer's 'Income' for the declared 'income': 5,000 records went to the worker
+    with every income in the missing slot (produce cannot take them back), the report's
+    two lines easy to miss. Refused now, naming both; the right header runs."""
+    model = credit_model(tmp_path, capsys)
+    lines = (ROOT / "examples" / "credit.examples.csv").read_text().splitlines()
+    (tmp_path / "hdr.csv").write_text("\n".join([lines[0].replace("income", "Income"), *lines[1:50]]) + "\n")
+    run = ["run", "--models", str(model), "--model-id", "credit", "--label-column", "defaulted", "--quiet"]
+    assert main([*run, "--examples", str(tmp_path / "hdr.csv"), "--out", str(tmp_path / "o")]) == 2
+    assert one_line(capsys) == ("dpstream run: model credit declares 'income', missing from every record, "
+                                "and the file has a column 'Income' no model declares: rename the column "
+                                "'income' (or declare it); nothing run")
+    assert not (tmp_path / "o").exists()
+    (tmp_path / "ok.csv").write_text("\n".join(lines[:50]) + "\n")
+    assert main([*run, "--examples", str(tmp_path / "ok.csv"), "--out", str(tmp_path / "o")]) == 0
+
+
+def test_features_on_a_table_without_its_label_column_names_the_likely_label(capsys):
+    """``features --sample`` on a file of examples declared the 0/1 label 'defaulted' a
+    feature without a word (the default --label-column is y); a sample without labels
+    still says nothing of it."""
+    assert main(["features", "--sample", str(ROOT / "examples" / "credit.examples.csv")]) == 0
+    err = capsys.readouterr().err
+    assert "no column 'y' (--label-column): every column is taken as a feature; if the label is one " \
+        "of 'defaulted', give --label-column NAME" in err, err
+    assert main(["features", "--sample", str(ROOT / "examples" / "credit.examples.csv"),
+                 "--label-column", "defaulted"]) == 0
+    declared = [f["name"] for f in json.loads(capsys.readouterr().out)]
+    assert "defaulted" not in declared and "income" in declared
+    assert main(["features", "--sample", str(ROOT / "examples" / "credit.sample.csv")]) == 0
+    assert "--label-column" not in capsys.readouterr().err
