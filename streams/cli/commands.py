@@ -128,6 +128,8 @@ def cmd_demo(args) -> int:
     console.print(table)
     for line in meta["_meaning"]:
         console.print(line)
+    console.print("non-private LR: logistic regression, online (SGD) beside the online learners, "
+                  "trained once on every example beside the predictor")
     console.print("online mistakes and baselines are computed in-process from the labelled "
                   "examples; they are private statistics and are never published")
     console.print(f"noise key source: {meta['_key_source']}; rejected inputs: {meta['_rejected']}")

@@ -153,45 +153,62 @@ def events(n_fraud: int, n_queries: int):
         yield "queries", {"model_id": "risk-score", "x": x.tolist(), "query_id": f"r{i}"}, int(t)
 
 
-def logistic_baseline(cfg: dict, records: list) -> int:
-    """Online mistakes of non-private online logistic regression (SGD, step 0.1) on the
-    declared dense rows."""
+def _rows(cfg: dict, records: list) -> np.ndarray:
+    """Dense rows of raw records as the model declares them (its features), or their x."""
+    if cfg.get("features") is None:
+        return np.array([np.asarray(r, dtype=float) for r in records]).reshape(len(records), -1)
     from dpstream.learners.features import Featuriser
     from dpstream.learners.online import _fields
     f = Featuriser(_fields(cfg["features"]))
-    w, mistakes = np.zeros(f.real_dimension + 1), 0
-    for r, y in records:
-        x = np.append(f.dense(r), 1.0)
-        mistakes += (1 if w @ x >= 0 else -1) != y
-        w += 0.1 * y * x / (1 + math.exp(min(700.0, y * float(w @ x))))
-    return mistakes
+    return np.array([f.dense(r) for r in records]).reshape(len(records), -1)
 
 
-BASELINES = {"card-fraud": ("non-private logistic regression", logistic_baseline),
-             "credit-risk": ("non-private logistic regression", logistic_baseline)}
+def logistic_baseline(X: np.ndarray, y: list) -> tuple[int, np.ndarray]:
+    """Online mistakes of non-private online logistic regression (SGD, step 0.1) on the
+    declared dense rows, and its final weights (intercept last)."""
+    w, mistakes = np.zeros(X.shape[1] + 1), 0
+    for row, t in zip(X, y):
+        x = np.append(row, 1.0)
+        mistakes += (1 if w @ x >= 0 else -1) != t
+        w += 0.1 * t * x / (1 + math.exp(min(700.0, t * float(w @ x))))
+    return mistakes, w
 
 
-def baselines(cfg: dict, labelled: list, query_truths: list) -> dict:
+ONLINE = ("card-fraud", "credit-risk")      # the online learners: mistakes are theirs to compare
+
+
+def baselines(cfg: dict, labelled: list, queries: list) -> dict:
     """What a user would pick instead, on the same stream, in-process (never published):
-    the majority class (from the labels seen so far, online) and a non-private learner."""
+    the majority class (from the labels seen so far, online) and non-private logistic
+    regression: online (SGD) beside the online learners, trained once on every example
+    beside the predictor; both scored on the queries. ``labelled`` and ``queries``:
+    [(raw features, true label)]."""
     pos = neg = mistakes_majority = 0
     for _, y in labelled:
         mistakes_majority += (1 if pos >= neg else -1) != y
         pos, neg = pos + (y == 1), neg + (y == -1)
     majority = 1 if pos >= neg else -1
-    out = {"majority: query accuracy": (sum(t == majority for t in query_truths) / len(query_truths))
-           if query_truths else float("nan")}
-    if cfg["model_id"] in BASELINES:
-        name, baseline = BASELINES[cfg["model_id"]]
+    truths = np.array([t for _, t in queries])
+    out = {"majority: query accuracy": float(np.mean(truths == majority)) if len(truths) else float("nan")}
+    X, y = _rows(cfg, [r for r, _ in labelled]), [t for _, t in labelled]
+    if cfg["model_id"] in ONLINE:
         out["majority: online mistakes"] = mistakes_majority
-        out["baseline: online mistakes"] = baseline(cfg, labelled)
-        out["baseline"] = name
+        mistakes, w = logistic_baseline(X, y)
+        out["non-private LR: online mistakes"] = mistakes
+    else:
+        from dpstream.learners.generators import fit_logistic
+        a = fit_logistic(X, y, l2=1e-6)                     # <a, x> >= w: +1
+        w = np.append(a[:-1], -a[-1])
+    if len(truths):
+        Q = np.hstack([_rows(cfg, [r for r, _ in queries]), np.ones((len(truths), 1))])
+        out["non-private LR: query accuracy"] = float(np.mean(np.where(Q @ w >= 0, 1, -1) == truths))
     return out
 
 
-def summarise(rt: EmbeddedRuntime, truth: dict, labelled: dict) -> list[dict]:
+def summarise(rt: EmbeddedRuntime, truth: dict, labelled: dict, asked: dict) -> list[dict]:
     """One row per model. ``truth``: source ("topic:0:offset") -> true label of each input;
-    ``labelled``: model -> [(raw features, label)] of its examples, in order."""
+    ``labelled`` and ``asked``: model -> [(raw features, label)] of its examples and of its
+    queries, in order."""
     rows = []
     for cfg in MODELS:
         mid = cfg["model_id"]
@@ -210,7 +227,7 @@ def summarise(rt: EmbeddedRuntime, truth: dict, labelled: dict) -> list[dict]:
             "online mistakes": handler.internal_mistakes(),
             "hypothesis releases": sum(bool(p["updated"]) for p, _ in preds),
             "hard queries": sum(p["status"] == "hard_query" for p, _ in preds),
-            **baselines(cfg, labelled[mid], [t for _, t in queries]),
+            **baselines(cfg, labelled[mid], asked[mid]),
             # the model's answer state, from its queries (the last event may be an example,
             # whose status, "learning", says nothing about what a querier gets)
             "last query's status": queries[-1][0]["status"] if queries else "-",
@@ -223,12 +240,14 @@ def run_demo(n_fraud: int = 20_000, n_queries: int = 5_000, progress: bool = Tru
     rng, keyed = demo_key()
     items = list(events(n_fraud, n_queries))
     rt = EmbeddedRuntime(rng)
-    truth, labelled, offsets = {}, {cfg["model_id"]: [] for cfg in MODELS}, {}
+    truth, offsets = {}, {}
+    labelled, asked = ({cfg["model_id"]: [] for cfg in MODELS} for _ in range(2))
     for topic, payload, label in items:
         offsets[topic] = offsets.get(topic, -1) + 1
         truth[f"{topic}:0:{offsets[topic]}"] = label
-        if topic == "examples":
-            labelled[payload["model_id"]].append((payload.get("features", payload.get("x")), label))
+        if topic in ("examples", "queries"):
+            into = labelled if topic == "examples" else asked
+            into[payload["model_id"]].append((payload.get("features", payload.get("x")), label))
     feed = [(topic, payload) for topic, payload, _ in items]
     if progress:
         from .progress import Progress
@@ -237,7 +256,7 @@ def run_demo(n_fraud: int = 20_000, n_queries: int = 5_000, progress: bool = Tru
         bar.done()
     else:
         asyncio.run(rt.feed_all(feed))
-    rows = summarise(rt, truth, labelled)
+    rows = summarise(rt, truth, labelled, asked)
     rows.append({"_key_source": "configured" if keyed else "public demo key (not private)",
                  "_rejected": len(rt.outputs["rejected"]),
                  "_meaning": [f"{cfg['model_id']}: " + epsilon_meaning(cfg["budget"]["epsilon"],
