@@ -7,7 +7,11 @@ next epoch's, filling), ``hyp/<epoch>/<version>/<chunk>`` (the blocks' hypothese
 ``kept/<epoch>/<chunk>`` and ``seen/<epoch>/<chunk>`` (with ``student``: the epoch's
 released answers (x, label) the student is trained on, and its first SEEN_MAX queries
 (x), label spreading's unlabelled points; the student's record sits in the head once
-fitted).
+fitted), ``hard/<epoch>/<chunk>`` (the epoch's hard queries, [x, label] each). The hard
+queries were in the head before: v_max rows of d values made it grow past a record's
+budget (d = 1,000, v_max 64: 1.3 MB, over Kafka's 1 MiB; the changelog write failed and
+the model could not load after a restart: an attacker's pass). A head written before
+keeps them inline and still loads.
 """
 from __future__ import annotations
 
@@ -154,9 +158,9 @@ def _too_few_blocks(config) -> str:
     except InfeasibleParameters as err:
         return str(err)
     return (f"k={p.k:,} blocks are too few for (eps={b.epsilon}, delta={b.delta}) with up to "
-            f"v_max={v_max} hard queries: the vote's thresholds 3k/8 and 5k/8 leave too little "
-            f"room for the noise; k={need:,} blocks do: raise k (and the "
-            "examples per epoch with it), raise epsilon, or lower v_max")
+            f"v_max={v_max} hard queries: it needs k >= {need:,} blocks (the vote's thresholds 3k/8 "
+            "and 5k/8 leave too little room for the noise below that): raise k (and the examples "
+            "per epoch with it), raise epsilon, or lower v_max")
 
 
 def predictor_config(config) -> PredictorConfig:
@@ -304,7 +308,11 @@ class PredictorKind(Handler):
 
     def load(self, head: dict) -> None:
         self._load_head(head)
-        self._build(PredictorState.from_record(head["predictor"]))
+        pstate = PredictorState.from_record(head["predictor"])
+        if head.get("hard_in_chunks"):            # else a head of before: inline, as loaded
+            rows = self._kept("hard", pstate.epoch, pstate.tops)
+            pstate.hard_x, pstate.hard_y = [r[0] for r in rows], [int(r[1]) for r in rows]
+        self._build(pstate)
         self.buffer_n, self.epoch_n = head["buffer_n"], head["epoch_n"]
         s = self.model.state
         self.epoch = s.epoch
@@ -345,8 +353,10 @@ class PredictorKind(Handler):
             for j in range(0, len(H), per):
                 self._put(self.key("hyp", s.epoch, s.version, j // per), H[j:j + per])
             self._saved_version = (s.epoch, s.version)
-        self._write_head({"predictor": s.to_record(), "buffer_n": self.buffer_n,
-                          "epoch_n": self.epoch_n})
+        record = s.to_record()
+        record["hard_x"], record["hard_y"] = [], []        # in hard/<epoch>/<chunk> (``on_query``)
+        self._write_head({"predictor": record, "buffer_n": self.buffer_n,
+                          "epoch_n": self.epoch_n, "hard_in_chunks": True})
 
     def live(self) -> set[str]:
         """The epoch's sample and hypotheses, and the next epoch's buffer (``load``)."""
@@ -358,6 +368,7 @@ class PredictorKind(Handler):
                                  per=self.hyp_chunk)
             keys |= self._chunks("kept", s.epoch, n=s.kept, per=self.chunk)
             keys |= self._chunks("seen", s.epoch, n=s.seen, per=self.chunk)
+            keys |= self._chunks("hard", s.epoch, n=s.tops, per=self.chunk)
         return keys
 
     def ledger_record(self):
@@ -405,8 +416,10 @@ class PredictorKind(Handler):
         self._maybe_start_epoch()
         self.epoch = self.model.state.epoch
         s = self.model.state
-        kept, seen = s.kept, s.seen
+        kept, seen, tops = s.kept, s.seen, s.tops
         a = self.model.answer(np.asarray(self._x(event), dtype=float))
+        if s.tops > tops:                         # a hard query: [x, label] (a row of d + 1 values)
+            self._keep("hard", s.epoch, tops, [s.hard_x[-1], s.hard_y[-1]])
         if s.kept > kept:                         # a released answer kept for the student
             self._keep("kept", s.epoch, kept, [*self.model.kept_x[-1], self.model.kept_y[-1]])
         if s.seen > seen:                         # a query kept for the student

@@ -240,7 +240,7 @@ def test_batches_give_the_per_event_outputs_and_heads_even_across_a_crash(log_an
         assert all(final_state[k] == v for k, v in state.items())
 
 
-COLD = ("/buffer/", "/node/", "/offset/", "/hyp/", "/weights/", "/release/")
+COLD = ("/buffer/", "/node/", "/offset/", "/hyp/", "/weights/", "/release/", "/hard/")
 
 
 def cold_keys(state, model):

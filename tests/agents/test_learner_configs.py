@@ -221,3 +221,49 @@ def test_the_workers_student_spreads_over_the_queries_it_keeps_and_a_restart_kee
     seen = [rows for key, rows in state.items() if "/seen/" in key]
     assert sum(len(rows) for rows in seen) == SEEN_MAX
     assert all(len(row) == 2 for rows in seen for row in rows)
+
+
+def test_a_wide_predictors_hard_queries_keep_every_record_within_its_budget_and_restart():
+    """An attacker's pass: the hard queries (v_max rows of d values) sat in the model's head
+    record, so a predictor of 1,000 dimensions at v_max 64 wrote a 1.3 MB head: over
+    Kafka's 1 MiB, the changelog write failed, and after a restart the model could not
+    load and dead-lettered every query. They are chunked records now; every record stays
+    within RECORD_BYTES, and a restart between hard queries changes nothing."""
+    import json
+
+    from dpstream.agents.kinds.storage import RECORD_BYTES
+    d = 1000
+    s = RNG.stream("learner-config-tests", "wide", 0)
+    X = s.uniform(d * 2000).reshape(-1, d) * 2 - 1
+    y = s.bits(2000) * 2 - 1                                  # coin labels: the votes split
+    Q = s.uniform(d * 150).reshape(-1, d) * 2 - 1
+    cfg = {"model_id": "wide", "dimension": d, "budget": {"epsilon": 50.0, "delta": 1e-6},
+           "params": {"kind": "predictor", "generator": "nearest", "examples": 2000}}
+    evs = ([("models", cfg)]
+           + [("examples", {"model_id": "wide", "x": r.tolist(), "y": int(t)}) for r, t in zip(X, y)]
+           + [("queries", {"model_id": "wide", "x": r.tolist(), "query_id": f"q{i}"})
+              for i, r in enumerate(Q)])
+    whole = run(evs)
+    assert whole.outputs["rejected"] == []
+    statuses = [p["status"] for p in whole.outputs["predictions"] if p["kind"] == "query"]
+    assert statuses.count("hard_query") == 64 and statuses[-1] == "budget_exhausted"
+    sizes = {key: len(json.dumps(v)) for key, v in whole.state.items()}
+    assert max(sizes.values()) <= RECORD_BYTES, max(sizes.items(), key=lambda kv: kv[1])
+    hard = [p["seq"] for p in whole.outputs["predictions"] if p["status"] == "hard_query"]
+    cut = next(i for i, (topic, e) in enumerate(evs) if topic == "queries" and e["query_id"] == "q0") \
+        + hard[31] - hard[0] + 1
+    assert_a_restart_changes_nothing(evs, cut, {}, whole)
+    # a head written before the change (hard queries inline, no hard records) still loads
+    state = {}
+    first = EmbeddedRuntime(RNG, state)
+    asyncio.run(first.feed_all(evs[:cut]))
+    head = state["model/wide/head"]
+    rows = [r for key in sorted(k for k in state if k.startswith("model/wide/hard/")) for r in state.pop(key)]
+    head["predictor"]["hard_x"], head["predictor"]["hard_y"] = [r[0] for r in rows], [r[1] for r in rows]
+    del head["hard_in_chunks"]
+    assert len(rows) == 32 and len(json.dumps(head)) > RECORD_BYTES // 2
+    second = EmbeddedRuntime(RNG, state)
+    second.offsets.update(first.offsets)
+    second.log_offset = first.log_offset
+    asyncio.run(second.feed_all(evs[cut:]))
+    assert first.outputs["predictions"] + second.outputs["predictions"] == whole.outputs["predictions"]

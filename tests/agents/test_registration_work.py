@@ -197,7 +197,7 @@ def test_a_registered_k_too_small_is_told_a_k_that_is_accepted():
     accepted. The refusal now names a k that the same registration takes."""
     import re
     work = registration_work(cfg({"kind": "predictor", "k": 600, "m": 56, "v_max": 64}, 1.0, 1e-6))
-    found = re.search(r"k=([\d,]+) blocks do", work.problem or "")
+    found = re.search(r"needs k >= ([\d,]+) blocks", work.problem or "")
     assert found, work.problem
     k = int(found.group(1).replace(",", ""))
     assert 600 < k < 1000
