@@ -42,6 +42,7 @@ import highspy
 from dpstream.mechanisms.errors import ParameterError
 
 from .decision_list import TRUE, DecisionList, FeatureFamily
+from .linalg import dot, solve_psd, weighted_gram
 
 
 class Generator:
@@ -331,8 +332,8 @@ class Halfspaces(Generator):
 
     def votes(self, H, x) -> np.ndarray:
         x = np.asarray(x, float)
-        val = H[:, :-1] @ x - H[:, -1]
-        tol = 1e-7 * (np.abs(H[:, :-1]) @ np.abs(x) + np.abs(H[:, -1]) + 1e-12)
+        val = dot(H[:, :-1], x) - H[:, -1]                 # learners/linalg.py: no BLAS
+        tol = 1e-7 * (dot(np.abs(H[:, :-1]), np.abs(x)) + np.abs(H[:, -1]) + 1e-12)
         return np.where(val >= -tol, 1, -1)       # on the hyperplane counts as +1
 
 
@@ -342,8 +343,9 @@ L2 = 1 / 2.5 ** 2       # logistic blocks' and the student's prior (``LogisticRe
 def fit_logistic(X, y, *, l2: float, weights=None, iterations: int = 30) -> np.ndarray:
     """(a, w) minimising sum_i c_i log(1 + exp(-y_i (<a, x_i> - w))) + (l2 / 2) ||a||^2
     (the intercept -w unpenalised, so a block's class balance sets it), by Newton's method
-    with step halving; deterministic, O(iterations x (n d^2 + d^3)). Labels +-1; weights
-    c_i default 1."""
+    with step halving; deterministic, the same bits on every CPU (learners/linalg.py: a
+    replay elsewhere fits the same blocks and student), O(iterations x (n d^2 + d^3)).
+    Labels +-1; weights c_i default 1."""
     X = np.asarray(X, float)
     y = np.asarray(y, float)
     n, d = X.shape
@@ -356,15 +358,15 @@ def fit_logistic(X, y, *, l2: float, weights=None, iterations: int = 30) -> np.n
         return theta
 
     def loss(t):
-        return float(c @ np.logaddexp(0.0, -y * (Z @ t)) + 0.5 * (reg * t) @ t)
+        return float(dot(c, np.logaddexp(0.0, -y * dot(Z, t))) + 0.5 * dot(reg * t, t))
 
     current = loss(theta)
     for _ in range(iterations):
-        s = Z @ theta
+        s = dot(Z, theta)
         p = 0.5 * (1.0 + np.tanh(-0.5 * y * s))               # sigmoid(-y s), stable
-        grad = -(Z * (c * y * p)[:, None]).sum(axis=0) + reg * theta
-        H = (Z * (c * p * (1 - p))[:, None]).T @ Z + np.diag(reg)
-        step = np.linalg.solve(H, grad)
+        grad = -np.einsum("ni,n->i", Z, c * y * p) + reg * theta
+        H = weighted_gram(Z, c * p * (1 - p)) + np.diag(reg)
+        step = solve_psd(H, grad)
         t = 1.0
         while t > 1e-4:
             candidate = theta - t * step

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from dpstream.mechanisms.errors import ParameterError
+from .linalg import dot
 
 
 @dataclass(frozen=True)
@@ -47,7 +48,7 @@ class BinaryInput:
     def inner(self, v: np.ndarray, v_total: float) -> float:
         """<v, x> for a length-d vector v whose entries sum to v_total."""
         if self.dense is not None:
-            return float(v @ self.dense)
+            return float(dot(v, self.dense))          # learners/linalg.py: no BLAS
         return 2.0 * float(v[self.active].sum()) - v_total
 
     def to_record(self) -> dict:

@@ -81,6 +81,7 @@ from __future__ import annotations
 import numpy as np
 
 from .generators import L2, fit_logistic
+from .linalg import dot
 
 STUDENT_MAX = 5_000        # released answers kept per epoch to train the student on
 SEEN_MAX = 2_048           # queries kept per epoch as the unlabelled points of label spreading
@@ -204,7 +205,7 @@ def _predict(candidate, X, y, Q) -> np.ndarray:
     model, param = candidate
     if model == "logistic":
         theta = fit_logistic(X, y, l2=param)
-        return np.where(Q @ theta[:-1] >= theta[-1], 1, -1)
+        return np.where(dot(Q, theta[:-1]) >= theta[-1], 1, -1)
     return nearest_labels(X, y, Q, int(param))
 
 
@@ -267,7 +268,7 @@ class StudentModel:
         model = self.student["model"]
         if model == "logistic":
             theta = np.asarray(self.student["theta"], dtype=float)
-            return 1 if float(x @ theta[:-1]) >= theta[-1] else -1
+            return 1 if float(dot(x, theta[:-1])) >= theta[-1] else -1
         if model == "spread":
             total = float(self.graph.extend(self.scores, x)[0])
             if total != 0.0:

@@ -143,28 +143,43 @@ class BLTParams:
 
 def _strategy_norm2(p: BLTParams, n: int) -> float:
     """||C e_1||^2 = sum_{t < n} x_t^2 for the first column x of C = (C^{-1})^{-1}, in
-    closed form: O(1) time and memory in n (a registration may ask for 10^9 blocks; the
-    column itself, which this computed before, took 1.3 GB at 2 x 10^7 blocks).
+    O(b^3 log n) time and O(b^2) memory for b buffers (a registration may ask for 10^9
+    blocks; the column itself, which this computed first, took 1.3 GB at 2 x 10^7 blocks).
 
     x solves C^{-1} x = e_1. With the BLT buffers (x_t = [t = 0] - omega . buf;
     buf <- theta * buf + x_t) the buffers after step 0 are s_1 = 1 and then
-    s_{t+1} = M s_t with M = diag(theta) - 1 omega^T, so x_t = -omega^T M^(t-1) 1 =
-    sum_i a_i lam_i^(t-1) for t >= 1 (lam, V: M's eigen-decomposition, a =
-    (-omega^T V) * (V^-1 1)). Then sum_{t=1}^{n-1} x_t^2 = sum_{i,j} a_i a_j G(lam_i lam_j)
-    with the geometric sum G(q) = sum_{k < n-1} q^k = expm1((n-1) log q) / expm1(log q)
-    (n - 1 when q = 1): expm1 keeps the digits when q is near 1, as the decays of long
-    horizons are. Agrees with the explicit sum to ~1e-13 relative on the tabulated BLTs
-    (tests/mechanisms/test_factorization.py). inf for an unstable C (|lam| > 1 and n so
-    large that the sum overflows)."""
-    th, om = np.asarray(p.theta), np.asarray(p.omega)
+    s_{t+1} = M s_t with M = diag(theta) - 1 omega^T, so x_t = -omega^T M^(t-1) 1 for
+    t >= 1, and sum_{t=1}^{n-1} x_t^2 = omega^T S omega with
+    S = sum_{k < n-1} M^k 1 1^T (M^k)^T, summed by doubling: the sum over 2c powers is
+    the sum over c plus M^c (that sum) (M^c)^T, and the binary digits of n - 1 pick the
+    blocks. Every product is ``np.einsum`` (learners/linalg.py's reason): the same bits on
+    every CPU. Before, S came from M's eigen-decomposition (LAPACK), whose last bits
+    depend on the BLAS kernel the CPU selects: sigma and eta differed in their last bits,
+    so every noise value did, and a DP-FTRL run on one machine failed ``replay`` on
+    another (found with OPENBLAS_CORETYPE; tests/mechanisms/test_factorization.py runs the
+    kernels). Agrees with the explicit sum to ~1e-13 relative on the tabulated BLTs
+    (the same test file). inf for an unstable C (|lam| > 1 and n so large that the sum
+    overflows)."""
+    th, om = np.asarray(p.theta, dtype=float), np.asarray(p.omega, dtype=float)
     M = np.diag(th) - np.outer(np.ones_like(th), om)
-    lam, V = np.linalg.eig(M)
-    a = (-om @ V) * np.linalg.solve(V, np.ones_like(th))
-    q = (lam[:, None] * lam[None, :]).astype(complex)
+    u = np.ones_like(th)
+
+    def mul(A, B):
+        return np.einsum("ij,jk->ik", A, B)
+
     with np.errstate(all="ignore"):
-        log_q = np.log(q)
-        G = np.where(log_q == 0, n - 1, np.expm1((n - 1) * log_q) / np.expm1(log_q))
-        value = 1.0 + float(np.sum(np.outer(a, a) * G).real)
+        S_acc, P_acc = np.zeros_like(M), np.eye(len(th))     # the powers summed so far, M^(their count)
+        S_pow, P_pow = np.outer(u, u), M                      # a block of 2^j powers, M^(2^j)
+        left = n - 1
+        while left:
+            if left & 1:
+                S_acc = S_acc + mul(mul(P_acc, S_pow), P_acc.T)
+                P_acc = mul(P_acc, P_pow)
+            left >>= 1
+            if left:
+                S_pow = S_pow + mul(mul(P_pow, S_pow), P_pow.T)
+                P_pow = mul(P_pow, P_pow)
+        value = 1.0 + float(np.einsum("i,ij,j->", om, S_acc, om))
     return value if math.isfinite(value) else math.inf
 
 
@@ -343,6 +358,6 @@ class BLTNoise:
         after block t - 1."""
         bufs, total = state if state is not None else self.initial()
         z = self.sigma * gaussian(self.rng, self.model_id, self.purpose, (self.epoch, t), self.dim)
-        total = total + z + self.omega @ bufs
+        total = total + z + np.einsum("b,bd->d", self.omega, bufs)     # no BLAS: ``_strategy_norm2``
         bufs = self.theta[:, None] * bufs + z
         return total, (bufs, total)
