@@ -50,6 +50,9 @@ NEWTON_MAX_DIMENSION = 256   # logistic blocks and the student: an epoch start o
 # d = 103 took ~10 s here (bench/predictor_real.py, yeast); the cost grows as d^3
 BINARY_GENERATORS = ("conjunctions", "disjunctions", "decision_lists")
 FINITE_TABLE_ENTRIES = 100_000   # a finite class travels inside its registration record
+INTERVAL_POINTS = 256            # m + v_max of an intervals block: its exact fit is O(points^3)
+# (every pair of points against every point; at m = 10,000 it asked for ~500 GB: an
+# attacker's pass). Thresholds and finite classes fit in O(m log m) and O(|class| x N).
 
 
 class PredictorParams(KindParams):
@@ -237,6 +240,11 @@ class PredictorKind(Handler):
             if p.k is not None and isinstance(err, ThresholdsTooClose):
                 return _too_few_blocks(config)
             return str(err)
+        if p.generator == "intervals" and sum(shape(config)[1:]) > INTERVAL_POINTS:
+            k, m, v_max = shape(config)
+            return (f"an intervals block of m={m:,} examples and up to v_max={v_max:,} hard queries "
+                    f"has {m + v_max:,} points; the exact fit tries every pair of them, so at most "
+                    f"{INTERVAL_POINTS} (docs/limits.md): lower m (give k), or lower v_max")
         return None
 
     @classmethod

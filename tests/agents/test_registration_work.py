@@ -203,3 +203,15 @@ def test_a_registered_k_too_small_is_told_a_k_that_is_accepted():
     assert 600 < k < 1000
     assert registration_work(cfg({"kind": "predictor", "k": k, "m": 56, "v_max": 64}, 1.0, 1e-6)).problem is None
     assert registration_work(cfg({"kind": "predictor", "k": k - 20, "m": 56, "v_max": 64}, 1.0, 1e-6)).problem
+
+
+def test_an_intervals_block_beyond_its_points_limit_is_refused_before_any_fit():
+    """An attacker's pass: k = 32 intervals blocks of 10,000 examples were accepted, and the
+    epoch start asked numpy for ~500 GB (every pair of points against every point); the
+    model stayed ``learning`` for good."""
+    from dpstream.agents.kinds.predictor import INTERVAL_POINTS
+    problem = registration_work(cfg({"kind": "predictor", "generator": "intervals", "k": 32, "m": 10_000,
+                                     "v_max": 1}, 8.0, 1e-6, dimension=1)).problem
+    assert f"so at most {INTERVAL_POINTS}" in problem and "10,001 points" in problem
+    assert registration_work(cfg({"kind": "predictor", "generator": "intervals", "k": 40, "m": 200,
+                                  "v_max": 4}, 8.0, 1e-6, dimension=1)).problem is None
