@@ -923,6 +923,20 @@ def _on_a_terminal(label: str, total: int) -> Progress:
     return Progress(label, total, quiet=not sys.stderr.isatty())
 
 
+def _one_document(path: str) -> bool:
+    """Whether a file (not standard input, read once already) holds one JSON document
+    that spans lines: a pretty-printed model config given to ``produce --topic models``."""
+    if path == "-":
+        return False
+    from dpstream.streams.tools.userfiles import FileError, read_bytes
+    try:
+        text = read_bytes(path)
+        json.loads(text)
+    except (FileError, ValueError, RecursionError):
+        return False
+    return len(text.strip().splitlines()) > 1
+
+
 def _checked_rows(args, configs: dict, report) -> tuple[list, int]:
     """The records ``produce`` sends, after ``--skip`` (and the file's record count):
     read, labels read as -1/+1, and each checked for its form (``check_record``) unless
@@ -947,6 +961,10 @@ def _checked_rows(args, configs: dict, report) -> tuple[list, int]:
         for row in rows:
             problem = check_record(args.topic, row.raw)
             progress.advance()
+            if problem and args.topic == topics.MODELS and _one_document(args.file):
+                raise Failed(f"{name} is one JSON document over many lines, and produce sends one "
+                             "record per line (JSONL): register a model file with `dpstream models "
+                             f"register {name}` (a JSON document, a list, or JSONL)", 2)
             if problem:
                 raise Failed(f"{name} {row.where} would be dead-lettered on {args.topic}: "
                              f"{problem}; nothing sent (--no-check sends anyway; the worker's "

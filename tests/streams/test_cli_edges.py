@@ -494,3 +494,14 @@ def test_features_on_a_table_without_its_label_column_names_the_likely_label(cap
     assert "defaulted" not in declared and "income" in declared
     assert main(["features", "--sample", str(ROOT / "examples" / "credit.sample.csv")]) == 0
     assert "--label-column" not in capsys.readouterr().err
+
+
+def test_produce_points_a_pretty_printed_model_file_at_models_register(capsys, tmp_path):
+    """``produce --topic models`` sends JSONL; a model file as ``models register`` takes it
+    (one object over many lines) was called 'malformed JSON' at line 1."""
+    path = tmp_path / "m.json"
+    path.write_text(json.dumps(json.loads((ROOT / "examples" / "card-fraud.model.json").read_text()), indent=2))
+    assert main(["produce", "--topic", "models", "--file", str(path), *NOWHERE]) == 2
+    assert one_line(capsys) == (f"dpstream produce: {path} is one JSON document over many lines, and produce "
+                                "sends one record per line (JSONL): register a model file with `dpstream "
+                                f"models register {path}` (a JSON document, a list, or JSONL)")
