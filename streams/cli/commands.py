@@ -1640,14 +1640,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--internal", action="store_true",
                    help="add exact online mistakes (private statistics; for the data owner only)")
     p.set_defaults(fn=cmd_audit_report)
-    p = sub.add_parser("acls", help="print or apply the ACLs of every principal (least privilege)")
+    p = sub.add_parser("acls", help="print or apply the ACLs of every principal (least privilege)",
+                       description="The ACLs each role of one tenant (a --prefix) needs, LITERAL names "
+                       "only: print them (the default), --apply or --remove them through the admin "
+                       "API, as the admin (the broker's super user, who needs none). Roles and "
+                       "rights: docs/security.md.")
     broker(p)
     p.add_argument("--app-id", help="the worker's app id: the prefix + a name (default: the prefix + 'dpstream')")
     p.add_argument("--user", action="append", metavar="ROLE=NAME",
                    help="the user name of a role (worker, producer, querier, consumer, auditor); "
                         "default: the prefix + the role (each prefix is a tenant with its own users)")
     p.add_argument("--role", choices=["worker", "producer", "querier", "consumer", "auditor"],
-                   help="only this role's ACLs")
+                   help="only this role's ACLs (the admin has none: it is the broker's super user)")
     p.add_argument("--apply", action="store_true", help="create them through the admin API")
     p.add_argument("--remove", action="store_true", help="delete them through the admin API")
     p.add_argument("--print", dest="print_only", action="store_true", help="only print them (the default)")
