@@ -40,11 +40,13 @@ def weighted_gram(Z: np.ndarray, w: np.ndarray) -> np.ndarray:
 def solve_psd(H: np.ndarray, g: np.ndarray) -> np.ndarray:
     """x with H x = g for a symmetric positive (semi-)definite H, by Cholesky (H = L L^T)
     and two triangular solves. A pivot below PIVOT_FLOOR times the largest diagonal entry
-    (H singular, or indefinite by rounding: two columns equal after the rows' clamp, their
+    (or times 1, when every diagonal entry is below 1; a NaN pivot too: H is then not
+    finite) (H singular, or indefinite by rounding: two columns equal after the rows' clamp, their
     sums so large that the ridge was lost to rounding, made ``np.linalg.solve`` raise in an
     attacker's pass, and every later event of the model was dead-lettered) is raised to
-    it: the factor is then that of H + E for a small diagonal E >= 0, so x is still a
-    descent direction for Newton's method, whose line search decides the step."""
+    it: the factor is then that of H + E for a diagonal E >= 0, small beside H's largest
+    entry (not beside a small pivot's), so x is still a descent direction for Newton's
+    method, whose line search decides the step."""
     H = np.asarray(H, dtype=float)
     n = len(H)
     L = np.zeros_like(H)

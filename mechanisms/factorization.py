@@ -38,8 +38,8 @@ The factorizations:
   McMahan, Xu, Zhang 2024): the noise added to block t, (C^{-1} Z)_t, is computed in
   O(buffers x dim) with one buffer per theta_i (``BLTNoise``), so B Z = A C^{-1} Z is its
   running sum. C = (C^{-1})^{-1} is Toeplitz as well; the norm of its first column, the
-  sensitivity, has a closed form in the eigenvalues of the buffers' recursion
-  (``_strategy_norm2``: O(1) in n). The parameters are
+  sensitivity, is a sum over powers of the buffers' recursion, summed by doubling
+  (``_strategy_norm2``: O(log n)). The parameters are
   optimised here for the number of blocks n (``optimal_blt``: minimise the max error with
   scipy from the rational approximation of sqrt(1 - x) of Dvijotham et al. 2024, Prop. 4.5
   as jax-privacy's ``from_rational_approx_to_sqrt_x`` builds it), because the best BLT
@@ -206,8 +206,9 @@ class BLTFactorization:
         w_i = omega_i / (1 - theta_i) and A = 1 + sum w_i, the prefix sums of C^{-1}'s
         coefficients are G_j = A - sum_i w_i theta_i^j, so sum_{j < t} G_j^2 =
         A^2 t - 2 A sum_i w_i g(theta_i) + sum_{i,k} w_i w_k g(theta_i theta_k), with the
-        geometric sum g(q) = sum_{j < t} q^j = expm1(t log q) / expm1(log q) (as in
-        ``_strategy_norm2``). Agrees with the array to ~1e-12 relative
+        geometric sum g(q) = sum_{j < t} q^j = expm1(t log q) / expm1(log q) (expm1 keeps
+        the digits when q is near 1, as the decays of long horizons are). Agrees with the
+        array to ~1e-12 relative
         (tests/mechanisms/test_factorization.py)."""
         if t < 1:
             raise ParameterError("t", t, ">= 1")

@@ -307,6 +307,7 @@ class PredictorKind(Handler):
         self.buffer_n = 0            # examples buffered for the next epoch
         self.epoch_n = 0             # examples the current epoch was partitioned from
         self._saved_version = None
+        self._hard_chunked = True    # hard queries in hard/<epoch>/<chunk> records (``save``)
 
     def _build(self, pstate: PredictorState) -> None:
         self.model = PrivatePredictor(config=predictor_config(self.config),
@@ -317,7 +318,9 @@ class PredictorKind(Handler):
     def load(self, head: dict) -> None:
         self._load_head(head)
         pstate = PredictorState.from_record(head["predictor"])
-        if head.get("hard_in_chunks"):            # else a head of before: inline, as loaded
+        # a head written before held its hard queries inline (loaded so); ``save`` moves them
+        self._hard_chunked = bool(head.get("hard_in_chunks"))
+        if self._hard_chunked:
             rows = self._kept("hard", pstate.epoch, pstate.tops)
             pstate.hard_x, pstate.hard_y = [r[0] for r in rows], [int(r[1]) for r in rows]
         self._build(pstate)
@@ -361,6 +364,12 @@ class PredictorKind(Handler):
             for j in range(0, len(H), per):
                 self._put(self.key("hyp", s.epoch, s.version, j // per), H[j:j + per])
             self._saved_version = (s.epoch, s.version)
+        if not self._hard_chunked:
+            # a head of before held the hard queries inline: every row to its chunk, in order
+            # (one ``on_query`` kept since the load is rewritten in its place)
+            for i, (x, label) in enumerate(zip(s.hard_x, s.hard_y)):
+                self._keep("hard", s.epoch, i, [x, label])
+            self._hard_chunked = True
         record = s.to_record()
         record["hard_x"], record["hard_y"] = [], []        # in hard/<epoch>/<chunk> (``on_query``)
         self._write_head({"predictor": record, "buffer_n": self.buffer_n,

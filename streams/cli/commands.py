@@ -210,9 +210,11 @@ def _json_error_at(text: bytes, line: bytes, i: int) -> str:
     lines), else the line's own column; and the parser's reason."""
     try:
         json.loads(text if i == 1 else line)
-    except ValueError as err:
+    except json.JSONDecodeError as err:
         line_no, col = (err.lineno, err.colno) if i == 1 else (i, err.colno)
         return f"line {line_no}, column {col}: {err.msg}"
+    except ValueError:                       # bytes that are not UTF-8 (a reviewer's pass: a traceback)
+        return f"line {i}: not UTF-8 text"
     return f"line {i}"
 
 

@@ -265,5 +265,14 @@ def test_a_wide_predictors_hard_queries_keep_every_record_within_its_budget_and_
     second = EmbeddedRuntime(RNG, state)
     second.offsets.update(first.offsets)
     second.log_offset = first.log_offset
-    asyncio.run(second.feed_all(evs[cut:]))
-    assert first.outputs["predictions"] + second.outputs["predictions"] == whole.outputs["predictions"]
+    asyncio.run(second.feed_all(evs[cut:cut + 40]))
+    # and its hard queries reach their chunks at the first save, so a second restart (which
+    # reads them there: the head no longer holds them) changes nothing either; before, they
+    # were lost, and the reload failed with a KeyError (a reviewer's pass)
+    assert not state["model/wide/head"]["predictor"]["hard_x"] and state["model/wide/head"]["hard_in_chunks"]
+    third = EmbeddedRuntime(RNG, state)
+    third.offsets.update(second.offsets)
+    third.log_offset = second.log_offset
+    asyncio.run(third.feed_all(evs[cut + 40:]))
+    assert first.outputs["predictions"] + second.outputs["predictions"] + third.outputs["predictions"] \
+        == whole.outputs["predictions"]

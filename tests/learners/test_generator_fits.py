@@ -1,7 +1,9 @@
 """The thresholds and finite-class fits count instead of tabulating (an attacker's pass:
 blocks of 100,000 asked for 9 GiB and 4.7 GiB); they must return exactly what the
-tabulating fits returned, tie-breaks included, on every input (property test against
-the former code, kept here as the reference)."""
+tabulating fits returned, tie-breaks included, on every input a worker gives them:
+labels +-1 (``start_epoch`` refuses others), points in the domain (``input_problem``
+refuses others), hard queries with both labels on one point (property test against the
+former code, kept here as the reference)."""
 import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st

@@ -505,3 +505,11 @@ def test_produce_points_a_pretty_printed_model_file_at_models_register(capsys, t
     assert one_line(capsys) == (f"dpstream produce: {path} is one JSON document over many lines, and produce "
                                 "sends one record per line (JSONL): register a model file with `dpstream "
                                 f"models register {path}` (a JSON document, a list, or JSONL)")
+
+
+def test_run_refuses_a_models_file_that_is_not_utf8_in_one_line(capsys, tmp_path):
+    """A reviewer's pass: the not-JSON refusal read a line and column that a decoding error
+    does not have, and a Latin-1 model file gave a traceback."""
+    (tmp_path / "m.jsonl").write_bytes(b'{"model_id": "caf\xe9"}\n')
+    assert main(["run", "--models", str(tmp_path / "m.jsonl"), "--out", str(tmp_path / "o"), "--quiet"]) == 2
+    assert one_line(capsys) == f"dpstream run: {tmp_path / 'm.jsonl'}: not JSON at line 1: not UTF-8 text; nothing run"
