@@ -151,7 +151,8 @@ def _cap(config) -> int:
 
 def _too_few_blocks(config) -> str:
     """For a registered k the budget's noise does not fit: the refusal naming MAX_BLOCKS
-    when no k up to it would, else the fewest blocks that would (``smallest_k``, exact).
+    when no k up to it would, else the blocks that would (``smallest_k``: the first k of
+    its 2% steps that the calibration accepts, so within 2% of the fewest).
     The calibration's own message estimates that number from the noise a wide gap needs
     and overshoots (k = 600 at eps 1, v_max 64: "k >= about 1497", where 646 is accepted)."""
     p, b = config.params, config.budget
