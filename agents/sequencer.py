@@ -41,6 +41,7 @@ from dpstream.learners.inputs import bounded_active
 from dpstream.schemas import LabeledExample, ModelConfig, Query, Rejected
 from dpstream.schemas import limits
 from dpstream.schemas.config import config_error_text, params_schemas
+from dpstream.schemas.features import new_names_problem
 
 from .kinds import BINARY, REAL, kind
 from .records import Emit, Fetch, RawRecord, deliver
@@ -153,7 +154,10 @@ def _checked(event, configs: MutableMapping) -> tuple[dict | None, str | None]:
         dumped = event.model_dump(mode="json")
         if known is not None and known != dumped:       # an identical re-registration is a no-op
             return None, "model id already registered with another config"
-        problem = kind(event.kind).config_problem(event)
+        if known is not None:           # in force already: checks added since cannot refuse it
+            return dumped, None
+        problem = (new_names_problem(event.features) if event.features else None) \
+            or kind(event.kind).config_problem(event)
         return (None, f"infeasible model config: {problem}"[:500]) if problem else (dumped, None)
     cfg = configs.get(f"config/{event.model_id}")
     if cfg is None:

@@ -156,7 +156,7 @@ def grid(streams: dict, eps_list, seeds: int) -> None:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(description=" ".join(__doc__.split("\n\n")[0].split()))
     ap.add_argument("--eps", type=float, nargs="*", default=[1.0, 2.0, 4.0, 10.0])
     ap.add_argument("--seeds", type=int, default=3)
     ap.add_argument("--sets", nargs="*", default=list(D.NAMES))

@@ -114,7 +114,7 @@ def whole_command(out: Path) -> float:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(description=" ".join(__doc__.split("\n\n")[0].split()))
     ap.add_argument("--repeats", type=int, default=3)
     args = ap.parse_args()
     items = inputs()

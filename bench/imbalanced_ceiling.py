@@ -51,7 +51,7 @@ def models():
 
 def main() -> None:
     from sklearn.model_selection import cross_val_predict
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(description=" ".join(__doc__.split("\n\n")[0].split()))
     ap.add_argument("--sets", nargs="*", default=list(D.IMBALANCED))
     args = ap.parse_args()
     print("| set | model | error (majority's) | balanced error | rare-class answers: right / all "

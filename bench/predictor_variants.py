@@ -138,7 +138,7 @@ def spread(model, Q, labels, status) -> np.ndarray:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(description=" ".join(__doc__.split("\n\n")[0].split()))
     ap.add_argument("--keys", type=int, default=10)
     ap.add_argument("--sets", nargs="*", default=list(SETS))
     ap.add_argument("--variants", nargs="*",

@@ -53,7 +53,7 @@ def leave_one_out(X, y) -> tuple[int, int]:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(description=" ".join(__doc__.split("\n\n")[0].split()))
     ap.add_argument("--sets", nargs="*", default=list(D.NAMES))
     args = ap.parse_args()
     print(f"noiseless vote (epsilon 4 sizing): accuracy / decisive share (>= {DECISIVE:.0%} of blocks agree) "

@@ -96,7 +96,7 @@ def majority(stream) -> float:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(description=" ".join(__doc__.split("\n\n")[0].split()))
     ap.add_argument("--eps", type=float, nargs="*", default=[4.0])
     ap.add_argument("--seeds", type=int, default=3)
     ap.add_argument("--sets", nargs="*", default=list(SETS))

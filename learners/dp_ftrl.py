@@ -535,7 +535,8 @@ class DPFTRL(BlockReleases):
             coef = np.where(z < 1.0, -ys, 0.0).astype(np.float64)
         G = coef[:, None] * R
         norms = np.sqrt(np.sum(G * G, axis=1))
-        G /= np.maximum(1.0, norms / self.params.clip)[:, None]
+        with np.errstate(over="ignore"):             # a clip near 5e-324: inf, so G is 0, quietly
+            G /= np.maximum(1.0, norms / self.params.clip)[:, None]
         if balanced:                                 # after the clip: norms stay <= clip
             G *= np.where(ys == 1, *self.class_weights)[:, None]
         out = np.rint(G * SCALE).astype(np.int64)

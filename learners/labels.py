@@ -60,6 +60,13 @@ def _preferred_sign(y) -> int:
     return 1
 
 
+def conventional(y) -> bool:
+    """Whether ``y``'s sign is fixed by convention (a bool, or 1, 0, -1), not by the
+    order the labels come in: only then is "y = +1" known without declared classes."""
+    y = _plain(y)
+    return isinstance(y, bool) or (isinstance(y, numbers.Number) and y in (0, 1, -1))
+
+
 def _check(y, name: str = "y"):
     """A usable label: hashable, not None, not NaN. The value stays out of the message
     (labels are private)."""

@@ -20,7 +20,7 @@ river/checks/; tests/learners/test_river_api.py runs ``river.checks.check_estima
 * ``predict_proba_one``: DP-FTRL's is the released logistic model's probability
   sigmoid(<w, x>) (learners/dp_ftrl.py ``predict_proba_many``); continual Winnow
   releases a sign rule, not a probability, so its ``predict_proba_one`` puts all the
-  mass on its label (1/2 each where the learner abstains). Both are post-processing of
+  mass on its label. Both are post-processing of
   the released model: they cost no budget.
 * ``repr`` shows every parameter but the key (``key=<secret>``).
 
@@ -31,7 +31,15 @@ gives every instance, clones included, its own stream (a random name from
 ``secrets``, not privacy noise: the noise itself stays keyed); pass a ``model_id`` only
 to reproduce one model's releases, and never reuse it for other data. A pickle of a
 model holds its exact, unreleased sums (never the key: loading it takes the key from
-the environment again): keep it as private as the examples.
+the environment again, or, for a model made with ``key=``, from
+``mechanisms.randomness.loading_key(key)`` around ``pickle.load``): keep it as private
+as the examples.
+
+River's mini-batch verbs (``river.base.MiniBatchClassifier``): ``learn_many(X, y)``,
+``predict_many(X)`` and ``predict_proba_many(X)`` take a pandas DataFrame (answering a
+Series / DataFrame on its index, as River's do) or any iterable of records (answering
+lists), and do what the ``_one`` verbs do on each record in turn, in one call into the
+learner (several times faster than a Python loop of ``learn_one``).
 
 What the guarantee covers: only what the learner releases, i.e. its model after each
 block, and so every prediction made from it (post-processing), against the examples
@@ -69,15 +77,17 @@ True
 """
 from __future__ import annotations
 
+import copy
 import inspect
 import secrets
 
-from dpstream.mechanisms.randomness import KeyedRandomness
+from dpstream.mechanisms.errors import ParameterError
+from dpstream.mechanisms.randomness import KeyedRandomness, loading
 
 from .continual_winnow import ContinualWinnow, continual_winnow_parameters
 from .dp_ftrl import DPFTRL, dp_ftrl_parameters, featurised_row, row_dimension
 from .features import Featuriser
-from .labels import BinaryLabels
+from .labels import BinaryLabels, conventional
 
 try:                                 # River is optional: its base class when it is there
     from river.base import Classifier as _Base
@@ -119,6 +129,48 @@ def _rng(key: bytes | None) -> KeyedRandomness:
     return KeyedRandomness(key) if key is not None else KeyedRandomness.from_env()
 
 
+def _records(X) -> tuple[list[dict], object]:
+    """(records, the DataFrame's index or None) from a pandas DataFrame, a polars one or
+    an iterable of dicts; a missing cell (NaN, None) is a missing value to the featuriser."""
+    if hasattr(X, "to_dict") and hasattr(X, "columns") and hasattr(X, "index"):     # pandas
+        return X.to_dict(orient="records"), X.index
+    if hasattr(X, "to_dicts"):                                                     # polars
+        return X.to_dicts(), None
+    if isinstance(X, dict):
+        raise ParameterError("X", "<one record>", "many records (a DataFrame or a list of dicts): "
+                                                  "for one record use the _one verbs")
+    if isinstance(X, (str, bytes)) or not hasattr(X, "__iter__"):
+        raise ParameterError("X", "<rows>", "records as dicts of field values (or a DataFrame), as "
+                                            "learn_one takes them")
+    records = list(X)
+    if not all(isinstance(r, dict) for r in records):
+        raise ParameterError("X", "<rows>", "records as dicts of field values (or a DataFrame), as "
+                                            "learn_one takes them")
+    return records, None
+
+
+def _labels_of(y) -> list:
+    """Labels as a list, from a pandas Series, an array or any iterable but a string (whose
+    characters would be taken as labels)."""
+    if isinstance(y, (str, bytes, dict)) or not hasattr(y, "__iter__"):
+        raise ParameterError("y", "<labels>", "the labels as a list, an array or a Series, one per record")
+    return list(y.tolist() if hasattr(y, "tolist") else y)
+
+
+def _known(settings, params: dict, given: tuple = ()) -> dict:
+    """``params`` if ``settings`` (a parameters function) takes each of them; else
+    ParameterError naming the unknown one and the closest known (before: a raw TypeError,
+    "dp_ftrl_parameters() got an unexpected keyword argument")."""
+    import difflib
+    known = [n for n in inspect.signature(settings).parameters if n not in given]
+    for name in params:
+        if name not in known:
+            close = difflib.get_close_matches(name, known, n=1)
+            raise ParameterError(name, "<given>", "a setting this learner has" + (
+                f": did you mean {close[0]!r}?" if close else f" ({', '.join(known)})"))
+    return params
+
+
 def _noise_id(model_id: str | None) -> str:
     """The learner's noise stream name: ``model_id``, or a fresh random one (module
     docstring: two models must not share noise)."""
@@ -144,6 +196,14 @@ class PrivateClassifier(_Base):
             state["key"] = None
         return state
 
+    def __setstate__(self, state: dict) -> None:
+        """Inside ``loading_key(key)`` the loaded model gets its ``key`` parameter back, so
+        that its ``clone()`` uses that key too (not the environment's)."""
+        self.__dict__.update(state)
+        given = loading()
+        if "key" in state and state["key"] is None and given is not None:
+            self.key = given._secret
+
     def __repr__(self) -> str:
         """River's layout (one parameter a line), the key never shown."""
         shown = {k: ("<secret>" if k == "key" and v is not None else repr(v))
@@ -159,8 +219,26 @@ class PrivateClassifier(_Base):
 
     def learn_one(self, x: dict, y) -> None:
         """Learn one labelled record. ParameterError (before learning anything) for a
-        label that is None, NaN, or a third class."""
+        label that is None, NaN, or a third class, and for a named label when a setting
+        about the positive class is declared but ``classes`` is not (``_sided``)."""
+        self._side_known([y])
         self.last_step = self.learner.learn_one(self._row(x), self.labels.sign(y))
+
+    def _sided(self) -> str | None:
+        """The name of a declared setting about "y = +1", if any (none here)."""
+        return None
+
+    def _side_known(self, ys) -> None:
+        """Refuse to guess which class a declared setting about "y = +1" means. Before, a
+        declared ``prior=0.05`` with labels "ok" / "fraud" applied to whichever came first
+        ("ok"), and the model answered P(fraud) = 0.95 on a neutral record, silently."""
+        name = self._sided()
+        seen = [*self.labels.classes, *ys]
+        if name and self.classes is None and not (all(conventional(v) for v in seen)
+                                                  and not {0, -1} <= set(seen)):     # both mean -1
+            raise ParameterError("classes", None, f"(negative, positive) declared when {name!r} is: it is "
+                                 "about the positive class, and with named labels (not bools, 1/0 or "
+                                 "+1/-1) nothing else says which class that is")
 
     def predict_one(self, x: dict):
         """The released model's label in the user's labels; None while the model cannot
@@ -171,12 +249,54 @@ class PrivateClassifier(_Base):
 
     def predict_proba_one(self, x: dict) -> dict:
         """{negative: 1 - p, positive: p} over the user's two classes, {} until both are
-        known; p from ``_p_positive`` (module docstring)."""
+        known; p from ``_p_positive_many`` (module docstring)."""
         if not self.labels.complete:
             return {}
-        return self.labels.proba(self._p_positive(self._row(x)))
+        return self.labels.proba(float(self._p_positive_many([self._row(x)])[0]))
 
-    def _p_positive(self, row) -> float:
+    def learn_many(self, X, y) -> None:
+        """``learn_one`` on each record of ``X`` with its label in ``y`` (same order and
+        length), in one call into the learner: the same releases and state. ParameterError
+        before learning anything (and before taking any class from the labels) for a
+        length mismatch or a label ``learn_one`` would refuse."""
+        records, _ = _records(X)
+        ys = _labels_of(y)
+        if len(ys) != len(records):
+            raise ParameterError("y", f"{len(ys):,} labels", f"one label per record ({len(records):,})")
+        self._side_known(ys)
+        labels = copy.deepcopy(self.labels)            # classes taken only if all labels are usable
+        signs = [labels.sign(v) for v in ys]
+        rows = [self._row(r) for r in records]
+        if not rows:
+            return
+        self.labels = labels       # from here on the learner learns under these signs
+        self.last_step = self.learner.learn_many(rows, signs)[-1]
+
+    def predict_many(self, X):
+        """``predict_one`` on each record: a pandas Series on ``X``'s index for a pandas
+        DataFrame (River's ``predict_many``), else a list."""
+        records, index = _records(X)
+        if not self.labels.complete or not records:
+            out = [None] * len(records)
+        else:
+            out = [self.labels.label(None if s is None else int(s))
+                   for s in self.learner.predict_many([self._row(r) for r in records])]
+        return _series(out, index)
+
+    def predict_proba_many(self, X):
+        """``predict_proba_one`` on each record: a pandas DataFrame (one column per class,
+        negative first) on ``X``'s index for a pandas DataFrame, else a list of dicts."""
+        records, index = _records(X)
+        if not self.labels.complete or not records:
+            out = [{} for _ in records]
+        else:
+            out = [self.labels.proba(float(p)) for p in self._p_positive_many([self._row(r) for r in records])]
+        if index is None:
+            return out
+        import pandas as pd
+        return pd.DataFrame(out, index=index, columns=list(self.labels.classes) or None)
+
+    def _p_positive_many(self, rows):
         raise NotImplementedError
 
     @property
@@ -205,15 +325,19 @@ class DPFTRLClassifier(PrivateClassifier):
         self.rows, self.params = rows, params
         featuriser = Featuriser(_fields(features))
         p = dp_ftrl_parameters(epsilon=epsilon, delta=delta, d=row_dimension(featuriser, rows),
-                               horizon=horizon, **params)
+                               horizon=horizon, **_known(dp_ftrl_parameters, params,
+                                                         ("epsilon", "delta", "d", "horizon")))
         self._start(DPFTRL(params=p, rng=_rng(key), model_id=_noise_id(model_id), on_charge=on_charge),
                     featuriser)
 
     def _row(self, x: dict):
         return featurised_row(self.featuriser, x, self.rows)
 
-    def _p_positive(self, row) -> float:
-        return float(self.learner.predict_proba_many([row])[0])
+    def _p_positive_many(self, rows):
+        return self.learner.predict_proba_many(rows)
+
+    def _sided(self) -> str | None:
+        return "prior" if self.params.get("prior") is not None else None
 
     @classmethod
     def _unit_test_params(cls):
@@ -228,7 +352,7 @@ class ContinualWinnowClassifier(PrivateClassifier):
     active feature per field); parameters as for ``DPFTRLClassifier``, other learner
     settings (``eta``, ``margin``) as ``continual_winnow_parameters`` takes them.
     ``predict_proba_one`` puts all the mass on the model's label: Winnow releases a sign
-    rule, not a probability (1/2 each where the learner abstains)."""
+    rule, not a probability (and never abstains)."""
 
     binary = True
 
@@ -241,19 +365,28 @@ class ContinualWinnowClassifier(PrivateClassifier):
         featuriser = Featuriser(_fields(features))
         p = continual_winnow_parameters(epsilon=epsilon, delta=delta, d=featuriser.binary_dimension,
                                         max_active=featuriser.active_count,
-                                        horizon=-(-horizon // block) * block, block=block, **params)
+                                        horizon=-(-horizon // block) * block, block=block,
+                                        **_known(continual_winnow_parameters, params,
+                                                 ("epsilon", "delta", "d", "max_active", "horizon", "block")))
         self._start(ContinualWinnow(params=p, rng=_rng(key), model_id=_noise_id(model_id),
                                     on_charge=on_charge), featuriser)
 
-    def _p_positive(self, row) -> float:
-        sign = self.learner.predict_one(row)
-        return 0.5 if sign is None else float(sign == 1)
+    def _p_positive_many(self, rows):
+        return [float(s == 1) for s in self.learner.predict_many(rows)]      # Winnow never abstains
 
     @classmethod
     def _unit_test_params(cls):
         """As ``DPFTRLClassifier._unit_test_params``."""
         yield {"features": PHISHING_FIELDS, "epsilon": 4.0, "horizon": 1000, "key": bytes(range(32)),
                "classes": (False, True)}
+
+
+def _series(values: list, index):
+    """``values`` as a pandas Series on ``index`` (a DataFrame's), or the list itself."""
+    if index is None:
+        return values
+    import pandas as pd
+    return pd.Series(values, index=index, dtype=object)
 
 
 # River's Phishing stream (river/datasets/phishing.py): seven scores in {0, 0.5, 1} and two

@@ -90,6 +90,12 @@ ROW_BOUND = 1e6      # dense rows are clamped to [-ROW_BOUND, ROW_BOUND] (module
 MAX_BLOCKS = 8_192   # the most blocks k a predictor has (docs/limits.md): see ``PredictorConfig``
 
 
+def lower_v_max(v_max: int, sep: str = ", or") -> str:
+    """An infeasible registration's advice to lower v_max, where there is a lower one
+    (before, v_max = 1 was told to lower v_max)."""
+    return f"{sep} lower v_max" if v_max > 1 else ""
+
+
 @dataclass(frozen=True)
 class PredictorConfig:
     """The private predictor's public shape (seed 001 Sec. 3.3): k blocks, the budget, the cap
@@ -165,8 +171,7 @@ def smallest_k(*, epsilon: float, delta: float, v_max: int, accounting: str = "e
         raise InfeasibleParameters(
             f"(eps={epsilon}, delta={delta}) with up to v_max={v_max} hard queries needs a noise "
             f"scale above {config.max_scale:g} votes: more blocks than the {MAX_BLOCKS:,} a "
-            "predictor may have (a structural limit, docs/limits.md): raise epsilon or delta, "
-            "or lower v_max") from None
+            f"predictor may have (a structural limit, docs/limits.md): raise epsilon or delta{lower_v_max(v_max)}") from None
     k = math.ceil(4 * gap * b)
     while k <= MAX_BLOCKS:
         try:
@@ -180,7 +185,7 @@ def smallest_k(*, epsilon: float, delta: float, v_max: int, accounting: str = "e
     raise InfeasibleParameters(
         f"(eps={epsilon}, delta={delta}) with up to v_max={v_max} hard queries needs more "
         f"blocks than the {MAX_BLOCKS:,} a predictor may have (a structural limit, "
-        "docs/limits.md): raise epsilon or delta, or lower v_max")
+        f"docs/limits.md): raise epsilon or delta{lower_v_max(v_max)}")
 
 
 V_MAX_LADDER = (64, 32, 16, 8, 4, 2, 1)     # the caps ``size_predictor`` chooses from
@@ -235,7 +240,7 @@ def size_predictor(*, epsilon: float, delta: float, examples: int, v_max: int | 
     raise InfeasibleParameters(
         f"(eps={epsilon}, delta={delta}) with up to v_max={v} hard queries needs k >= "
         f"{k_min:,} blocks of at least {MIN_BLOCK} examples, i.e. {need:,} examples per epoch; "
-        f"you have {examples:,}: raise epsilon, lower v_max, or gather more examples")
+        f"you have {examples:,}: raise epsilon{lower_v_max(v, ',')}, or gather more examples")
 
 
 @dataclass

@@ -21,6 +21,8 @@ and from the environment or a file only as at least 64 hex digits (e.g.
 """
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import hashlib
 import hmac
 import os
@@ -163,22 +165,65 @@ class KeyedRandomness:
         return hmac.new(self.model_key(model_id), label, hashlib.sha256).digest()
 
 
+_LOADING: contextvars.ContextVar[KeyedRandomness | None] = contextvars.ContextVar("_LOADING", default=None)
+
+
+@contextlib.contextmanager
+def loading_key(key: bytes):
+    """Unpickle with ``key`` instead of the environment's: for a model made with ``key=``
+    bytes (learners/online.py), whose pickle holds only the key's fingerprint. Loading
+    still refuses a key with another fingerprint.
+
+    >>> import pickle
+    >>> blob = pickle.dumps(KeyedRandomness(bytes(range(32))))
+    >>> with loading_key(bytes(range(32))):
+    ...     pickle.loads(blob).fingerprint() == KeyedRandomness(bytes(range(32))).fingerprint()
+    True
+    """
+    token = _LOADING.set(KeyedRandomness(key))
+    try:
+        yield
+    finally:
+        _LOADING.reset(token)
+
+
+def loading() -> KeyedRandomness | None:
+    """The key ``loading_key`` gives, inside its block (else None)."""
+    return _LOADING.get()
+
+
 def _from_env_with(fingerprint: str) -> KeyedRandomness:
-    """The key in the environment, if its fingerprint is ``fingerprint`` (unpickling)."""
+    """The key ``loading_key`` gives, else the environment's, if its fingerprint is
+    ``fingerprint`` (unpickling)."""
+    given = _LOADING.get()
+    if given is not None:
+        if given.fingerprint() != fingerprint:
+            raise MissingKeyError(f"this object was saved with the key of fingerprint {fingerprint}, "
+                                  f"loading_key's has {given.fingerprint()}: give the key it was made with")
+        return given
     try:
         rng = KeyedRandomness.from_env()
     except MissingKeyError as err:
         raise MissingKeyError(f"this object was saved without its secret key (fingerprint "
-                              f"{fingerprint}); to load it, {err}") from None
+                              f"{fingerprint}); to load it, {err} (or load it inside "
+                              "`with dpstream.mechanisms.randomness.loading_key(key):`)") from None
     if rng.fingerprint() != fingerprint:
         raise MissingKeyError(f"this object was saved with the key of fingerprint {fingerprint}, "
                               f"the environment's has {rng.fingerprint()}: set {KEY_ENV} or "
-                              f"{KEY_FILE_ENV} to the key it was made with")
+                              f"{KEY_FILE_ENV} to the key it was made with (or load it inside "
+                              "`with dpstream.mechanisms.randomness.loading_key(key):`)")
     return rng
 
 
 def _decode_key(text: str) -> bytes:
-    """At least 32 bytes as hex digits; anything else (a passphrase) is refused."""
+    """At least 32 bytes as hex digits (whitespace between bytes allowed, as ``xxd -p``
+    wraps them and ``od`` spaces them); anything else (a passphrase) is refused, and so
+    are two keys: ``bytes.fromhex`` skips whitespace, so a file a key was appended to
+    twice read as one new 64-byte key, silently."""
+    words = text.split()
+    if sum(len(w) >= 2 * MIN_KEY_BYTES and _is_hex(w) for w in words) > 1:
+        raise MissingKeyError("the secret key holds two or more keys (one appended to another?): "
+                              "keep the one the model was made with")
     try:
         raw = bytes.fromhex(text)
     except ValueError:
@@ -195,6 +240,14 @@ def _decode_key(text: str) -> bytes:
             "print(secrets.token_hex(32))'; passphrases are refused (the public key "
             "fingerprint would let anyone test guesses offline)")
     return raw
+
+
+def _is_hex(word: str) -> bool:
+    try:
+        bytes.fromhex(word)
+    except ValueError:
+        return False
+    return True
 
 
 class RandomStream:

@@ -20,6 +20,10 @@ from pydantic import Strict as PydanticStrict
 from . import limits
 
 ModelId = Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")]
+# a position, version or count on an output topic: an int64, as Kafka's offsets are (before,
+# a forged ledger line with seq 10^400 passed the schema and stopped audit-report)
+Count = Annotated[int, Field(ge=-2 ** 63, lt=2 ** 63)]
+LIST_MAX = limits.MAX_BYTES // 2
 
 
 def _is_label(v: int) -> int:
@@ -71,8 +75,12 @@ class Features(Strict):
     that declares them (learners/features.py turns them into ``x`` or ``active``). An input
     record: its JSON Schema states the structural limits (schemas/limits.py)."""
     model_config = ConfigDict(json_schema_extra=limits.document)
-    x: list[float] | None = Field(default=None, max_length=1_000_000)
-    active: Annotated[list[int] | None, WrapValidator(_whole_indices)] = Field(default=None, max_length=100_000)
+    # a list's length is bounded by the record's bytes (an entry and its comma take at least
+    # 2): LIST_MAX is never reached, so no valid record is refused for its length (before,
+    # `active` had 100,000, and 100,001 repeated indices were dead-lettered as too long
+    # while 100,000 were merged: the dead letter told two valid records apart by size)
+    x: list[float] | None = Field(default=None, max_length=LIST_MAX)
+    active: Annotated[list[int] | None, WrapValidator(_whole_indices)] = Field(default=None, max_length=LIST_MAX)
     # any JSON values: the featuriser reads the declared fields and bounds them; the rest is
     # ignored, so no valid record is refused for what it carries beside them
     features: dict[str, JsonValue] | None = Field(default=None, max_length=1_000)
@@ -136,27 +144,27 @@ class Prediction(Strict):
     ``epsilon_left`` near 0 from its first example on, by design."""
     model_id: ModelId
     source: str                       # "topic:partition:offset" of the input event
-    seq: int                          # position in the model's sequenced event log
+    seq: Count                        # position in the model's sequenced event log
     kind: Literal["example", "query"]
     query_id: str | None = None
     label: Label | None
     status: Status
-    version: int                      # hypothesis version that answered
+    version: Count                    # hypothesis version that answered
     epsilon_spent: float              # committed by the current epoch (see above)
     epsilon_left: float
     updated: bool = False
-    epoch: int = 0                    # the epoch whose ledger epsilon_spent is
+    epoch: Count = 0                  # the epoch whose ledger epsilon_spent is
 
 
 class LedgerEntryEvent(Strict):
     model_id: ModelId
-    seq: int
-    epoch: int
+    seq: Count
+    epoch: Count
     mechanism: str
     epsilon: float
     delta: float
-    count: int
-    charges: int
+    count: Count
+    charges: Count
     spent_epsilon: float
     spent_delta: float
     rule: str
@@ -169,8 +177,8 @@ class LedgerEntryEvent(Strict):
 class Release(Strict):
     """A released hypothesis (decision list rules), published after its charge."""
     model_id: ModelId
-    seq: int
-    version: int
+    seq: Count
+    version: Count
     rules: list[str]
     payload: dict
 

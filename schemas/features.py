@@ -192,6 +192,27 @@ def check_fields(fields: list) -> None:
         raise ValueError(f"declare between 1 and {MAX_FIELDS} features")
 
 
+def new_names_problem(fields: list) -> str | None:
+    """Why a *new* registration's field names would mislead a reader (None when they do
+    not): a name holding U+FFFD (what the decoder makes of a lone surrogate or of bytes
+    that are not UTF-8: before, "a\\ud800b" registered as "a\\ufffdb"), or two names that
+    look the same (equal in Unicode's NFC form: "café" typed with one code point or with
+    "e" and a combining accent; before, both registered and printed alike). Checked when
+    a model is registered (agents/sequencer.py), not in the schema: a config stored before
+    this check keeps loading, so its model keeps running after an upgrade."""
+    import unicodedata
+    for f in fields:
+        at = f.name.find("\ufffd")
+        if at >= 0:
+            return (f"a field name holds printable characters, with spaces only inside it: character "
+                    f"{at + 1} of {len(f.name)} is U+FFFD (REPLACEMENT CHARACTER: a lone surrogate or "
+                    "bytes that are not UTF-8)")
+    if len({unicodedata.normalize("NFC", f.name) for f in fields}) != len(fields):
+        return ("two declared features have names that look the same (they differ only in how an "
+                "accented letter is encoded, Unicode NFC): give them distinct names")
+    return None
+
+
 def declared_dimension(fields: list, binary: bool) -> int:
     """The dimension a declaration gives a model (binary or real rows)."""
     return sum(f.sizes()[0 if binary else 1] for f in fields)

@@ -86,6 +86,11 @@ class Handler:
     #: whether an epoch is a disjoint stretch of examples (the report says the guarantee is
     #: per example, each epoch on its own examples)
     epochs_on_fresh_examples: ClassVar[bool] = False
+    #: what the model's answers are once its last record says ``frozen`` or
+    #: ``budget_exhausted`` (the audit report's notice)
+    after_stop: ClassVar[dict[str, str]] = {
+        "frozen": "later answers come from its last released hypothesis, for free",
+        "budget_exhausted": "later answers come from its last released hypothesis, for free"}
 
     # ------------------------------------------------------------ the kind, from its config
     @staticmethod
@@ -116,6 +121,12 @@ class Handler:
         """Why a registration cannot run (None when it can): its state would not fit in
         bounded records, or its parameters are infeasible at its budget."""
         return None
+
+    @classmethod
+    def registration_notes(cls, config: ModelConfig) -> list[str]:
+        """What a registration that runs will do otherwise than it reads (the CLI says it as
+        the model is registered; the worker runs it as before)."""
+        return []
 
     @classmethod
     def input_problem(cls, config: ModelConfig, features: Features) -> str | None:

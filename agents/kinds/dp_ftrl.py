@@ -17,6 +17,7 @@ from pydantic import Field, model_validator
 from dpstream.learners.dp_ftrl import (CLIP, DPFTRL, DPFTRLParameters, dp_ftrl_parameters,
                                        featurised_row, mechanism_name, row_dimension)
 from dpstream.mechanisms.factorization import BLT, BUFFERS, TREE
+from dpstream.mechanisms.errors import DPStreamError
 from dpstream.schemas.config import KindParams
 
 from .base import BlockReleaseKind
@@ -82,6 +83,19 @@ class DPFTRLKind(BlockReleaseKind):
     def featurise(cls, config, features: dict) -> dict:
         """The dense row in the registered ``rows`` (learners/dp_ftrl.py ``featurised_row``)."""
         return {"x": featurised_row(cls.featuriser(config), features, config.params.rows)}
+
+    @classmethod
+    def registration_notes(cls, config) -> list[str]:
+        """The horizon rounded up to a multiple of the block (learners/dp_ftrl.py): before,
+        horizon 1 with block 1,000 silently ran epochs of 1,000 examples."""
+        try:
+            p = parameters(config)
+        except DPStreamError:
+            return []
+        if p.horizon != config.params.horizon:
+            return [f"horizon {config.params.horizon:,} is rounded up to {p.horizon:,}, a multiple of "
+                    f"its block of {p.block:,} examples: each epoch is {p.horizon:,} examples"]
+        return []
 
     @classmethod
     def config_problem(cls, config) -> str | None:

@@ -26,8 +26,8 @@ from dpstream.learners.generators import (DecisionLists, FiniteClass, Halfspaces
                                           NearestNeighbours, Thresholds)
 from dpstream.learners.predictor import (EPOCH_MECHANISM, EXHAUSTED, HARD, NO_EPOCH, STUDENT,
                                          V_MAX_LADDER, PredictorConfig, PredictorState,
-                                         PrivatePredictor, size_predictor, smallest_k, MAX_BLOCKS,
-                                         MIN_BLOCK)
+                                         PrivatePredictor, lower_v_max, size_predictor, smallest_k,
+                                         MAX_BLOCKS, MIN_BLOCK)
 from dpstream.mechanisms.errors import DPStreamError, InfeasibleParameters, ThresholdsTooClose
 from dpstream.schemas.config import KindParams
 
@@ -164,7 +164,7 @@ def _too_few_blocks(config) -> str:
     return (f"k={p.k:,} blocks are too few for (eps={b.epsilon}, delta={b.delta}) with up to "
             f"v_max={v_max} hard queries: it needs k >= {need:,} blocks (the vote's thresholds 3k/8 "
             "and 5k/8 leave too little room for the noise below that): raise k (and the examples "
-            "per epoch with it), raise epsilon, or lower v_max")
+            f"per epoch with it), raise epsilon{lower_v_max(v_max)}")
 
 
 def predictor_config(config) -> PredictorConfig:
@@ -198,6 +198,13 @@ class PredictorKind(Handler):
     heavy = True            # an epoch start partitions and fits k blocks; a hard query refits
     mechanisms = (EPOCH_MECHANISM, "between_thresholds")
     epochs_on_fresh_examples = True
+    after_stop = {"frozen": "its hard queries are spent; later answers come from its student, a model "
+                            "trained on the answers it released (post-processing, free), until a new "
+                            "epoch starts on fresh examples (if its registration lets it: \"epochs\": "
+                            "true, the default)",
+                  "budget_exhausted": "its hard queries are spent; later queries get no label until a "
+                                      "new epoch starts on fresh examples (if its registration lets it: "
+                                      "\"epochs\": true, the default)"}
 
     # ------------------------------------------------------------ the kind
     @classmethod

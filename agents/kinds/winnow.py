@@ -87,6 +87,9 @@ class WinnowKind(Handler):
         try:
             w = winnow_parameters(config)
         except DPStreamError as err:
+            if "=inf " in str(err) or "=nan " in str(err):    # a derived value, not one the user gave
+                return ("these settings (eps^, eta, K, L) certify a privacy loss that is no finite "
+                        f"number ({str(err)[:80]}): lower eta and eps_hat")
             return str(err)
         if w.note:
             return w.note
@@ -111,6 +114,9 @@ class WinnowKind(Handler):
             return (f"the budget eps={b.epsilon:g} cannot pay for one update: these settings "
                     f"(eps^={w.eps_hat:g}, eta={w.eta:g}, m={w.m}) need more, and certify "
                     f"eps={w.epsilon:.4g} for K={w.K} updates: raise the budget or lower eta and m")
+        except DPStreamError:   # a charge that is no finite number: before, "malformed event"
+            return (f"these settings (eps^={w.eps_hat:.4g}, eta={w.eta:.4g}) make one update's "
+                    "privacy charge infinite: lower eta and eps_hat")
         return None
 
     @classmethod

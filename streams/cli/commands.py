@@ -234,6 +234,15 @@ def _models_in(lines: list[bytes]) -> dict:
     return configs
 
 
+def _say_notes(command: str, configs) -> None:
+    """Each registration's notes (``registration_notes``: what it will do otherwise than it
+    reads), on stderr."""
+    from dpstream.agents.kinds import kind
+    for config in configs:
+        for note in kind(config.kind).registration_notes(config):
+            print(f"dpstream {command}: model {config.model_id}: {note}", file=sys.stderr)
+
+
 def _input_rows(args, path: str, topic: str, configs: dict, report, *, labels: bool = True) -> list:
     """The records of an examples or queries file (streams/tools/userfiles.py: JSONL, CSV or
     Parquet; labels read as -1/+1); how the labels were read, and the table columns left
@@ -280,6 +289,7 @@ def cmd_run(args) -> int:
         raise Failed("standard input (-) can be one of --models, --examples, --queries, not two", 2)
     models = _read_models(args.models)
     configs = _models_in(models)
+    _say_notes("run", configs.values())
     report = OwnerReport(configs)
     items = [(topics.MODELS, r) for r in models]
     for topic, path in ((topics.EXAMPLES, args.examples), (topics.QUERIES, args.queries)):
@@ -1167,6 +1177,7 @@ def parse_registrations(path: str) -> list:
     from dpstream.agents.kinds import kind
     from dpstream.schemas import ModelConfig
     from dpstream.schemas.config import config_error_text
+    from dpstream.schemas.features import new_names_problem
     from dpstream.schemas.limits import TOO_DEEP
     from dpstream.streams.tools.userfiles import FileError, read_bytes
     try:
@@ -1200,7 +1211,8 @@ def parse_registrations(path: str) -> list:
                 config = ModelConfig.model_validate(raw)
             except ValidationError as err:
                 raise Failed(f"{at}: {config_error_text(err, raw)}") from None
-            problem = kind(config.kind).config_problem(config)
+            problem = (new_names_problem(config.features) if config.features else None) \
+                or kind(config.kind).config_problem(config)
             if problem:
                 raise Failed(f"{at}: infeasible model config for {config.model_id}: {problem}")
             configs.append(config)
@@ -1257,6 +1269,7 @@ def _register(args) -> int:
     if not args.target:
         raise Failed("name a model config file (JSON, a list, or JSONL; - for standard input)", 2)
     configs = parse_registrations(args.target)
+    _say_notes("models register", configs)
     for config in configs:                # as sent, under the worker's structural limits
         reason = check_record(topics.MODELS, _wire(config))
         if reason:
@@ -1510,7 +1523,8 @@ def build_parser() -> argparse.ArgumentParser:
                                  "answers (default: %(default)s)")
         parser.add_argument("--strict", action="store_true",
                             help="refuse the records (nothing sent or run) when a value has the wrong "
-                                 "type for its declared field or a field is not declared")
+                                 "type for its declared field or a record's field is not declared (a "
+                                 "CSV/Parquet column no model declares is not sent: it is only listed)")
 
     p = sub.add_parser("run", help="the embedded runtime over files (no Kafka)",
                        description="Register the models, then feed the examples and queries through "

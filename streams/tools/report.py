@@ -189,9 +189,9 @@ def build_report(log: list[dict], outputs: dict, out, replay_summary: str | None
         final = preds[-1]["status"] if preds else "no events"
         notice = ""
         if final in ("frozen", "budget_exhausted"):
+            after = html.escape(kind(cfg.kind).after_stop[final])
             notice = (f"<p class='notice' data-final-status='{final}'><strong>This model stopped "
-                      f"learning ({final.replace('_', ' ')}): later answers come from its last "
-                      "released hypothesis, for free.</strong></p>")
+                      f"learning ({final.replace('_', ' ')}): {after}.</strong></p>")
         meaning = (f"<p class='meaning'>What the budget means: replacing any one example of this "
                    f"model by another changes the probability of anything it released by at most a "
                    f"factor e^{cfg.budget.epsilon:g} = {math.exp(min(cfg.budget.epsilon, 700)):,.3g}, "

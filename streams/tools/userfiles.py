@@ -29,9 +29,12 @@ run, naming the line.
 from __future__ import annotations
 
 import csv
+import datetime
+import decimal
 import io
 import json
 import math
+import numbers
 import re
 import sys
 from dataclasses import dataclass
@@ -162,7 +165,30 @@ def read_table(path: str, fmt: str) -> list[dict]:
     except Exception as err:           # noqa: BLE001 - pyarrow's errors: one line, never a traceback
         raise FileError(f"cannot read {path} as Parquet: {str(err)[:200]}") from None
     _distinct_columns(path, table.column_names)
-    return table.to_pylist()
+    return [{c: _json_cell(path, c, v) for c, v in row.items()} for row in table.to_pylist()]
+
+
+def _json_cell(path: str, column: str, value):
+    """A Parquet cell as a JSON value: decimals and durations as numbers (seconds), dates and
+    times as ISO 8601 text (a categorical value, or text a numeric field counts as missing);
+    FileError for a type JSON has no counterpart for (binary). Before, a date, decimal or
+    binary cell stopped ``run`` and ``produce`` with a traceback (json.dumps)."""
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    if isinstance(value, numbers.Integral):                    # numpy's ints
+        return int(value)
+    if isinstance(value, (decimal.Decimal, numbers.Real)):     # numpy's float16, a decimal
+        return float(value)
+    if isinstance(value, (datetime.date, datetime.time)):      # datetime is a date
+        return value.isoformat()
+    if isinstance(value, datetime.timedelta):
+        return value.total_seconds()
+    if isinstance(value, (list, tuple)):                      # a map column's (key, value) pairs
+        return [_json_cell(path, column, v) for v in value]
+    if isinstance(value, dict):
+        return {str(k): _json_cell(path, column, v) for k, v in value.items()}
+    raise FileError(f"{path}: column {column[:64]!r} holds {type(value).__name__} values, which JSON has "
+                    "no type for: convert the column to numbers or text")
 
 
 def _distinct_columns(path: str, names: list[str]) -> None:
@@ -313,6 +339,9 @@ def table_rows(path: str, fmt: str, spec: TableSpec, configs: dict) -> tuple[lis
             except (TypeError, ValueError):
                 raise FileError(f"{path} row {n}: model {model_id} takes dense x, and a feature "
                                 "cell is not a number") from None
+            if not all(map(math.isfinite, record["x"])):     # before: sent, then dead-lettered
+                raise FileError(f"{path} row {n}: model {model_id} takes dense x, and a feature "
+                                "cell is not a finite number (NaN, infinite, or beyond float64)")
         else:
             declared = {f.name: f.type for f in config.features} if config is not None else None
             features = {}

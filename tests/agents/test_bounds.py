@@ -49,6 +49,18 @@ def test_too_wide_rows_and_out_of_bounds_values_are_bounded_not_dead_lettered():
     assert events[2]["x"] == [0.0, 0.0, 0.0, 1.0]                         # wrong type: missing
 
 
+@pytest.mark.parametrize("repeats", [100_000, 100_001, 170_000])
+def test_a_row_of_many_repeated_indices_is_merged_whatever_its_length(repeats):
+    """Before: ``active`` had a length cap of 100,000, so 100,001 repeated indices were
+    dead-lettered ("active: too_long") while 100,000 were merged: the dead letter told two
+    valid records apart by size. A list's length is now bounded by the record's bytes."""
+    row = [7] * repeats + [3]
+    rt = logged([("models", SPARSE), ("examples", {"model_id": "sparse", "active": row, "y": 1}),
+                 ("queries", {"model_id": "sparse", "active": row})])
+    assert rt.outputs["rejected"] == [] and len(rt.outputs["predictions"]) == 2
+    assert rt.log[-2]["value"]["event"]["active"] == [3, 7]
+
+
 def _tree_delta(sigma2: int, shift: np.ndarray, nodes: int, epsilon: float) -> float:
     """Exact hockey-stick divergence of the tree's releases for neighbours whose block
     increments differ by the integer vector ``shift`` (a block lies in ``nodes`` released

@@ -276,3 +276,18 @@ def test_a_wide_predictors_hard_queries_keep_every_record_within_its_budget_and_
     asyncio.run(third.feed_all(evs[cut + 40:]))
     assert first.outputs["predictions"] + second.outputs["predictions"] + third.outputs["predictions"] \
         == whole.outputs["predictions"]
+
+
+@pytest.mark.parametrize("params,says", [
+    ({"eps_hat": 1, "eta": 1e300}, "make one update's privacy charge infinite: lower eta and eps_hat"),
+    ({"eps_hat": 1e308, "eta": 1e308}, "certify a privacy loss that is no finite number")])
+def test_a_winnow_registration_with_an_infinite_charge_says_which_settings(params, says):
+    """Before: eta = 1e300 was refused as "malformed event" (a ParameterError for rho = inf
+    escaped the budget check), and eps_hat = eta = 1e308 as "epsilon=inf", a parameter the
+    registration never gave."""
+    from dpstream.agents.kinds import kind
+    from dpstream.schemas import ModelConfig
+    config = ModelConfig.model_validate(
+        {"model_id": "w", "dimension": 20, "budget": {"epsilon": 1e6, "delta": 0.5},
+         "params": {"kind": "winnow", "signed": True, "m": 10, "K": 100, "L": 1, **params}})
+    assert says in kind("winnow").config_problem(config)

@@ -381,3 +381,15 @@ def test_class_weights_keep_every_example_within_the_clip():
             G = m._gradients(R, y[200:], m._margins(R)) / (1 << 30)
             assert np.all(np.linalg.norm(G, axis=1) <= p.clip + 1e-8)
             assert max(m.class_weights) == 1.0 and min(m.class_weights) == pytest.approx(min(prior, 1 - prior) / max(prior, 1 - prior))
+
+
+
+def test_a_vanishing_clip_learns_nothing_without_a_warning_on_the_log():
+    """Before: clip 5e-324 overflowed a division into a numpy RuntimeWarning on the
+    worker's log; the gradients were 0 then too (the same bits as before for any clip)."""
+    import warnings
+    p = dp_ftrl_parameters(epsilon=4.0, delta=1e-6, d=3, horizon=20, block=10, clip=5e-324)
+    model = DPFTRL(params=p, rng=KeyedRandomness(bytes(range(32))), model_id="clip")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        model.learn_many(np.ones((10, 3)) * 0.5, np.ones(10, dtype=int))

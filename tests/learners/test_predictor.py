@@ -210,8 +210,12 @@ def test_sizing_from_the_budget_gives_blocks_the_calibration_accepts_or_says_wha
         PredictorConfig(k=int(k_min * 0.9), epsilon=4.0, delta=1e-6, v_max=64).calibration()
     small = size_predictor(epsilon=10.0, delta=1e-6, v_max=8, examples=1_000)    # 1k rows: feasible
     assert small[0] * small[1] <= 1_000 and small[2] == 8
-    with pytest.raises(InfeasibleParameters, match=r"needs k >= [\d,]+ blocks .* you have 300"):
+    with pytest.raises(InfeasibleParameters, match=r"needs k >= [\d,]+ blocks .* you have 300: raise "
+                                                   r"epsilon, lower v_max, or gather"):
         size_predictor(epsilon=1.0, delta=1e-6, v_max=8, examples=300)
+    with pytest.raises(InfeasibleParameters) as at_one:        # before: "lower v_max" at v_max = 1
+        size_predictor(epsilon=1.0, delta=1e-6, v_max=1, examples=300)
+    assert "lower v_max" not in str(at_one.value) and "raise epsilon, or gather" in str(at_one.value)
 
 
 # ---------------------------------------------------------------- issue 45

@@ -358,3 +358,145 @@ def test_a_pickled_model_holds_no_key_and_loads_only_with_the_same_key(monkeypat
     loaded.learn_one(x, True)
     model.learn_one(x, True)
     assert loaded.predict_proba_one(x) == model.predict_proba_one(x)   # the same noise on
+
+
+def _named_stream(n=600):
+    records, positive = learnable(n)
+    return [(r, "yes" if p else "no") for r, p in zip(records, positive)]
+
+
+@pytest.mark.parametrize("kind", CLASSIFIERS)
+def test_the_mini_batch_verbs_do_what_the_one_verbs_do_on_each_record(kind):
+    """Before: the classifiers had no ``learn_many`` / ``predict_many`` /
+    ``predict_proba_many`` (AttributeError), though the README says every online learner
+    speaks River's verbs. Now one call does what the ``_one`` verbs do record by record:
+    the same releases, answers and probabilities."""
+    stream = _named_stream()
+    X, y = [r for r, _ in stream], [t for _, t in stream]
+    one, many = CLASSIFIERS[kind](), CLASSIFIERS[kind]()
+    assert many.predict_many(X[:3]) == [None] * 3 and many.predict_proba_many(X[:3]) == [{}] * 3
+    for r, t in stream:
+        one.learn_one(r, t)
+    many.learn_many(X[:250], y[:250])
+    many.learn_many(X[250:], y[250:])
+    assert many.labels.classes == one.labels.classes
+    assert many.predict_many(X) == [one.predict_one(r) for r in X]
+    assert many.predict_proba_many(X) == [one.predict_proba_one(r) for r in X]
+    assert np.mean([a == t for a, t in zip(many.predict_many(X), y)]) > 0.8
+
+
+def test_the_mini_batch_verbs_take_and_give_pandas_as_river_does():
+    """River's ``MiniBatchClassifier``: ``learn_many(DataFrame, Series)``, ``predict_many``
+    a Series and ``predict_proba_many`` a DataFrame on the input's index."""
+    pd = pytest.importorskip("pandas")
+    stream = _named_stream()
+    X = pd.DataFrame([r for r, _ in stream], index=[f"r{i}" for i in range(len(stream))])
+    y = pd.Series([t for _, t in stream], index=X.index)
+    model = CLASSIFIERS["dp_ftrl"]()
+    model.learn_many(X, y)
+    pred, proba = model.predict_many(X), model.predict_proba_many(X)
+    assert isinstance(pred, pd.Series) and list(pred.index) == list(X.index)
+    assert list(proba.columns) == ["no", "yes"] and list(proba.index) == list(X.index)
+    assert pred.iloc[7] == model.predict_one(stream[7][0])
+    assert proba.iloc[7].to_dict() == model.predict_proba_one(stream[7][0])
+    with_missing = X.head(2).assign(b=[np.nan, 0.5])          # a missing cell: the field's missing slot
+    assert model.predict_many(with_missing).notna().all()
+
+
+def test_a_bad_batch_is_refused_before_anything_is_learned():
+    stream = _named_stream(60)
+    X, y = [r for r, _ in stream], [t for _, t in stream]
+    model = CLASSIFIERS["dp_ftrl"]()
+    before = copy.deepcopy(model.learner.__dict__)
+    with pytest.raises(ParameterError, match="one label per record"):
+        model.learn_many(X, y[:-1])
+    with pytest.raises(ParameterError, match="third class"):
+        model.learn_many(X, y[:-1] + ["maybe"])
+    assert model.labels.classes == () and model.last_step is None
+    assert pickle.dumps(model.learner.__dict__) == pickle.dumps(before)
+    with pytest.raises(ParameterError, match="_one verbs"):
+        model.learn_many(X[0], y[:1])
+    with pytest.raises(ParameterError, match="records as dicts"):
+        model.predict_many(np.zeros((3, 2)))
+    with pytest.raises(ParameterError, match="records as dicts"):
+        model.learn_many(None, [])
+    with pytest.raises(ParameterError, match="the labels as a list"):
+        model.learn_many(X[:2], "ab")                   # not the labels "a" and "b"
+    assert model.labels.classes == () and model.last_step is None
+
+
+def test_classes_taken_by_a_batch_stay_once_its_learning_started():
+    """A reviewer's finding: an ``on_charge`` that raised mid-batch left the learner in its
+    next epoch while the batch's class names were dropped, so the next label seen could
+    take the other sign."""
+    calls = []
+
+    def fail_on_second(entry):
+        calls.append(entry)
+        if len(calls) == 2:
+            raise RuntimeError("the caller's callback")
+    stream = _named_stream(60)
+    model = DPFTRLClassifier(FIELDS, epsilon=4.0, horizon=20, block=5, key=KEY, model_id="t",
+                             on_charge=fail_on_second)
+    with pytest.raises(RuntimeError):
+        model.learn_many([r for r, _ in stream], [t for _, t in stream])
+    assert set(model.labels.classes) == {"yes", "no"}
+    assert model.labels.by_sign[1] == stream[0][1]          # the first label seen is +1, as before
+
+
+@pytest.mark.parametrize("first", ["ok", "fraud"])
+def test_a_declared_prior_with_named_classes_needs_them_declared(first):
+    """Before: ``prior=0.05`` with labels "ok" / "fraud" went to whichever came first:
+    with "ok" first the model answered P(fraud) = 0.95 on a neutral record, silently.
+    Now named labels with a declared prior need ``classes``; bools and 1/0 do not."""
+    fields = [{"type": "numeric", "name": "a", "lower": -1, "upper": 1}]
+    other = {"ok": "fraud", "fraud": "ok"}[first]
+    model = DPFTRLClassifier(fields, epsilon=2.0, horizon=500, key=KEY, prior=0.05, prior_weight=0)
+    with pytest.raises(ParameterError, match="classes"):
+        model.learn_one({"a": 0.0}, first)
+    with pytest.raises(ParameterError, match="classes"):
+        model.learn_many([{"a": 0.0}], [first])
+    declared = DPFTRLClassifier(fields, epsilon=2.0, horizon=500, key=KEY, prior=0.05, prior_weight=0,
+                                classes=("ok", "fraud"))
+    declared.learn_one({"a": 0.5}, first)
+    declared.learn_one({"a": -0.5}, other)
+    assert declared.predict_proba_one({"a": 0.0})["fraud"] == pytest.approx(0.05)
+    with pytest.raises(ParameterError, match="classes"):          # 0 and -1 both read as -1
+        DPFTRLClassifier(fields, epsilon=2.0, horizon=500, key=KEY, prior=0.05,
+                         prior_weight=0).learn_many([{"a": 0.5}, {"a": -0.5}], [0, -1])
+    for labels in ((False, True), (0, 1), (-1, 1)):
+        conventional = DPFTRLClassifier(fields, epsilon=2.0, horizon=500, key=KEY, prior=0.05, prior_weight=0)
+        conventional.learn_many([{"a": 0.5}, {"a": -0.5}], list(labels))
+        assert conventional.predict_proba_one({"a": 0.0})[labels[1]] == pytest.approx(0.05)
+
+
+def test_a_model_made_with_key_bytes_loads_inside_loading_key(monkeypatch):
+    """Before: a model made with ``key=`` could be loaded only by putting that key in the
+    environment. ``loading_key(key)`` gives it; another key is still refused, and the
+    loaded model's clone keeps the key."""
+    from dpstream.mechanisms.errors import MissingKeyError
+    from dpstream.mechanisms.randomness import loading_key
+    monkeypatch.delenv("DPSTREAM_SECRET_KEY", raising=False)
+    monkeypatch.delenv("DPSTREAM_SECRET_KEY_FILE", raising=False)
+    model = CLASSIFIERS["dp_ftrl"]()
+    for r, t in _named_stream(200):
+        model.learn_one(r, t)
+    blob = pickle.dumps(model)
+    with pytest.raises(MissingKeyError, match="loading_key"):
+        pickle.loads(blob)
+    with pytest.raises(MissingKeyError, match="fingerprint"), loading_key(bytes(range(32))):
+        pickle.loads(blob)
+    with loading_key(KEY):
+        loaded = pickle.loads(blob)
+    x = {"a": 0.3, "b": -0.2}
+    assert loaded.predict_proba_one(x) == model.predict_proba_one(x)
+    assert loaded.key == KEY and loaded.clone().key == KEY
+    assert pickle.loads(pickle.dumps(3)) == 3                 # the block's key is gone after it
+
+
+@pytest.mark.parametrize("kind,typo,meant", [("dp_ftrl", "blok", "block"), ("continual_winnow", "etaa", "eta")])
+def test_a_misspelt_learner_setting_is_a_parameter_error_naming_the_closest(kind, typo, meant):
+    """Before: ``DPFTRLClassifier(..., blok=5)`` raised a raw TypeError from deep inside
+    ("dp_ftrl_parameters() got an unexpected keyword argument")."""
+    with pytest.raises(ParameterError, match=f"did you mean '{meant}'"):
+        CLASSIFIERS[kind](**{typo: 5})

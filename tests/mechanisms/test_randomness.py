@@ -115,6 +115,27 @@ def test_passphrases_and_short_hex_keys_are_refused_from_the_environment(value):
     assert value not in str(err.value)
 
 
+def test_a_key_file_holding_two_keys_is_refused_not_read_as_a_third(tmp_path):
+    """Before: ``bytes.fromhex`` skips whitespace, so a file a key had been appended to
+    twice (``>>``) read as one 64-byte key, another key than either, silently."""
+    import secrets
+    one, two = secrets.token_hex(32), secrets.token_hex(32)
+    path = tmp_path / "key"
+    path.write_text(f"{one}\n")
+    path.chmod(0o600)
+    assert KeyedRandomness.from_file(str(path)).fingerprint() == KeyedRandomness(bytes.fromhex(one)).fingerprint()
+    for text in (f"{one}\n{one}\n", f"{one} {two}"):
+        path.write_text(text)
+        with pytest.raises(MissingKeyError, match="two or more keys") as err:
+            KeyedRandomness.from_file(str(path))
+        assert one not in str(err.value) and two not in str(err.value)
+    # one key wrapped as `xxd -p` writes it (60 digits a line) or spaced as `od` does: one key
+    for text in (one[:60] + "\n" + one[60:] + "\n", " ".join(one[i:i + 2] for i in range(0, 64, 2))):
+        path.write_text(text)
+        assert KeyedRandomness.from_file(str(path)).fingerprint() == \
+            KeyedRandomness(bytes.fromhex(one)).fingerprint()
+
+
 def test_a_key_file_others_can_read_or_another_user_owns_is_refused(tmp_path):
     """Before: a key file of mode 0644, or one another user owned (and could swap for a key
     they know), was taken as it was."""

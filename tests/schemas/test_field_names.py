@@ -76,3 +76,30 @@ def test_a_name_that_renders_blank_or_starts_with_a_mark_is_refused(name, shown)
 @pytest.mark.parametrize("name", ["e\u0301t\u00e9", "\ud55c\uad6d\uc5b4 \uc774\ub984", "\u0915\u093f"])
 def test_marks_after_a_letter_and_korean_text_stay_accepted(name):
     assert BooleanField(name=name).name == name
+
+
+@pytest.mark.parametrize("first, second, says", [
+    ("a\\ud800b", "c", "character 2 of 3 is U+FFFD (REPLACEMENT CHARACTER: a lone surrogate"),
+    ("a\\ufffdb", "c", "character 2 of 3 is U+FFFD"),
+    ("caf\\u00e9", "cafe\\u0301", "names that look the same")])
+def test_names_a_reader_cannot_tell_apart_are_refused_for_new_registrations_only(first, second, says):
+    """Before: "a\\ud800b" registered as "a\\ufffdb", and "café" (U+00E9) beside "cafe" +
+    U+0301 as two fields that print the same. Now a new registration is refused; a config
+    stored before the check still loads (the schema takes it), and its identical
+    re-registration stays a no-op, so an upgraded worker keeps running it."""
+    import json
+
+    from dpstream.agents.sequencer import _checked
+    from dpstream.schemas import ModelConfig
+    text = ('{"model_id": "m", "budget": {"epsilon": 2, "delta": 1e-6}, "params": {"kind": '
+            '"continual_winnow", "horizon": 1000}, "features": [{"type": "boolean", "name": "%s"}, '
+            '{"type": "boolean", "name": "%s"}]}' % (first, second))
+    rt = EmbeddedRuntime(RNG)
+    asyncio.run(rt.feed_all([("models", text.encode())]))
+    [rejected] = rt.outputs["rejected"]
+    assert rejected["reason"].startswith("infeasible model config: ") and says in rejected["reason"]
+    # as the worker decoded and stored it before (a lone surrogate reads as U+FFFD): still loads
+    config = ModelConfig.model_validate(json.loads(text.replace("\\ud800", "\\ufffd")))
+    stored = {"config/m": config.model_dump(mode="json")}
+    assert _checked(config, stored) == (config.model_dump(mode="json"), None)
+    assert says in _checked(config, {})[1]

@@ -860,3 +860,21 @@ def test_models_list_judges_each_registration_as_the_worker_does(kafka_bootstrap
     err = capsys.readouterr().err
     assert "no registration of 'tight' in force" in err and "the worker refused its registration at models:0:3" \
         in err and "infeasible model config" in err, err
+
+
+def test_a_ledger_line_whose_seq_is_beyond_int64_is_a_discrepancy_in_the_report(tmp_path, capsys, export):
+    """Before: a copy of a valid ledger entry with ``"seq": 10**400`` (valid JSON, within
+    the digit limit) passed the schema and stopped ``audit-report`` in matplotlib's
+    ``set_xlim`` with a traceback. Positions and counts on output topics are int64."""
+    lines = (export / "ledger.jsonl").read_text().splitlines()
+    forged = json.loads(lines[0])
+    forged["seq"] = 10 ** 400
+    with open(export / "ledger.jsonl", "a") as fh:
+        fh.write(json.dumps(forged) + "\n")
+    capsys.readouterr()
+    for flags in ([], ["--no-key"]):
+        assert main(["audit-report", "--dir", str(export), "--out", str(tmp_path / f"r{len(flags)}"),
+                     *flags]) == 1
+        err = capsys.readouterr().err
+        assert "1 ledger record that is not valid" in err and "seq: Input should be less than" in err
+        assert "Traceback" not in err and (tmp_path / f"r{len(flags)}" / "report.html").exists()

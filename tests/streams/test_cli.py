@@ -384,6 +384,12 @@ def test_run_tells_the_data_owner_what_the_model_makes_of_each_field(tmp_path, m
     assert main(["run", "--models", str(FRAUD / "card-fraud.model.json"), "--examples", str(table),
                  "--model-id", "card-fraud", "--out", str(tmp_path / "nan"), "--strict"]) == 0
     assert "  amount: 2 NaN or infinite (missing slot)\n" in capsys.readouterr().err
+    # a column no model declares is not sent, so --strict lists it and runs: before, the
+    # constant columns `features` leaves out made `run --strict` refuse the same CSV
+    table.write_text("merchant,amount,px0,y\nm01,3,0,1\nm02,4,0,-1\n")
+    assert main(["run", "--models", str(FRAUD / "card-fraud.model.json"), "--examples", str(table),
+                 "--model-id", "card-fraud", "--out", str(tmp_path / "extra"), "--strict"]) == 0
+    assert "columns not sent (no model declares them): 'px0'" in capsys.readouterr().err
 
 
 def test_the_owner_report_counts_exactly_what_the_featuriser_does():

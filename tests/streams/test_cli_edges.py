@@ -513,3 +513,61 @@ def test_run_refuses_a_models_file_that_is_not_utf8_in_one_line(capsys, tmp_path
     (tmp_path / "m.jsonl").write_bytes(b'{"model_id": "caf\xe9"}\n')
     assert main(["run", "--models", str(tmp_path / "m.jsonl"), "--out", str(tmp_path / "o"), "--quiet"]) == 2
     assert one_line(capsys) == f"dpstream run: {tmp_path / 'm.jsonl'}: not JSON at line 1: not UTF-8 text; nothing run"
+
+
+@pytest.mark.parametrize("cell", ["nan", "1e999", "-inf", "1" + "0" * 400])
+def test_a_dense_models_csv_cell_that_is_no_finite_number_is_refused_before_running(capsys, tmp_path, monkeypatch,
+                                                                                     cell):
+    """Before: a CSV cell of NaN, an infinity or an integer beyond float64 reached the agents
+    as dense x and was dead-lettered (while a cell of text was refused here)."""
+    monkeypatch.setenv("DPSTREAM_SECRET_KEY", KEY_HEX)
+    model = {"model_id": "d", "dimension": 2, "budget": {"epsilon": 2.0, "delta": 1e-6},
+             "params": {"kind": "dp_ftrl", "horizon": 100}}
+    (tmp_path / "m.json").write_text(json.dumps(model))
+    (tmp_path / "e.csv").write_text(f"a,b,y\n0.5,0.1,1\n{cell},0.2,-1\n")
+    assert main(["run", "--models", str(tmp_path / "m.json"), "--examples", str(tmp_path / "e.csv"),
+                 "--model-id", "d", "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert "row 3: model d takes dense x, and a feature cell is not a finite number" in err
+    assert cell[:6] not in err and not (tmp_path / "out").exists()
+
+
+def test_parquet_cells_json_has_no_type_for_become_numbers_or_text_or_one_line():
+    """Before: a Parquet date, decimal or binary cell stopped run and produce with a
+    traceback (json.dumps). ``_json_cell`` is what ``read_table`` applies to every cell."""
+    import datetime
+    import decimal
+
+    from dpstream.streams.tools.userfiles import FileError, _json_cell
+    assert _json_cell("f", "c", decimal.Decimal("12.50")) == 12.5
+    assert _json_cell("f", "c", datetime.datetime(2020, 1, 2, 3, 4)) == "2020-01-02T03:04:00"
+    assert _json_cell("f", "c", datetime.date(2020, 1, 2)) == "2020-01-02"
+    assert _json_cell("f", "c", datetime.timedelta(minutes=2)) == 120.0
+    assert _json_cell("f", "c", [decimal.Decimal("1"), {"k": datetime.time(1, 2)}]) == [1.0, {"k": "01:02:00"}]
+    assert _json_cell("f", "c", None) is None and _json_cell("f", "c", True) is True
+    import numpy as np
+    assert _json_cell("f", "c", np.float16(1.5)) == 1.5 and _json_cell("f", "c", np.int8(3)) == 3
+    assert _json_cell("f", "c", [("k", decimal.Decimal("2"))]) == [["k", 2.0]]
+    with pytest.raises(FileError, match=r"column 'c' holds bytes values, which JSON has no type for") as err:
+        _json_cell("f", "c", b"secret-bytes")
+    assert "secret" not in str(err.value)
+
+
+def test_a_horizon_rounded_up_to_the_block_is_said_at_registration(capsys, tmp_path, monkeypatch):
+    """Before: dp_ftrl with horizon 1 and block 1,000 registered and ran epochs of 1,000
+    examples without a word. The worker still runs it so (a change would break the
+    replay of old exports); ``run`` and ``models register`` say it."""
+    monkeypatch.setenv("DPSTREAM_SECRET_KEY", KEY_HEX)
+    model = {"model_id": "d", "dimension": 2, "budget": {"epsilon": 2.0, "delta": 1e-6},
+             "params": {"kind": "dp_ftrl", "horizon": 1, "block": 1000}}
+    (tmp_path / "m.json").write_text(json.dumps(model))
+    (tmp_path / "e.jsonl").write_text(json.dumps({"model_id": "d", "x": [0.5, 0.1], "y": 1}) + "\n")
+    assert main(["run", "--models", str(tmp_path / "m.json"), "--examples", str(tmp_path / "e.jsonl"),
+                 "--out", str(tmp_path / "out")]) == 0
+    assert ("dpstream run: model d: horizon 1 is rounded up to 1,000, a multiple of its block of 1,000 "
+            "examples: each epoch is 1,000 examples") in capsys.readouterr().err
+    model["params"] = {"kind": "dp_ftrl", "horizon": 1000, "block": 100}
+    (tmp_path / "m.json").write_text(json.dumps(model))
+    assert main(["run", "--models", str(tmp_path / "m.json"), "--examples", str(tmp_path / "e.jsonl"),
+                 "--out", str(tmp_path / "out2")]) == 0
+    assert "rounded up" not in capsys.readouterr().err

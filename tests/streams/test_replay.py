@@ -227,7 +227,8 @@ def test_no_key_checks_survive_hostile_values_and_name_them():
     rt = run_models()
     for topic, i, change, needle in [
             ("predictions", 5, {"source": "queries:\u00b2:1"}, "is not a position on queries"),
-            ("predictions", 5, {"epoch": 10 ** 30}, "epoch went back"),
+            ("predictions", 5, {"epoch": 10 ** 30}, "that is not valid"),       # beyond int64
+            ("predictions", 5, {"epoch": 2 ** 62}, "epoch went back"),
             ("ledger", 1, {"rule": "bogus"}, "differs from the model's first entry"),
             ("ledger", 0, {"rule": "bogus"}, "budget or rule not valid"),
             ("ledger", 1, {"count": -3}, "not a valid charge")]:

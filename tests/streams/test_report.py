@@ -146,3 +146,29 @@ def test_a_matplotlibrc_where_the_command_runs_is_not_read(tmp_path):
                               text=True, timeout=60)
         assert done.returncode == 0, done.stderr
         assert done.stdout.strip() != "red", done.stdout
+
+
+@pytest.mark.parametrize("student", [False, True])
+def test_a_spent_predictors_notice_says_what_its_later_answers_are(tmp_path, student):
+    """Before: every stopped model's notice said "later answers come from its last released
+    hypothesis", also a predictor whose later queries got no label (budget_exhausted) or
+    its student's (frozen). Now each kind says what its answers are."""
+    rt = EmbeddedRuntime(KeyedRandomness(KEY))
+    s = KeyedRandomness(b"report-test-data-000000000000000").stream("d", "spent", 0)
+    pred = {"model_id": "p", "dimension": 1, "budget": {"epsilon": 8.0, "delta": 1e-6},
+            "params": {"kind": "predictor", "generator": "nearest", "k": 270, "m": 10, "v_max": 1,
+                       "epochs": False, "student": student}}
+
+    async def go():
+        await rt.feed("models", pred)
+        for v in s.uniform(2700):
+            await rt.feed("examples", {"model_id": "p", "x": [float(v)], "y": 1 if v >= 0.5 else -1})
+        for v in s.uniform(400):
+            await rt.feed("queries", {"model_id": "p", "x": [float(v)]})
+    asyncio.run(go())
+    final = rt.outputs["predictions"][-1]
+    page = build_report(rt.log, rt.outputs, tmp_path / "report").read_text()
+    assert final["status"] == ("frozen" if student else "budget_exhausted")
+    assert (final["label"] is None) != student
+    assert "last released hypothesis" not in page
+    assert ("from its student" if student else "get no label") in page
