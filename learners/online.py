@@ -233,9 +233,10 @@ class PrivateClassifier(_Base):
         declared ``prior=0.05`` with labels "ok" / "fraud" applied to whichever came first
         ("ok"), and the model answered P(fraud) = 0.95 on a neutral record, silently."""
         name = self._sided()
+        if not name or self.classes is not None:
+            return
         seen = [*self.labels.classes, *ys]
-        if name and self.classes is None and not (all(conventional(v) for v in seen)
-                                                  and not {0, -1} <= set(seen)):     # both mean -1
+        if not all(conventional(v) for v in seen) or {0, -1} <= set(seen):     # 0 and -1 both mean -1
             raise ParameterError("classes", None, f"(negative, positive) declared when {name!r} is: it is "
                                  "about the positive class, and with named labels (not bools, 1/0 or "
                                  "+1/-1) nothing else says which class that is")

@@ -99,6 +99,10 @@ def text_of(path: str, data: bytes) -> str:
             return data.decode("utf-16")
         except UnicodeDecodeError:
             raise FileError(f"{shown}: starts like UTF-16 but is not: save it as UTF-8") from None
+    if b"\x00" in data:             # UTF-16 or UTF-32 without a BOM: ASCII with NULs between
+        line = data[:data.index(b"\x00")].count(b"\n") + 1
+        raise FileError(f"{shown} line {line}: holds NUL bytes, so it is not UTF-8 text (UTF-16 or "
+                        "UTF-32 without a byte-order mark, perhaps): save the file as UTF-8")
     try:
         return data.decode("utf-8-sig")
     except UnicodeDecodeError as err:

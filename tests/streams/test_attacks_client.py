@@ -811,9 +811,10 @@ def test_models_list_judges_each_registration_as_the_worker_does(kafka_bootstrap
     """``models list`` / ``show`` take the worker's decoder and acceptance rule
     (agents/sequencer.py ``parse``), checked here against the embedded runtime fed the
     same bytes. Before (issue 41): the CLI validated each record with the schema alone, so
-    a registration whose feature name holds a lone surrogate (the worker reads it as
-    U+FFFD and accepts it) was not listed, one the worker dead-lettered as infeasible was
-    listed as in force, and a record keyed by another model id counted too."""
+    a registration whose feature name holds a lone surrogate was judged apart from the
+    worker (which reads it as U+FFFD, and since stop 52 refuses such a new registration),
+    one the worker dead-lettered as infeasible was listed as in force, and a record keyed
+    by another model id counted too."""
     from aiokafka import AIOKafkaProducer
 
     from dpstream.streams.tools.embedded import EmbeddedRuntime
@@ -843,19 +844,20 @@ def test_models_list_judges_each_registration_as_the_worker_does(kafka_bootstrap
         asyncio.run(worker.feed("models", json.dumps(value).encode(), key=key.decode()))
     accepted = {r["value"]["event"]["model_id"]: r["value"]["event"] for r in worker.log}
     dead = [r["reason"] for r in worker.outputs["rejected"]]
-    assert sorted(accepted) == ["card-fraud", "surro"] and len(dead) == 3
+    assert sorted(accepted) == ["card-fraud"] and len(dead) == 4
+    assert "U+FFFD" in dead[0]
 
     capsys.readouterr()
     assert main(["models", "list", "--broker", kafka_bootstrap, "--prefix", prefix, "--timeout", "2"]) == 0
     out = capsys.readouterr().out.splitlines()
     listed = [line.split()[0] for line in out if " refused " not in line]
     refused = [line for line in out if " refused " in line]
-    assert listed == ["card-fraud", "surro"], out
+    assert listed == ["card-fraud"], out
     assert [line.split(": ", 1)[1] for line in refused] == dead, refused
-    assert [line.split()[0] for line in refused] == ["card-fraud", "tight", "keyed-elsewhere"]
-    assert main(["models", "show", "surro", "--broker", kafka_bootstrap, "--prefix", prefix]) == 0
-    shown = json.loads(capsys.readouterr().out.split("\n", 1)[1])
-    assert shown["features"][0]["name"] == accepted["surro"]["features"][0]["name"] == "a\ufffd"
+    assert [line.split()[0] for line in refused] == ["surro", "card-fraud", "tight", "keyed-elsewhere"]
+    assert main(["models", "show", "surro", "--broker", kafka_bootstrap, "--prefix", prefix]) == 1
+    err = capsys.readouterr().err
+    assert "no registration of 'surro' in force" in err and "U+FFFD" in err, err
     assert main(["models", "show", "tight", "--broker", kafka_bootstrap, "--prefix", prefix]) == 1
     err = capsys.readouterr().err
     assert "no registration of 'tight' in force" in err and "the worker refused its registration at models:0:3" \

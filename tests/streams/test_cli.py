@@ -921,7 +921,8 @@ def test_a_sample_in_another_encoding_is_read_or_refused_never_mangled(tmp_path,
     """A Latin-1 CSV was read with U+FFFD for every accent, without a word (its categories
     then matched no vocabulary entry); a UTF-16 CSV was refused for its cell counts, a
     UTF-16 JSONL read as "malformed JSON"; an unterminated quote swallowed the rest of the
-    file into one cell."""
+    file into one cell; UTF-16 or UTF-32 without a byte-order mark was refused for its cell
+    counts ("line 3 has 1 cells and the header 3")."""
     text = "name,v\ncafé,1\nthé,2\n"
     (tmp_path / "utf16.csv").write_bytes(text.encode("utf-16"))
     (tmp_path / "utf16.jsonl").write_bytes('{"name": "café", "v": 1}\n{"name": "thé", "v": 2}\n'.encode("utf-16"))
@@ -931,8 +932,13 @@ def test_a_sample_in_another_encoding_is_read_or_refused_never_mangled(tmp_path,
         assert fields[0]["name"] == "name" and sorted(fields[0]["vocabulary"]) == ["café", "thé"], name
     (tmp_path / "latin1.csv").write_bytes(text.encode("latin-1"))
     (tmp_path / "quote.csv").write_text('name,v\n"café,1\nthé,2\n')
+    (tmp_path / "utf16le.csv").write_bytes(text.encode("utf-16-le"))      # no byte-order mark
+    (tmp_path / "utf32.csv").write_bytes(text.encode("utf-32-le"))
     for name, says in (("latin1.csv", "latin1.csv line 2: not UTF-8 (Latin-1 or Windows-1252, perhaps): "
                                       "save the file as UTF-8"),
+                       ("utf16le.csv", "utf16le.csv line 1: holds NUL bytes, so it is not UTF-8 text "
+                                       "(UTF-16 or UTF-32 without a byte-order mark, perhaps)"),
+                       ("utf32.csv", "utf32.csv line 1: holds NUL bytes"),
                        ("quote.csv", "quote.csv line 2: not CSV (unexpected end of data)")):
         assert main(["features", "--sample", str(tmp_path / name)]) == 2
         captured = capsys.readouterr()
