@@ -343,6 +343,12 @@ def table_rows(path: str, fmt: str, spec: TableSpec, configs: dict) -> tuple[lis
             except (TypeError, ValueError):
                 raise FileError(f"{path} row {n}: model {model_id} takes dense x, and a feature "
                                 "cell is not a number") from None
+            if len(record["x"]) != config.dimension:         # before: sent, then dead-lettered
+                features = [c for c in columns if c not in skip]
+                raise FileError(f"{path}: model {model_id} takes dense x of {config.dimension:,} entries, "
+                                f"and the file has {len(features):,} feature columns "
+                                f"({', '.join(c[:40] for c in features)[:300]}): drop the others, or "
+                                "declare the model's features")
             if not all(map(math.isfinite, record["x"])):     # before: sent, then dead-lettered
                 raise FileError(f"{path} row {n}: model {model_id} takes dense x, and a feature "
                                 "cell is not a finite number (NaN, infinite, or beyond float64)")

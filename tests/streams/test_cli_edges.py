@@ -532,6 +532,21 @@ def test_a_dense_models_csv_cell_that_is_no_finite_number_is_refused_before_runn
     assert cell[:6] not in err and not (tmp_path / "out").exists()
 
 
+def test_a_dense_models_csv_with_more_feature_columns_than_its_dimension_is_refused_before_running(
+        capsys, tmp_path, monkeypatch):
+    """Before: every row was sent with x of 3 entries to a model of dimension 2 and
+    dead-lettered ("wrong dimension"), also under --strict."""
+    monkeypatch.setenv("DPSTREAM_SECRET_KEY", KEY_HEX)
+    model = {"model_id": "d", "dimension": 2, "budget": {"epsilon": 2.0, "delta": 1e-6},
+             "params": {"kind": "dp_ftrl", "horizon": 100}}
+    (tmp_path / "m.json").write_text(json.dumps(model))
+    (tmp_path / "e.csv").write_text("a,b,extra,y\n0.5,0.1,0,1\n-0.2,0.3,0,-1\n")
+    assert main(["run", "--models", str(tmp_path / "m.json"), "--examples", str(tmp_path / "e.csv"),
+                 "--model-id", "d", "--out", str(tmp_path / "out")]) == 2
+    assert ("model d takes dense x of 2 entries, and the file has 3 feature columns (a, b, extra)"
+            in capsys.readouterr().err) and not (tmp_path / "out").exists()
+
+
 def test_parquet_cells_json_has_no_type_for_become_numbers_or_text_or_one_line():
     """Before: a Parquet date, decimal or binary cell stopped run and produce with a
     traceback (json.dumps). ``_json_cell`` is what ``read_table`` applies to every cell."""
