@@ -1,7 +1,8 @@
 """The private predictor on real data, beside what a user would pick instead (issue 45).
 
     python bench/predictor_real.py [--eps 4] [--seeds 3] [--sets phishing ...]
-                                   [--generators logistic halfspace]
+                                   [--generators logistic halfspace] [--v-max 8 16]
+                                   [--hard-weight 0] [--gap 2]
 
 Data: the nine sets of bench/datasets.py (River and scikit-learn, offline; four
 imbalanced), featurised by the declaration their public 10% suggests (dense rows in
@@ -27,6 +28,9 @@ majority class's and within 3 points of diffprivlib's.
 ``--v-max 8 16 32``: instead of the automatic sizing, each cap as a user registers it
 (``v_max``; k and m then by ``size_predictor(v_max=...)``), one row per set and cap:
 the trade between the hard queries' count and the vote's noise (issue 45, third round).
+``--hard-weight 0``: hard queries left out of the blocks' fits (logistic blocks: issue
+45, seventh round); ``--gap 2.5``: a wider gap in noise scales, for the sizing and the
+config (fewer answers on the wrong side, a lower cap).
 """
 from __future__ import annotations
 
@@ -46,8 +50,8 @@ from common import balanced_error  # noqa: E402
 from dpstream.learners.features import Featuriser, suggest_fields  # noqa: E402
 from dpstream.learners.generators import (Halfspaces, LogisticRegressions,  # noqa: E402
                                           NearestNeighbours)
-from dpstream.learners.predictor import (ANSWERED, HARD, STUDENT, PredictorConfig,  # noqa: E402
-                                         PrivatePredictor, size_predictor)
+from dpstream.learners.predictor import (ANSWERED, GAP_SCALES, HARD, STUDENT,  # noqa: E402
+                                         PredictorConfig, PrivatePredictor, size_predictor)
 from dpstream.mechanisms.randomness import KeyedRandomness  # noqa: E402
 
 MAX_QUERIES = 3_000
@@ -60,15 +64,20 @@ def split(s: D.Stream):
     return X[:-q], s.labels[:-q], X[-q:], s.labels[-q:]
 
 
-def predictor(X, y, Q, qy, eps, seed, generator, v_max=None) -> dict:
+def predictor(X, y, Q, qy, eps, seed, generator, v_max=None, hard_weight=None,
+              gap=GAP_SCALES) -> dict:
     """One epoch with its student; without the student the same run answers the same up
     to exhaustion and nothing after it (the ``bare`` entries). ``v_max``: a registered
-    cap (None: the automatic sizing)."""
-    k, m, v_max = size_predictor(epsilon=eps, delta=1e-6, examples=len(y), v_max=v_max)
-    gen = {"logistic": lambda d: LogisticRegressions(d),
-           "nearest": lambda d: NearestNeighbours(d),
-           "halfspace": lambda d: Halfspaces(d, hard_weight=1.0)}[generator](X.shape[1])
-    model = PrivatePredictor(config=PredictorConfig(k=k, epsilon=eps, delta=1e-6, v_max=v_max),
+    cap (None: the automatic sizing); ``hard_weight``: the registration's
+    ``hard_query_weight`` (None: the generator's default, agents/kinds/predictor.py,
+    but 1 for halfspaces, as this bench has always run them);
+    ``gap``: the noise scales of the vote's gap, for the sizing and the config."""
+    k, m, v_max = size_predictor(epsilon=eps, delta=1e-6, examples=len(y), v_max=v_max, gap=gap)
+    w = {} if hard_weight is None else {"hard_weight": hard_weight}
+    gen = {"logistic": lambda d: LogisticRegressions(d, **w),
+           "nearest": lambda d: NearestNeighbours(d, **w),
+           "halfspace": lambda d: Halfspaces(d, **({"hard_weight": 1.0} | w))}[generator](X.shape[1])
+    model = PrivatePredictor(config=PredictorConfig(k=k, epsilon=eps, delta=1e-6, v_max=v_max, gap=gap),
                              generator=gen, rng=KeyedRandomness(bytes([seed + 1]) * 32),
                              model_id=f"bench-{generator}", student=True)
     t0 = time.perf_counter()
@@ -109,21 +118,32 @@ def main() -> None:
                     choices=["nearest", "logistic", "halfspace"])
     ap.add_argument("--v-max", type=int, nargs="*", default=None,
                     help="registered caps on hard queries, one row each, instead of the sizing")
+    ap.add_argument("--hard-weight", type=float, default=None,
+                    help="a hard query's weight in the blocks' fits, as the registration's "
+                         "hard_query_weight (default: each generator's own)")
+    ap.add_argument("--gap", type=float, default=GAP_SCALES,
+                    help=f"the vote's gap in noise scales, for the sizing and the config (default {GAP_SCALES:g})")
     args = ap.parse_args()
+    if not (args.gap > 0 and np.isfinite(args.gap)):
+        ap.error("--gap must be a finite number > 0")
+    if args.hard_weight is not None and not (args.hard_weight >= 0 and np.isfinite(args.hard_weight)):
+        ap.error("--hard-weight must be a finite number >= 0")
+    opts = {"hard_weight": args.hard_weight, "gap": args.gap}
     if args.v_max:
-        caps(args)
+        caps(args, opts)
         return
     for eps in args.eps:
         print(f"\nepsilon = {eps:g}, delta = 1e-6 (mean of {args.seeds} keys; * imbalanced): "
               "answered / accuracy on answered / balanced error on answered [vote's answers: share, accuracy | student's: "
-              "share, accuracy | hard queries]")
+              f"share, accuracy | hard queries]; gap {args.gap:g} noise scales, hard query weight "
+              f"{'each generator' + chr(39) + 's default' if args.hard_weight is None else format(args.hard_weight, 'g')}")
         checks = []
         for name in args.sets:
             X, y, Q, qy = split(D.load(name))
             maj_label = 1 if (y == 1).mean() > 0.5 else -1
             majority = float(np.mean(qy == maj_label))
             try:
-                size_predictor(epsilon=eps, delta=1e-6, examples=len(y))
+                size_predictor(epsilon=eps, delta=1e-6, examples=len(y), gap=args.gap)
             except Exception as err:              # noqa: BLE001 - too few examples: say so
                 print(f"| {name} | {len(y):,} / {len(qy):,} | infeasible: {err} |")
                 continue
@@ -131,7 +151,7 @@ def main() -> None:
             dplr = {k: float(np.mean([r[k] for r in dplr])) for k in dplr[0]}
             cells, main_row = [], None
             for generator in args.generators:
-                runs = [predictor(X, y, Q, qy, eps, s, generator) for s in range(args.seeds)]
+                runs = [predictor(X, y, Q, qy, eps, s, generator, **opts) for s in range(args.seeds)]
                 with warnings.catch_warnings():
                     warnings.simplefilter("ignore")          # a share that is empty in every run
                     r = {k: float(np.nanmean([x[k] for x in runs])) for k in runs[0]}
@@ -157,7 +177,7 @@ def main() -> None:
                   f"diffprivlib {dplr:.2%}: {r['acc'] >= dplr - 0.03}")
 
 
-def caps(args) -> None:
+def caps(args, opts: dict) -> None:
     """Accuracy on answered queries per registered cap (``--v-max``), first generator."""
     gen = args.generators[0]
     for eps in args.eps:
@@ -169,7 +189,7 @@ def caps(args) -> None:
             majority = float(np.mean(qy == (1 if (y == 1).mean() > 0.5 else -1)))
             for v in args.v_max:
                 try:
-                    runs = [predictor(X, y, Q, qy, eps, s, gen, v_max=v) for s in range(args.seeds)]
+                    runs = [predictor(X, y, Q, qy, eps, s, gen, v_max=v, **opts) for s in range(args.seeds)]
                 except Exception as err:            # noqa: BLE001 - too few examples: say so
                     print(f"| {name} | v_max {v} | infeasible: {err} |")
                     continue

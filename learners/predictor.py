@@ -194,11 +194,11 @@ CLEAR = 2           # at most CLEAR x k_min blocks: larger blocks when the examp
 
 @lru_cache(maxsize=1024)
 def size_predictor(*, epsilon: float, delta: float, examples: int, v_max: int | None = None,
-                   accounting: str = "epoch") -> tuple[int, int, int]:
+                   accounting: str = "epoch", gap: float = GAP_SCALES) -> tuple[int, int, int]:
     """(k, m, v_max) for an epoch of ``examples`` labelled examples (issue 45).
 
-    k_min(v) is the fewest blocks whose vote gap k/4 holds GAP_SCALES = 2 noise scales
-    for an epoch of up to v hard queries (``smallest_k``). ``v_max`` None (automatic):
+    k_min(v) is the fewest blocks whose vote gap k/4 holds ``gap`` noise scales
+    (GAP_SCALES = 2 by default) for an epoch of up to v hard queries (``smallest_k``). ``v_max`` None (automatic):
     the largest cap in V_MAX_LADDER whose k_min(v) blocks of MIN_BLOCK examples fit;
     then k = min(CLEAR k_min(v), examples // MIN_BLOCK) (never below k_min), so blocks
     grow past MIN_BLOCK only once the cap is at the top of the ladder; m = examples // k.
@@ -223,12 +223,16 @@ def size_predictor(*, epsilon: float, delta: float, examples: int, v_max: int | 
     answers keep growing but get noisier (expected from digits' vote counts at v_max 64,
     G = 1.1: almost five times the answers, 80% right instead of 91%).
 
+    ``gap``: the noise scales G (a ``PredictorConfig`` with the same ``gap`` uses the
+    sizing); G = 2.5 and 3 were measured against 2 in the seventh round of issue 45
+    (``bench/predictor_real.py --gap``, docs/models.md): no better overall.
+
     Raises InfeasibleParameters with the numbers needed when the examples are too few
     even for v_max = 1 (or the given cap)."""
     caps = V_MAX_LADDER if v_max is None else (v_max,)
     for v in caps:                    # from the largest cap: the first that fits is the answer
         try:
-            k_min = smallest_k(epsilon=epsilon, delta=delta, v_max=v, accounting=accounting)
+            k_min = smallest_k(epsilon=epsilon, delta=delta, v_max=v, accounting=accounting, gap=gap)
         except InfeasibleParameters:  # more blocks than MAX_BLOCKS: a smaller cap may do
             if v == caps[-1]:
                 raise

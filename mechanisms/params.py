@@ -55,7 +55,11 @@ def dp_winnow_sample_size(T: int, beta: float, c: float, rho: float) -> int:
         raise ParameterError("c", c, "in (0, 1/2)")
     if not 0 < rho <= 1:
         raise ParameterError("rho", rho, "in (0, 1]")
-    m = 2 * math.log(2 * T / beta) / (c * rho) ** 2 if (c * rho) ** 2 > 0 else math.inf
+    try:
+        log_term = math.log(2 * T / beta)
+    except OverflowError:               # T past 10^300: the same logarithm, in two parts
+        log_term = math.log(2 / beta) + math.log(T)
+    m = 2 * log_term / (c * rho) ** 2 if (c * rho) ** 2 > 0 else math.inf
     if not math.isfinite(m):            # before: ZeroDivisionError or OverflowError
         raise ParameterError("rho", rho, f"large enough that m = 2 ln(2T/beta) / (c rho)^2 is finite "
                                          f"(c={c}, T={T}, beta={beta})")
@@ -93,14 +97,38 @@ def dp_winnow_guarantee(*, eps_hat: float, eta: float, m: int, K: int, delta: fl
     2. zCDP: each instance eps^^2/2 (pure DP), each draw 2 eta^2 (bounded range,
        :func:`dp_winnow_draw_rho`), summed and converted at delta by dp-accounting. Its
        floor is 2 m K eta^2: no accountant makes many draws cheap (docs/privacy.md).
-    The ledger charges the same amounts and composes them the same two ways ("best")."""
+    The ledger charges the same amounts and composes them the same two ways ("best").
+    Where one accounting's arithmetic leaves double range (K = 10^307 draws, delta/2
+    below the smallest double) it counts as infinite and the other decides; where both
+    do, InfeasibleParameters names the settings (before: "epsilon=inf" or
+    "delta_prime=0.0", values the caller never gave, or an OverflowError)."""
     if K < 1 or m < 1:
         raise ParameterError("K, m", (K, m), ">= 1 each")
     _check_eps_delta(max(eps_hat, 1e-300), delta)
-    at = advanced_composition(eps_hat, 0.0, K, delta / 2)
-    draws = advanced_composition(4 * eta, 0.0, m * K, delta / 2)
-    rho = K * eps_hat * eps_hat / 2 + m * K * dp_winnow_draw_rho(eta)
-    return PrivacyCost(min(at.epsilon + draws.epsilon, zcdp_epsilon(rho, delta)), delta)
+
+    def composed() -> float:
+        return (advanced_composition(eps_hat, 0.0, K, delta / 2).epsilon
+                + advanced_composition(4 * eta, 0.0, m * K, delta / 2).epsilon)
+
+    def concentrated() -> float:
+        return zcdp_epsilon(K * eps_hat * eps_hat / 2 + m * K * dp_winnow_draw_rho(eta), delta)
+
+    epsilon = min(_within_range(composed), _within_range(concentrated))
+    if not math.isfinite(epsilon):
+        raise InfeasibleParameters(
+            "these settings (eps^, eta, m, K, delta) certify no finite privacy loss: lower "
+            "eta, eps_hat, m or K, or raise delta")
+    return PrivacyCost(epsilon, delta)
+
+
+def _within_range(bound) -> float:
+    """One accounting's epsilon, or inf where its arithmetic overflows or a derived value
+    leaves the range its theorem allows (the caller's own values are checked before)."""
+    try:
+        value = bound()
+    except (OverflowError, ParameterError):
+        return math.inf
+    return value if math.isfinite(value) else math.inf
 
 
 @dataclass(frozen=True)
@@ -147,7 +175,7 @@ def dp_winnow_theorem_settings(*, epsilon: float, delta: float, rho: float, T: i
         if hi > 1e300:
             raise InfeasibleParameters("no K solves Theorem 11 / Lemma 14 jointly")
     for _ in range(200):
-        mid = math.sqrt(lo * hi)
+        mid = math.sqrt(lo) * math.sqrt(hi)     # lo * hi overflows once K* passes 1e154
         lo, hi = (mid, hi) if excess(mid) > 0 else (lo, mid)
     K = math.ceil(hi)
     eta = a / math.sqrt(K)

@@ -87,9 +87,6 @@ class WinnowKind(Handler):
         try:
             w = winnow_parameters(config)
         except DPStreamError as err:
-            if "=inf " in str(err) or "=nan " in str(err):    # a derived value, not one the user gave
-                return ("these settings (eps^, eta, K, L) certify a privacy loss that is no finite "
-                        f"number ({str(err)[:80]}): lower eta and eps_hat")
             return str(err)
         if w.note:
             return w.note

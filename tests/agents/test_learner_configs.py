@@ -280,7 +280,8 @@ def test_a_wide_predictors_hard_queries_keep_every_record_within_its_budget_and_
 
 @pytest.mark.parametrize("params,says", [
     ({"eps_hat": 1, "eta": 1e300}, "make one update's privacy charge infinite: lower eta and eps_hat"),
-    ({"eps_hat": 1e308, "eta": 1e308}, "certify a privacy loss that is no finite number")])
+    ({"eps_hat": 1e308, "eta": 1e308}, "certify no finite privacy loss: lower eta, eps_hat, m or K"),
+    ({"eps_hat": 1, "eta": 1e-3, "m": 10, "K": 10**400}, "certify no finite privacy loss")])
 def test_a_winnow_registration_with_an_infinite_charge_says_which_settings(params, says):
     """Before: eta = 1e300 was refused as "malformed event" (a ParameterError for rho = inf
     escaped the budget check), and eps_hat = eta = 1e308 as "epsilon=inf", a parameter the

@@ -236,6 +236,22 @@ def test_automatic_sizing_answers_from_a_thousand_examples_where_v_max_64_refuse
     assert size_predictor(epsilon=4.0, delta=1e-6, examples=1_000)[2] < 64
 
 
+def test_sizing_at_a_wider_gap_gives_blocks_a_config_with_that_gap_accepts():
+    """``size_predictor(gap=G)`` sizes for a ``PredictorConfig(gap=G)``: a wider gap needs
+    more blocks per cap, so the same examples get a lower cap (bench/predictor_real.py
+    --gap); the blocks it gives are accepted at that gap and, for 1,451 examples, not at
+    a wider one."""
+    from dpstream.learners.predictor import size_predictor
+    two = size_predictor(epsilon=4.0, delta=1e-6, examples=1_451)
+    wide = size_predictor(epsilon=4.0, delta=1e-6, examples=1_451, gap=3.0)
+    assert wide[2] < two[2]
+    k, _, v = wide
+    PredictorConfig(k=k, epsilon=4.0, delta=1e-6, v_max=v, gap=3.0).calibration()   # accepted
+    k, _, v = two
+    with pytest.raises(ThresholdsTooClose):
+        PredictorConfig(k=k, epsilon=4.0, delta=1e-6, v_max=v, gap=3.0).calibration()
+
+
 def imbalanced_blocks(n, d=3, rate=0.1, seed=0):
     s = data_stream("imbalanced", seed)
     X = s.uniform(n * d).reshape(n, d) * 2 - 1

@@ -116,3 +116,34 @@ def test_the_guarantee_is_the_better_of_advanced_composition_and_zcdp():
         advanced_composition(0.2, 0, 5000 * 2000, 5e-7).epsilon
     zc = zcdp_epsilon(2000 * 0.5 + 5000 * 2000 * dp_winnow_draw_rho(0.05), 1e-6)
     assert g.epsilon == pytest.approx(min(adv, zc)) and zc < adv
+
+
+def test_practical_winnow_settings_whose_loss_overflows_are_infeasible_not_a_bad_epsilon():
+    """eps^ = eta = 1e308 overflow the certified loss; the error names the settings, as a
+    typed InfeasibleParameters, not "epsilon=inf", a parameter the caller never gave."""
+    with pytest.raises(InfeasibleParameters, match="certify no finite privacy loss: lower eta"):
+        dp_winnow_practical_parameters(eps_hat=1e308, eta=1e308, m=1, K=1, L=10, delta=1e-6)
+
+
+def test_winnow_guarantee_where_one_accounting_leaves_double_range_takes_the_other():
+    """delta = 1e-308: delta/2 is a subnormal and 1/(delta/2) overflows, so advanced
+    composition has no finite bound; the zCDP bound still does, and is the guarantee
+    (before: "certify a privacy loss that is no finite number")."""
+    from dpstream.mechanisms.accounting import zcdp_epsilon
+    from dpstream.mechanisms.params import dp_winnow_draw_rho
+    g = dp_winnow_guarantee(eps_hat=1e-3, eta=1e-3, m=10, K=100, delta=1e-308)
+    rho = 100 * 1e-3 ** 2 / 2 + 10 * 100 * dp_winnow_draw_rho(1e-3)
+    assert math.isfinite(g.epsilon) and g.epsilon == zcdp_epsilon(rho, 1e-308)
+
+
+def test_theory_winnow_settings_past_double_range_are_refused_by_name_not_by_overflow():
+    """rho = 1e-40 made the bisection's lo * hi overflow (OverflowError from ceil(inf));
+    T = 10^400 made 2T/beta overflow. Now: settings that say they cannot learn, a typed
+    refusal further out, and the sample size of T = 10^400."""
+    far = dp_winnow_theory_parameters(epsilon=0.5, delta=1e-6, rho=1e-40, T=10**6, beta=0.01, d=40)
+    assert far.note.startswith("cannot update within T=1000000")
+    for rho in (1e-60, 1e-80):
+        with pytest.raises(InfeasibleParameters):
+            dp_winnow_theory_parameters(epsilon=0.5, delta=1e-6, rho=rho, T=10**6, beta=0.01, d=40)
+    big = dp_winnow_sample_size(10**400, 0.01, 0.25, 0.1)
+    assert big == math.ceil(2 * (math.log(2 / 0.01) + math.log(10**400)) / 0.025 ** 2)
