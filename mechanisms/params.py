@@ -199,13 +199,18 @@ def dp_winnow_theory_parameters(*, epsilon: float, delta: float, rho: float, T: 
     def scaled(lam: float):
         e = eta * lam
         k = math.ceil(winnow_update_bound(d, e, rho, c))
-        return eps_hat * lam, e, k, dp_winnow_guarantee(eps_hat=eps_hat * lam, eta=e, m=m, K=k,
-                                                        delta=delta).epsilon
+        try:
+            spent = dp_winnow_guarantee(eps_hat=eps_hat * lam, eta=e, m=m, K=k, delta=delta).epsilon
+        except InfeasibleParameters:        # no finite bound: more than any budget
+            spent = math.inf
+        return eps_hat * lam, e, k, spent
 
     lam_lo, lam_hi = 1.0, min(1e6, 0.999 * 2 * (1 - c) * rho / eta)   # keep Lemma 9's denominator > 0
     if scaled(lam_lo)[3] > epsilon * (1 + 1e-9):
         raise InfeasibleParameters(
-            f"Theorem 11 settings compose to eps={scaled(lam_lo)[3]:.6g} > requested {epsilon}")
+            f"Theorem 11 settings compose to eps={scaled(lam_lo)[3]:.6g} > requested {epsilon}"
+            + (f" (K={K:.3g} updates and m={float(m):.3g} draws each: raise rho or c)"
+               if not math.isfinite(scaled(lam_lo)[3]) else ""))
     if scaled(lam_hi)[3] <= epsilon:
         lam_lo = lam_hi
     for _ in range(100):

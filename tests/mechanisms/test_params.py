@@ -142,8 +142,9 @@ def test_theory_winnow_settings_past_double_range_are_refused_by_name_not_by_ove
     refusal further out, and the sample size of T = 10^400."""
     far = dp_winnow_theory_parameters(epsilon=0.5, delta=1e-6, rho=1e-40, T=10**6, beta=0.01, d=40)
     assert far.note.startswith("cannot update within T=1000000")
-    for rho in (1e-60, 1e-80):
-        with pytest.raises(InfeasibleParameters):
-            dp_winnow_theory_parameters(epsilon=0.5, delta=1e-6, rho=rho, T=10**6, beta=0.01, d=40)
+    with pytest.raises(InfeasibleParameters, match=r"compose to eps=inf > requested 0.5 \(K=.* raise rho or c"):
+        dp_winnow_theory_parameters(epsilon=0.5, delta=1e-6, rho=1e-60, T=10**6, beta=0.01, d=40)
+    with pytest.raises(InfeasibleParameters, match="no K solves Theorem 11"):
+        dp_winnow_theory_parameters(epsilon=0.5, delta=1e-6, rho=1e-80, T=10**6, beta=0.01, d=40)
     big = dp_winnow_sample_size(10**400, 0.01, 0.25, 0.1)
     assert big == math.ceil(2 * (math.log(2 / 0.01) + math.log(10**400)) / 0.025 ** 2)
