@@ -215,6 +215,26 @@ class PredictorKind(Handler):
         return rows_per_record(config.dimension + 1, FLOAT_BYTES, 256)
 
     @classmethod
+    def registration_notes(cls, config) -> list[str]:
+        """Advice on defaults a registration left as they are (fields it did not give; a
+        stored registration gives them all, so a worker's restart says nothing). The
+        defaults stay the seed's and what running models were registered with: a worker
+        reads a default when it loads a model, so changing one would change a running
+        model's answers (docs/models.md, seventh round, has the measurements)."""
+        p = config.params
+        given = p.model_fields_set
+        if "generator" not in given:
+            return ["generator 'halfspace' (the default: the seed's LP per block, hard queries "
+                    "weighted 10^4) answered below the majority class on 5 of 8 real data sets "
+                    "(docs/models.md); for real-valued rows set \"generator\": \"nearest\" (or "
+                    "\"logistic\" with \"hard_query_weight\": 0)"]
+        if p.generator == "logistic" and "hard_query_weight" not in given:
+            return ["logistic blocks take each hard query as one example (hard_query_weight 1, "
+                    "the default); 0 answered better on every real data set it changed "
+                    "(docs/models.md): set \"hard_query_weight\": 0"]
+        return []
+
+    @classmethod
     def featurise(cls, config, features: dict) -> dict:
         """A finite class's row is x = [the record's point of the fields' domain], which the
         registration matched to the table's columns (``_domain_problem``)."""
