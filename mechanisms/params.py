@@ -175,7 +175,8 @@ def dp_winnow_theorem_settings(*, epsilon: float, delta: float, rho: float, T: i
         if hi > 1e300:
             raise InfeasibleParameters("no K solves Theorem 11 / Lemma 14 jointly")
     for _ in range(200):
-        mid = math.sqrt(lo) * math.sqrt(hi)     # lo * hi overflows once K* passes 1e154
+        product = lo * hi               # inf once K* passes 1e154: then the same root in two parts
+        mid = math.sqrt(product) if product < math.inf else math.sqrt(lo) * math.sqrt(hi)
         lo, hi = (mid, hi) if excess(mid) > 0 else (lo, mid)
     K = math.ceil(hi)
     eta = a / math.sqrt(K)

@@ -112,8 +112,8 @@ class WinnowKind(Handler):
                     f"(eps^={w.eps_hat:g}, eta={w.eta:g}, m={w.m}) need more, and certify "
                     f"eps={w.epsilon:.4g} for K={w.K} updates: raise the budget or lower eta and m")
         except DPStreamError:   # a charge that is no finite number: before, "malformed event"
-            return (f"these settings (eps^={w.eps_hat:.4g}, eta={w.eta:.4g}) make one update's "
-                    "privacy charge infinite: lower eta and eps_hat")
+            return (f"these settings (eps^={w.eps_hat:.4g}, eta={w.eta:.4g}, delta={b.delta:.4g}) make "
+                    "one update's privacy charge infinite: lower eta and eps_hat, or raise delta")
         return None
 
     @classmethod

@@ -280,6 +280,8 @@ def test_a_wide_predictors_hard_queries_keep_every_record_within_its_budget_and_
 
 @pytest.mark.parametrize("params,says", [
     ({"eps_hat": 1, "eta": 1e300}, "make one update's privacy charge infinite: lower eta and eps_hat"),
+    ({"eps_hat": 0.5, "eta": 1e-3, "delta": 1e-308}, "delta=1e-308) make one update's privacy charge "
+                                                     "infinite: lower eta and eps_hat, or raise delta"),
     ({"eps_hat": 1e308, "eta": 1e308}, "certify no finite privacy loss: lower eta, eps_hat, m or K"),
     ({"eps_hat": 1, "eta": 1e-3, "m": 10, "K": 10**400}, "certify no finite privacy loss")])
 def test_a_winnow_registration_with_an_infinite_charge_says_which_settings(params, says):
@@ -289,6 +291,7 @@ def test_a_winnow_registration_with_an_infinite_charge_says_which_settings(param
     from dpstream.agents.kinds import kind
     from dpstream.schemas import ModelConfig
     config = ModelConfig.model_validate(
-        {"model_id": "w", "dimension": 20, "budget": {"epsilon": 1e6, "delta": 0.5},
-         "params": {"kind": "winnow", "signed": True, "m": 10, "K": 100, "L": 1, **params}})
+        {"model_id": "w", "dimension": 20, "budget": {"epsilon": 1e6, "delta": params.get("delta", 0.5)},
+         "params": {"kind": "winnow", "signed": True, "m": 10, "K": 100, "L": 1,
+                    **{k: v for k, v in params.items() if k != "delta"}}})
     assert says in kind("winnow").config_problem(config)
