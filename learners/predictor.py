@@ -375,6 +375,7 @@ class PrivatePredictor:
             raise ParameterError("sample size", X.shape[0], f">= k = {k} examples with labels")
         if not np.isin(y, (-1, 1)).all():
             raise ParameterError("y", "<labels>", "values in {-1, +1}")
+        self._checked_rows(X, X.shape[0] if X.ndim else 0, "X")
         s = self.state
         s.epoch += 1
         s.instances = s.tops = 0
@@ -464,6 +465,9 @@ class PrivatePredictor:
         Nothing about the example is released until then (its prediction is None)."""
         if self.sample is None:
             raise ParameterError("sample", None, "a sample size (k * m) to buffer examples for")
+        self._checked_rows(x, None, "x")                # refused before it is kept
+        if y not in (-1, 1):
+            raise ParameterError("y", "<label>", "-1 or +1")
         if len(self._pending) < self.sample:           # a full buffer's surplus is dropped
             self._pending.append((np.asarray(x, dtype=float), int(y)))
         s = self.state
@@ -517,7 +521,22 @@ class PrivatePredictor:
         (module docstring)."""
         return np.clip(np.asarray(X, dtype=float), -ROW_BOUND, ROW_BOUND) if self.generator.dense else X
 
+    def _checked_rows(self, X, rows: int | None, what: str) -> None:
+        """A library caller's dense rows: the generator's width and finite (before, a query
+        of the wrong width raised numpy's broadcast error and a NaN query was answered).
+        The worker's rows pass its schema first, so this never refuses one of them."""
+        if not self.generator.dense:
+            return
+        X = np.asarray(X)
+        shape = (self.generator.d,) if rows is None else (rows, self.generator.d)
+        if X.shape != shape or not np.issubdtype(X.dtype, np.number) or np.iscomplexobj(X):
+            raise ParameterError(what, f"<array of shape {X.shape}>",
+                                 f"real numbers of shape {shape}")
+        if not np.isfinite(X).all():
+            raise ParameterError(what, "<row>", "finite numbers (no NaN or infinity)")
+
     def answer(self, x) -> Answer:
+        self._checked_rows(x, None, "x")
         x = self._rows(x)
         a = self._answer(x)
         self._see(x)

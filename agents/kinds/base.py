@@ -92,6 +92,12 @@ class Handler:
         "frozen": "later answers come from its last released hypothesis, for free",
         "budget_exhausted": "later answers come from its last released hypothesis, for free"}
 
+    @classmethod
+    def learning_note(cls, config: ModelConfig) -> str | None:
+        """What a query answered ``learning`` waits for, from the public config (``dpstream
+        run`` says it when queries get no label); None: the generic text."""
+        return None
+
     # ------------------------------------------------------------ the kind, from its config
     @staticmethod
     def input_form(config: ModelConfig) -> str:

@@ -215,23 +215,37 @@ class PredictorKind(Handler):
         return rows_per_record(config.dimension + 1, FLOAT_BYTES, 256)
 
     @classmethod
+    def learning_note(cls, config) -> str | None:
+        p = config.params
+        need = p.examples if p.examples is not None else p.k * p.m
+        return (f"its first epoch starts once {need:,} labelled examples have arrived (its "
+                "registered examples per epoch), and these queries came before that")
+
+    @classmethod
     def registration_notes(cls, config) -> list[str]:
         """Advice on defaults a registration left as they are (fields it did not give; a
         stored registration gives them all, so a worker's restart says nothing). The
         defaults stay the seed's and what running models were registered with: a worker
         reads a default when it loads a model, so changing one would change a running
-        model's answers (docs/models.md, seventh round, has the measurements)."""
+        model's answers. Measurements: docs/models.md (bench/predictor_real.py, real
+        sets; nearest blocks with a student over 10 keys, halfspaces over 3)."""
         p = config.params
         given = p.model_fields_set
         if "generator" not in given:
             return ["generator 'halfspace' (the default: the seed's LP per block, hard queries "
-                    "weighted 10^4) answered below the majority class on 5 of 8 real data sets "
-                    "(docs/models.md); for real-valued rows set \"generator\": \"nearest\" (or "
-                    "\"logistic\" with \"hard_query_weight\": 0)"]
+                    "weighted 10^4) answered below the majority class on 5 of 8 real data sets, "
+                    "where \"generator\": \"nearest\" with \"student\": true answered above it on "
+                    "7 (docs/models.md; a student learns from the queries, so one querier's "
+                    "queries shape the answers others get)"]
+        if p.generator in REAL_FEATURES and not p.student:
+            return ["without \"student\": true it answers until its v_max hard queries are spent, "
+                    "then nothing until a new epoch starts on fresh examples (nearest blocks on "
+                    "the real sets of docs/models.md: 10% to 100% of the queries answered; a "
+                    "student answers the rest, learning from the queries)"]
         if p.generator == "logistic" and "hard_query_weight" not in given:
             return ["logistic blocks take each hard query as one example (hard_query_weight 1, "
-                    "the default); 0 answered better on every real data set it changed "
-                    "(docs/models.md): set \"hard_query_weight\": 0"]
+                    "the default); with a student, 0 answered better on every real data set it "
+                    "changed (docs/models.md): set \"hard_query_weight\": 0"]
         return []
 
     @classmethod

@@ -337,6 +337,8 @@ def cmd_run(args) -> int:
     refused = [r for r in rt.outputs[topics.REJECTED] if r["source"].startswith(topics.MODELS + ":")]
     for r in refused:
         print(f"dpstream run: registration at {r['source']} refused: {r['reason']}", file=sys.stderr)
+    for line in _unanswered(rt.outputs[topics.ANSWERS], configs):
+        print(line, file=sys.stderr)
     dead = [r for r in rt.outputs[topics.REJECTED] if not r["source"].startswith(topics.MODELS + ":")]
     if dead:
         reasons = Counter(r["reason"] for r in dead).most_common(3)
@@ -344,6 +346,33 @@ def cmd_run(args) -> int:
               f"rejected ({out.path / (topics.REJECTED + '.jsonl')}): "
               + "; ".join(f"{n:,} {reason}" for reason, n in reasons), file=sys.stderr)
     return 1 if refused or dead else 0
+
+
+#: why a query of this run got no label, by status, where the kind says nothing more
+NO_LABEL = {"learning": "nothing released yet: these queries came before the model's first release"}
+
+
+def _unanswered(answers: list[dict], configs: dict) -> list[str]:
+    """One line per model with queries this run left without a label, by status (before:
+    a predictor registered for 3,000 examples per epoch and sent 2,500 answered none of
+    its queries, exit 0, without a word: a newcomer's pass). Statuses are public."""
+    from dpstream.agents.kinds import kind
+    by_model: dict[str, Counter] = {}
+    for a in answers:
+        if a.get("kind") == "query" and a.get("label") is None:
+            by_model.setdefault(a["model_id"], Counter())[a["status"]] += 1
+    lines = []
+    for model, statuses in by_model.items():
+        asked = sum(1 for a in answers if a.get("kind") == "query" and a["model_id"] == model)
+        status, n = statuses.most_common(1)[0]
+        config = configs.get(model)
+        k = kind(config.kind) if config else None
+        why = ((k.learning_note(config) if k and status == "learning" else None) or NO_LABEL.get(status)
+               or (k.after_stop.get(status) if k else None))
+        lines.append(f"dpstream run: model {model}: {sum(statuses.values()):,} of {asked:,} queries got no "
+                     "label (" + ", ".join(f"{k} {v:,}" for k, v in statuses.most_common()) + ")"
+                     + (f"; {status}: {why}" if why else ""))
+    return lines
 
 
 def _state_file(path: str):

@@ -8,7 +8,7 @@ from dpstream.learners.generators import (DecisionLists, FiniteClass, Halfspaces
                                           MonotoneConjunctions, Thresholds)
 from dpstream.learners.predictor import (ANSWERED, EXHAUSTED, HARD, PredictorConfig, PredictorState,
                                          PrivatePredictor, size_predictor)
-from dpstream.mechanisms.errors import ThresholdsTooClose
+from dpstream.mechanisms.errors import ParameterError, ThresholdsTooClose
 from dpstream.mechanisms.randomness import KeyedRandomness
 
 RNG = KeyedRandomness(b"predictor-tests-key-000000000000")
@@ -617,3 +617,28 @@ def test_hard_queries_are_labelled_by_the_student_once_there_is_one():
         if model.state.exhausted:
             break
     assert with_student > 0
+
+
+def test_the_library_refuses_rows_of_another_width_or_not_finite_by_name():
+    """A newcomer's pass: a query of the wrong width raised numpy's "operands could not be
+    broadcast", and a NaN query was answered -1 as if it were a point. Now each is a
+    ParameterError naming the shape expected, before anything is kept or spent; a
+    well-formed query is still answered."""
+    from dpstream.learners.generators import NearestNeighbours
+    from dpstream.learners.predictor import size_predictor
+    X, y = imbalanced_blocks(2000, d=3, rate=0.4)
+    k, _, v = size_predictor(epsilon=4.0, delta=1e-6, examples=2000)
+    model = PrivatePredictor(config=PredictorConfig(k=k, epsilon=4.0, delta=1e-6, v_max=v),
+                             generator=NearestNeighbours(3), rng=RNG, model_id="rows", sample=2000)
+    with pytest.raises(ParameterError, match=r"expected real numbers of shape \(2000, 3\)"):
+        model.start_epoch(np.c_[X, X[:, :1]], y)
+    with pytest.raises(ParameterError, match="finite numbers"):
+        model.learn_one([np.nan, 0.0, 0.0], 1)
+    assert model._pending == []                                     # nothing kept
+    model.start_epoch(X, y)
+    for bad, says in (([0.1, 0.2], r"shape \(3,\)"), ([[0.1, 0.2, 0.3]], r"shape \(3,\)"),
+                      ([np.inf, 0.0, 0.0], "finite numbers"), ("abc", r"shape \(3,\)")):
+        with pytest.raises(ParameterError, match=says):
+            model.answer(bad)
+    assert model.state.queries == 0 and model.state.tops == 0       # nothing answered or spent
+    assert model.answer([0.1, 0.2, 0.3]).label in (-1, 1)
