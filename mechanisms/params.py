@@ -72,7 +72,11 @@ def dp_winnow_threshold(T: int, beta: float, eps_hat: float) -> float:
     beta/T (the seed's InitializeAboveThr(eps^, L, beta/T)), so with probability
     1 - beta no instance fires while its mistake count is 0: the cache is non-empty
     at every fire. Lemma 10's 16 ln(2T^2/beta)/eps^ mistakes per update is L + alpha."""
-    return 8 * math.log(2 * T * T / beta) / eps_hat
+    try:
+        log_term = math.log(2 * T * T / beta)
+    except OverflowError:               # T past 10^154: the same logarithm, in parts
+        log_term = math.log(2 / beta) + 2 * math.log(T)
+    return 8 * log_term / eps_hat
 
 
 def dp_winnow_draw_rho(eta: float) -> float:

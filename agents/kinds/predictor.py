@@ -216,10 +216,9 @@ class PredictorKind(Handler):
 
     @classmethod
     def learning_note(cls, config) -> str | None:
-        p = config.params
-        need = p.examples if p.examples is not None else p.k * p.m
-        return (f"its first epoch starts once {need:,} labelled examples have arrived (its "
-                "registered examples per epoch), and these queries came before that")
+        k, m, _ = shape(config)
+        return (f"its first epoch starts once {k * m:,} labelled examples have arrived ({k:,} "
+                f"blocks of {m:,}, from its registration), and these queries came before that")
 
     @classmethod
     def registration_notes(cls, config) -> list[str]:
@@ -232,16 +231,18 @@ class PredictorKind(Handler):
         p = config.params
         given = p.model_fields_set
         if "generator" not in given:
-            return ["generator 'halfspace' (the default: the seed's LP per block, hard queries "
-                    "weighted 10^4) answered below the majority class on 5 of 8 real data sets, "
-                    "where \"generator\": \"nearest\" with \"student\": true answered above it on "
-                    "7 (docs/models.md; a student learns from the queries, so one querier's "
-                    "queries shape the answers others get)"]
+            return ["generator 'halfspace' (the default: the seed's LP per block) answered below "
+                    "the majority class on 5 of 8 real data sets, where \"generator\": \"nearest\" "
+                    "answered above it on 7 (both with \"student\": true; docs/models.md; a "
+                    "student learns from the queries, so one querier's queries shape the answers "
+                    "others get)"]
         if p.generator in REAL_FEATURES and not p.student:
-            return ["without \"student\": true it answers until its v_max hard queries are spent, "
-                    "then nothing until a new epoch starts on fresh examples (nearest blocks on "
-                    "the real sets of docs/models.md: 10% to 100% of the queries answered; a "
-                    "student answers the rest, learning from the queries)"]
+            then = ("then nothing until a new epoch starts on fresh examples" if p.epochs
+                    else "then nothing more (\"epochs\": false)")
+            return [f"without \"student\": true it answers until its v_max hard queries are spent, "
+                    f"{then} (nearest blocks on the real sets of docs/models.md with 1,000 "
+                    "examples or more: 10% to 100% of the queries answered; a student answers the "
+                    "rest, learning from the queries)"]
         if p.generator == "logistic" and "hard_query_weight" not in given:
             return ["logistic blocks take each hard query as one example (hard_query_weight 1, "
                     "the default); with a student, 0 answered better on every real data set it "

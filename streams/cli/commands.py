@@ -337,7 +337,7 @@ def cmd_run(args) -> int:
     refused = [r for r in rt.outputs[topics.REJECTED] if r["source"].startswith(topics.MODELS + ":")]
     for r in refused:
         print(f"dpstream run: registration at {r['source']} refused: {r['reason']}", file=sys.stderr)
-    for line in _unanswered(rt.outputs[topics.ANSWERS], configs):
+    for line in _unanswered(rt.outputs[topics.ANSWERS], _accepted(log + rt.log)):
         print(line, file=sys.stderr)
     dead = [r for r in rt.outputs[topics.REJECTED] if not r["source"].startswith(topics.MODELS + ":")]
     if dead:
@@ -350,6 +350,14 @@ def cmd_run(args) -> int:
 
 #: why a query of this run got no label, by status, where the kind says nothing more
 NO_LABEL = {"learning": "nothing released yet: these queries came before the model's first release"}
+
+
+def _accepted(log: list[dict]) -> dict:
+    """The registrations the runtime accepted, by model id, from its model-events log (not
+    the models file: there a refused registration may come first)."""
+    from dpstream.schemas import ModelConfig
+    return {r["value"]["event"]["model_id"]: ModelConfig.model_validate(r["value"]["event"])
+            for r in log if r["value"]["event"].get("type") == "model"}
 
 
 def _unanswered(answers: list[dict], configs: dict) -> list[str]:

@@ -148,3 +148,6 @@ def test_theory_winnow_settings_past_double_range_are_refused_by_name_not_by_ove
         dp_winnow_theory_parameters(epsilon=0.5, delta=1e-6, rho=1e-80, T=10**6, beta=0.01, d=40)
     big = dp_winnow_sample_size(10**400, 0.01, 0.25, 0.1)
     assert big == math.ceil(2 * (math.log(2 / 0.01) + math.log(10**400)) / 0.025 ** 2)
+    huge_T = dp_winnow_theory_parameters(epsilon=0.5, delta=1e-6, rho=0.1, T=10**400, beta=0.01, d=40)
+    assert huge_T.m == big and huge_T.L == pytest.approx(
+        8 * (math.log(2 / 0.01) + 2 * math.log(10**400)) / huge_T.eps_hat)     # 2T^2/beta overflowed

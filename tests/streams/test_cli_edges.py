@@ -589,9 +589,10 @@ def test_a_horizon_rounded_up_to_the_block_is_said_at_registration(capsys, tmp_p
 
 
 @pytest.mark.parametrize("params,says", [
-    ({}, "model p: generator 'halfspace' (the default: the seed's LP per block, hard queries "
-         "weighted 10^4) answered below the majority class on 5 of 8 real data sets, where "
-         "\"generator\": \"nearest\" with \"student\": true answered above it on 7"),
+    ({}, "model p: generator 'halfspace' (the default: the seed's LP per block) answered below "
+         "the majority class on 5 of 8 real data sets, where \"generator\": \"nearest\" answered "
+         "above it on 7 (both with \"student\": true"),
+    ({"generator": "nearest", "student": False, "epochs": False}, "then nothing more (\"epochs\": false)"),
     ({"generator": "nearest", "student": False}, "model p: without \"student\": true it answers "
                                                  "until its v_max hard queries are spent"),
     ({"generator": "halfspace", "student": False}, "without \"student\": true"),
@@ -636,9 +637,26 @@ def test_run_says_why_queries_got_no_label(capsys, tmp_path, monkeypatch):
     assert main(["run", "--models", str(tmp_path / "m.json"), "--examples", str(tmp_path / "e.jsonl"),
                  "--queries", str(tmp_path / "q.jsonl"), "--out", str(tmp_path / "out")]) == 0
     assert ("dpstream run: model p: 7 of 7 queries got no label (learning 7); learning: its first epoch "
-            "starts once 1,200 labelled examples have arrived") in capsys.readouterr().err
+            "starts once 1,200 labelled examples have arrived (120 blocks of 10") in capsys.readouterr().err
     model["params"] = {"kind": "dp_ftrl", "horizon": 1000}      # answers from the first query
     (tmp_path / "m.json").write_text(json.dumps(model))
     assert main(["run", "--models", str(tmp_path / "m.json"), "--examples", str(tmp_path / "e.jsonl"),
                  "--queries", str(tmp_path / "q.jsonl"), "--out", str(tmp_path / "out2")]) == 0
     assert "got no label" not in capsys.readouterr().err
+
+
+def test_the_no_label_line_reads_the_registration_in_force_not_the_first_in_the_file(capsys, tmp_path,
+                                                                                    monkeypatch):
+    """A reviewer's pass: the line quoted the first registration of the file for the id, a
+    refused one (100 examples per epoch), when a later one was in force (1,200)."""
+    monkeypatch.setenv("DPSTREAM_SECRET_KEY", KEY_HEX)
+    base = {"model_id": "p", "dimension": 2, "budget": {"epsilon": 4.0, "delta": 1e-6}}
+    refused = {**base, "params": {"kind": "predictor", "generator": "nearest", "student": True, "examples": 100}}
+    taken = {**base, "params": {"kind": "predictor", "generator": "nearest", "student": True, "examples": 1200}}
+    (tmp_path / "m.jsonl").write_text(json.dumps(refused) + "\n" + json.dumps(taken) + "\n")
+    (tmp_path / "q.jsonl").write_text(json.dumps({"model_id": "p", "x": [0.5, 0.1]}) + "\n")
+    assert main(["run", "--models", str(tmp_path / "m.jsonl"), "--queries", str(tmp_path / "q.jsonl"),
+                 "--out", str(tmp_path / "out")]) == 1                       # the first was refused
+    err = capsys.readouterr().err
+    assert "refused" in err and "starts once 1,200 labelled examples have arrived" in err
+    assert "starts once 100 " not in err
