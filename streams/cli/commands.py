@@ -365,21 +365,23 @@ def _unanswered(answers: list[dict], configs: dict) -> list[str]:
     a predictor registered for 3,000 examples per epoch and sent 2,500 answered none of
     its queries, exit 0, without a word: a newcomer's pass). Statuses are public."""
     from dpstream.agents.kinds import kind
+    asked: Counter = Counter()
     by_model: dict[str, Counter] = {}
     for a in answers:
-        if a.get("kind") == "query" and a.get("label") is None:
-            by_model.setdefault(a["model_id"], Counter())[a["status"]] += 1
+        if a.get("kind") == "query":
+            asked[a["model_id"]] += 1
+            if a.get("label") is None:
+                by_model.setdefault(a["model_id"], Counter())[a["status"]] += 1
     lines = []
     for model, statuses in by_model.items():
-        asked = sum(1 for a in answers if a.get("kind") == "query" and a["model_id"] == model)
-        status, n = statuses.most_common(1)[0]
+        status = statuses.most_common(1)[0][0]
         config = configs.get(model)
-        k = kind(config.kind) if config else None
-        why = ((k.learning_note(config) if k and status == "learning" else None) or NO_LABEL.get(status)
-               or (k.after_stop.get(status) if k else None))
-        lines.append(f"dpstream run: model {model}: {sum(statuses.values()):,} of {asked:,} queries got no "
-                     "label (" + ", ".join(f"{k} {v:,}" for k, v in statuses.most_common()) + ")"
-                     + (f"; {status}: {why}" if why else ""))
+        handler = kind(config.kind) if config else None
+        why = ((handler.learning_note(config) if handler and status == "learning" else None)
+               or NO_LABEL.get(status) or (handler.after_stop.get(status) if handler else None))
+        counts = ", ".join(f"{name} {n:,}" for name, n in statuses.most_common())
+        lines.append(f"dpstream run: model {model}: {sum(statuses.values()):,} of {asked[model]:,} queries "
+                     f"got no label ({counts})" + (f"; {status}: {why}" if why else ""))
     return lines
 
 
