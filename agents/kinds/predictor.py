@@ -15,6 +15,8 @@ keeps them inline and still loads.
 """
 from __future__ import annotations
 
+import math
+
 from typing import Literal
 
 import numpy as np
@@ -53,6 +55,9 @@ NEWTON_MAX_DIMENSION = 256   # logistic blocks and the student: an epoch start o
 # d = 103 took ~10 s here (bench/predictor_real.py, yeast); the cost grows as d^3
 BINARY_GENERATORS = ("conjunctions", "disjunctions", "decision_lists")
 FINITE_TABLE_ENTRIES = 100_000   # a finite class travels inside its registration record
+NEAREST_WORK = 1 << 24           # k m d of nearest blocks: a query reads every example of the
+# epoch, about 5 ns a number here (90 ms and a 134 MB temporary at the cap; 10^8 examples
+# in 100 dimensions would ask ~50 s and 80 GB per query)
 INTERVAL_POINTS = 256            # m + v_max of an intervals block: its exact fit is O(points^3)
 # (every pair of points against every point; at m = 10,000 it asked for ~500 GB: an
 # attacker's pass). Thresholds and finite classes fit in O(m log m) and O(|class| x N).
@@ -286,6 +291,13 @@ class PredictorKind(Handler):
             if p.k is not None and isinstance(err, ThresholdsTooClose):
                 return _too_few_blocks(config)
             return str(err)
+        if p.generator == "nearest" and math.prod(shape(config)[:2]) * d > NEAREST_WORK:
+            k, m, _ = shape(config)
+            return (f"nearest-neighbour blocks compare each query with every example of the epoch: "
+                    f"{k:,} blocks of {m:,} in {d:,} dimensions are {k * m * d:,} numbers a query, "
+                    f"above the {NEAREST_WORK:,} a worker reads per query (docs/limits.md): give "
+                    "fewer examples per epoch, or \"generator\": \"logistic\" (with "
+                    "\"hard_query_weight\": 0)")
         if p.generator == "intervals" and sum(shape(config)[1:]) > INTERVAL_POINTS:
             k, m, v_max = shape(config)
             return (f"an intervals block of m={m:,} examples and up to v_max={v_max:,} hard queries "

@@ -295,3 +295,23 @@ def test_a_winnow_registration_with_an_infinite_charge_says_which_settings(param
          "params": {"kind": "winnow", "signed": True, "m": 10, "K": 100, "L": 1,
                     **{k: v for k, v in params.items() if k != "delta"}}})
     assert says in kind("winnow").config_problem(config)
+
+
+def test_nearest_blocks_are_refused_where_a_query_would_read_more_than_the_cap():
+    """A query of nearest-neighbour blocks reads every example of the epoch (k m d
+    numbers, and a temporary as large): 10^8 examples in 100 dimensions would ask ~50 s
+    and 80 GB per query. Past NEAREST_WORK the registration is refused, naming the
+    numbers and the way out; within it, accepted."""
+    from dpstream.agents.kinds import kind
+    from dpstream.agents.kinds.predictor import NEAREST_WORK
+    from dpstream.schemas import ModelConfig
+
+    def problem(examples, d=100):
+        return kind("predictor").config_problem(ModelConfig.model_validate(
+            {"model_id": "n", "dimension": d, "budget": {"epsilon": 4.0, "delta": 1e-6},
+             "params": {"kind": "predictor", "generator": "nearest", "examples": examples}}))
+    assert problem(100_000) is None                                 # 10^7 numbers a query
+    said = problem(100_000_000)
+    assert said.startswith("nearest-neighbour blocks compare each query with every example")
+    assert f"above the {NEAREST_WORK:,} a worker reads per query" in said and '"logistic"' in said
+    assert problem(100_000_000, d=1) is not None and problem(10_000_000, d=1) is None
