@@ -5,6 +5,7 @@
 #   scripts/kafka.sh stop     stop the broker started by this script
 #   scripts/kafka.sh status   print whether it runs and answers
 #   scripts/kafka.sh fetch    only download the jars (prints their directory)
+#   scripts/kafka.sh cluster-ids [N]   N fresh KRaft cluster ids (as start and compose-secrets make them)
 #   scripts/kafka.sh reset    stop, then delete the state directory
 #   scripts/kafka.sh compose-secrets [DIR]   TLS material, users and configs for the
 #                             secured docker-compose profile (default DIR: ./secrets)
@@ -72,6 +73,22 @@ DEPS="org.apache.kafka:kafka_2.13:$VERSION org.apache.logging.log4j:log4j-slf4j-
 LIBS="$HOME_DIR/libs-$(echo "$DEPS" | cksum | cut -d ' ' -f 1)"
 
 die() { echo "kafka.sh: $*" >&2; exit 1; }
+
+cluster_ids() {
+  # $1 (default 1) KRaft cluster ids, one a line: 16 random bytes in URL-safe base64
+  # without padding, as Kafka's Uuid.randomUuid makes them and, like it, never starting
+  # with '-' (Kafka's argument parser reads such a value as an option: "argument
+  # --cluster-id/-t: expected one argument", about one format in 64 failed so).
+  "$PY" - "${1:-1}" <<'PY'
+import base64, sys, uuid
+for _ in range(int(sys.argv[1])):
+    while True:
+        cid = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        if not cid.startswith("-"):
+            print(cid)
+            break
+PY
+}
 
 need_tools() {
   command -v java >/dev/null || die "Java is missing: install a JDK >= 17 (Debian: apt-get install openjdk-17-jdk-headless)"
@@ -429,7 +446,7 @@ start() {
   local cp="$LIBS/*"
   if [ ! -f "$STATE/data/meta.properties" ]; then
     local cid
-    cid=$("$PY" -c 'import base64, uuid; print(base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("="))')
+    cid=$(cluster_ids)
     java -cp "$cp" -Dlog4j2.configurationFile="$STATE/log4j2.properties" kafka.tools.StorageTool \
       format -t "$cid" -c "$STATE/server.properties" >"$STATE/format.log" 2>&1 \
       || die "storage format failed: $(grep -v '^\s*$' "$STATE/format.log" | tail -n 1)"
@@ -537,8 +554,7 @@ compose_secrets() {
     "SASL_SSL://localhost:9094,INTERNAL://kafka:19094,BROKER://127.0.0.1:9096" \
     "SASL_SSL:SASL_SSL,INTERNAL:SASL_SSL,BROKER:SSL,CONTROLLER:SSL" > "$out/kafka/server.properties"
   for u in $USERS; do printf '%s %s\n' "$u" "$(password_of "$u" "$out/clients")"; done > "$out/kafka/users"
-  "$PY" -c 'import base64, uuid; print(base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("="))' \
-    > "$out/kafka/cluster.id"
+  cluster_ids > "$out/kafka/cluster.id"
   broker_admin_config 127.0.0.1:9096 /etc/dpstream/kafka > "$out/kafka/broker-admin.properties"
   cat > "$out/kafka/healthcheck.properties" <<PROPS
 security.protocol=SASL_SSL
@@ -562,6 +578,7 @@ case "${1:-}" in
   compose-secrets) compose_secrets "${2:-}" ;;
   stop) stop ;;
   fetch) fetch print ;;
+  cluster-ids) cluster_ids "${2:-1}" ;;
   clients) [ "$SECURE" = 1 ] || die "'clients' is for the secured broker: KAFKA_SECURE=1 scripts/kafka.sh clients"
            echo "$STATE/clients" ;;
   users) shift; users "$@" ;;
@@ -571,5 +588,5 @@ case "${1:-}" in
           if running && holds_port "$PORT"; then echo "running on 127.0.0.1:$PORT (state in $STATE)"
           else echo "not running (state in $STATE)"; exit 1; fi ;;
   reset) stop; rm -rf "$STATE" ;;
-  *) echo "usage: $0 start|stop|status|fetch|reset|compose-secrets [DIR]|clients|users NAME...|rotate NAME|remove NAME" >&2; exit 2 ;;
+  *) echo "usage: $0 start|stop|status|fetch|reset|compose-secrets [DIR]|cluster-ids [N]|clients|users NAME...|rotate NAME|remove NAME" >&2; exit 2 ;;
 esac

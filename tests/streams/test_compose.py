@@ -187,3 +187,16 @@ def test_the_compose_brokers_configuration_runs_and_enforces_the_acls(secrets, t
         watch.__exit__(None, None, None)
         os.killpg(broker.pid, signal.SIGTERM)
         broker.wait(60)
+
+
+def test_cluster_ids_never_start_with_a_dash():
+    """A KRaft cluster id is URL-safe base64, so about one in 64 began with '-', which
+    kafka-storage's argument parser reads as an option: "argument --cluster-id/-t:
+    expected one argument", and ``scripts/kafka.sh start`` failed (CI, once). Kafka's own
+    Uuid.randomUuid draws again in that case; so does the script, for ``start`` and for
+    ``compose-secrets``. 5,000 ids: the old draw would give about 78 such ids."""
+    done = subprocess.run([SCRIPT, "cluster-ids", "5000"], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    ids = done.stdout.split()
+    assert len(ids) == 5000 and len(set(ids)) == 5000
+    assert all(re.fullmatch(r"[A-Za-z0-9_][A-Za-z0-9_-]{21}", i) for i in ids)
