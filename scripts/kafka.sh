@@ -578,7 +578,8 @@ case "${1:-}" in
   compose-secrets) compose_secrets "${2:-}" ;;
   stop) stop ;;
   fetch) fetch print ;;
-  cluster-ids) cluster_ids "${2:-1}" ;;
+  cluster-ids) [[ "${2:-1}" =~ ^[1-9][0-9]{0,4}$ ]] || die "cluster-ids takes a count from 1 to 99999"
+               cluster_ids "${2:-1}" ;;
   clients) [ "$SECURE" = 1 ] || die "'clients' is for the secured broker: KAFKA_SECURE=1 scripts/kafka.sh clients"
            echo "$STATE/clients" ;;
   users) shift; users "$@" ;;

@@ -200,3 +200,7 @@ def test_cluster_ids_never_start_with_a_dash():
     ids = done.stdout.split()
     assert len(ids) == 5000 and len(set(ids)) == 5000
     assert all(re.fullmatch(r"[A-Za-z0-9_][A-Za-z0-9_-]{21}", i) for i in ids)
+    for bad in ("abc", "-3", "0", "10" * 5):                    # before: a Python traceback, or silence
+        done = subprocess.run([SCRIPT, "cluster-ids", bad], capture_output=True, text=True, timeout=60)
+        assert done.returncode == 1 and done.stdout == ""
+        assert done.stderr == "kafka.sh: cluster-ids takes a count from 1 to 99999\n"
