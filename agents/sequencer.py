@@ -215,8 +215,9 @@ async def sequence_batch(records: list[RawRecord], state: MutableMapping, emit: 
     batch are made durable before any input offset is recorded.
 
     Returns the log records it appended whose place in the log the runtime reported
-    (``deliver``), in order, with their decoded body: a runtime may hand them straight to
-    the processor instead of reading them back (streams/worker/app.py's bulk path)."""
+    (``deliver``), in offset order per partition, with their decoded body: a runtime may
+    hand them straight to the processor instead of reading them back
+    (streams/worker/app.py's bulk path)."""
     set_partition = getattr(state, "set_partition", lambda partition: None)
     outputs: list[tuple[str, str | None, dict]] = []
     last: dict[tuple[str, int], int] = {}
@@ -237,9 +238,14 @@ async def sequence_batch(records: list[RawRecord], state: MutableMapping, emit: 
     for (topic, partition), offset in last.items():    # only once the outputs are durable
         set_partition(partition)
         state[_src_key(topic, partition)] = offset
-    return [RawRecord(MODEL_EVENTS, *placed, key.encode(), b"", body=value)
-            for (topic, key, value), placed in zip(outputs, where)
-            if topic == MODEL_EVENTS and placed is not None]
+    # in log order per partition, as the processor reads a log: the outputs producer
+    # places each model's appends as one run (streams/worker/outputs.py), so input order
+    # would look like a gap to the processor, which re-reads gaps from the broker
+    appended = [RawRecord(MODEL_EVENTS, *placed, key.encode(), b"", body=value)
+                for (topic, key, value), placed in zip(outputs, where)
+                if topic == MODEL_EVENTS and placed is not None]
+    appended.sort(key=lambda r: (r.partition, r.offset))
+    return appended
 
 
 def _src_key(topic: str, partition: int) -> str:

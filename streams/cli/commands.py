@@ -49,7 +49,7 @@ from pathlib import Path
 from dpstream.mechanisms.errors import MissingKeyError
 from dpstream.mechanisms.randomness import KeyedRandomness
 from dpstream.streams.worker import topics
-from dpstream.streams.worker.kafka import DEFAULT_BOOTSTRAP, Kafka, client_errors, running
+from dpstream.streams.worker.kafka import DEFAULT_BOOTSTRAP, Kafka, client_errors, honour_cancel, running
 
 from .progress import Progress
 
@@ -81,6 +81,15 @@ def _kafka(args) -> Kafka:
     return kafka
 
 
+async def _honouring_cancel(coro):
+    """``coro``'s result, unless a Ctrl-C came that a client's close swallowed
+    (``honour_cancel``): asyncio.run turns the CancelledError raised then into
+    KeyboardInterrupt, as it does for a Ctrl-C that was not swallowed."""
+    result = await coro
+    honour_cancel()
+    return result
+
+
 def _broker_call(kafka: Kafka, coro, doing: str = "talk to", passing: tuple = ()):
     """Run a coroutine that talks to the broker; a failure is one line that says what to
     fix: an unreachable broker, a refused login or certificate, or the missing right
@@ -89,7 +98,7 @@ def _broker_call(kafka: Kafka, coro, doing: str = "talk to", passing: tuple = ()
     types in ``passing`` reach the caller as they are."""
     with client_errors() as logged:
         try:
-            return asyncio.run(coro)
+            return asyncio.run(_honouring_cancel(coro))
         except passing:
             raise
         except Exception as err:          # noqa: BLE001 - one line, never a traceback

@@ -19,9 +19,11 @@ The log stays the source of truth: a crash between appending and applying leaves
 backlog the processor reads first (streams/worker/logread.py).
 
 Tables: ``sequencer-state`` (model configs, last input offset per input partition) and
-``model-state``, one record per key ``model/<id>/...`` (agents/kinds/storage.py).
-Changelogs and ``model-events`` carry raw features: they are as sensitive as the input
-topics (restrict them the same way; dpstream never logs them).
+``model-state``, one record per key ``model/<id>/...`` (agents/kinds/storage.py), the
+worker's own (streams/worker/state.py): restored from their compacted changelogs before
+any record of their partition is applied. Changelogs and ``model-events`` carry raw
+features: they are as sensitive as the input topics (restrict them the same way;
+dpstream never logs them).
 
 Crash safety: every agent writes a table only after the outputs of the event are
 acknowledged by the broker (agents/records.py), and faust flushes the producer before
@@ -33,9 +35,8 @@ dropped straight from the broker (streams/worker/logread.py; counted in
 
 Settings (faust facts: docs/architecture.md, "The faust seam"): ``web_tables_enabled=False`` (the
 default /table view would serve private state over HTTP); ``at_least_once`` with
-idempotent agents, since correctness must not depend on exactly-once; memory store,
-restored from the changelogs on start; replication factor 1 for a one-broker dev
-cluster (raise it in production).
+idempotent agents, since correctness must not depend on exactly-once; replication
+factor 1 for a one-broker dev cluster (raise it in production).
 """
 from __future__ import annotations
 
@@ -58,9 +59,10 @@ from .kafka import KEY_PASSWORD_ENV, SASL_PASSWORD_ENV, Kafka, running
 from .logread import read_range
 from .observe import WEB_BIND, Metrics, collect_status, model_partition
 from .outputs import OutputsProducer
+from .state import CHANGELOG_COMPACTION, TABLES, WorkerState, changelog_name
 from .topics import INPUTS, METADATA_MAX_AGE_MS, MODEL_EVENTS, OUTPUTS
 from .tuning import FULL_GC_AT_MOST, FULL_GC_CHECK, pace_fetches, shorten_fetch_wait
-from .watchdog import CHECK_EVERY, RecoveryWatchdog, StopGuard
+from .watchdog import StopGuard
 
 BATCH = 500                         # events per agent call at most
 TAIL_CHECK = 5.0                    # seconds without a fetch before the worker checks the log ends
@@ -68,14 +70,12 @@ PACE_IDLE_AFTER = 1.0               # seconds without a batch before fetches ans
 TAIL_READ = 8_000                   # records per partition it reads from the log per check
 GROUP_CHECK = 2.0                   # seconds between looks at the group coordination's errors
 logger = logging.getLogger("dpstream.app")
-CHANGELOG_COMPACTION = {"segment.ms": "60000", "segment.bytes": str(16 * 1024 * 1024),
-                        "min.cleanable.dirty.ratio": "0.1"}
 
 
 class WorkerApp:
     """One worker's faust app and what it runs: the tables, the outputs producer, the
     processor, the bulk path, the timers (fetch pacing, the tail check, the collector's
-    full passes, the recovery watchdog) and the web pages (``/status/``, ``/metrics/``).
+    full passes) and the web pages (``/status/``, ``/metrics/``).
 
     ``emit_override`` (tests, benches) replaces the outputs producer: every output goes
     to it instead of Kafka."""
@@ -149,11 +149,12 @@ class WorkerApp:
         self.emit = emit_override if emit_override is not None else self.outputs
         self.revoked: set[int] = set()       # model-events partitions taken away, not yet back
         self.changelog = seam.ChangelogWriter(app)   # a chunk's table writes in one step
-        self.model_view = seam.TableStore(self.model_state, self.changelog)
+        self.state = WorkerState(app.conf.id, kafka, self.changelog)
+        self.state.declare = self._declare_changelogs
+        self.model_view = self.state.view("model-state")
         # the sequencer's records (input offsets, registrations) may wait for the end of
         # its chunk, to leave with the processor's (apply_fetch says why that is safe)
-        self.sequencer_view = seam.TableStore(self.sequencer_state, self.changelog,
-                                              deferrable=True)
+        self.sequencer_view = self.state.view("sequencer-state", deferrable=True)
         self.processor = Processor(rng, self.model_view, self.emit, self.fetch, offload=True,
                                    owns=self.owns)
         self.dp_topics = {prefix + t: t for t in (*INPUTS, MODEL_EVENTS)}
@@ -163,7 +164,6 @@ class WorkerApp:
         self._fetching = None                # aiokafka's consumer under faust's, once known
         self._paced = False                  # fetches wait for BUSY_FETCH_MIN_BYTES (pace_fetches)
         self._last_full_gc = time.monotonic()
-        self.watchdog = RecoveryWatchdog.of(app)   # table recovery never waits for ever
         # the process ends soon after SIGTERM, SIGINT or a crash (installed at start)
         self.stop_guard = StopGuard(self.left_over, lambda: seam.crash_reason(app),
                                     on_stop=self.bulk.stop)
@@ -179,16 +179,17 @@ class WorkerApp:
         self.inputs = app.topic(*(prefix + t for t in INPUTS), **raw)
         self.log = app.topic(self.log_name, **raw)
         self.output_topics = {name: app.topic(prefix + name, **raw) for name in OUTPUTS}
-        # key_type=bytes makes faust use the raw codec for keys on write *and* on recovery;
-        # values are JSON (faust's fallback codec). Heads are rewritten on every batch, so
-        # an uncompacted changelog grows with history and a restart would replay all of
-        # it. Kafka compacts closed segments only: short segments keep each changelog near
-        # one record per key, so a restarted worker restores state, not history (measured
-        # by bench/pipeline.py's recovery step).
-        self.sequencer_state = app.Table("sequencer-state", partitions=self.partitions,
-                                         key_type=bytes, extra_topic_configs=CHANGELOG_COMPACTION)
-        self.model_state = app.Table("model-state", partitions=self.partitions, key_type=bytes,
-                                     extra_topic_configs=CHANGELOG_COMPACTION)
+        # The tables' changelogs (streams/worker/state.py): compacted, declared by the
+        # worker before its first restore; no agent reads them (faust's consumer does not
+        # subscribe them), the worker's restore reads them with a consumer of its own.
+        self.changelogs = {t: app.topic(changelog_name(app.conf.id, t),
+                                        compacting=True, deleting=False,
+                                        config=CHANGELOG_COMPACTION, **raw) for t in TABLES}
+
+    async def _declare_changelogs(self) -> None:
+        """Create the tables' changelogs where missing (before a restore reads them)."""
+        for topic in self.changelogs.values():
+            await topic.maybe_declare()
 
     # ------------------------------------------------------------ partitions
     def owns(self, partition: int) -> bool:
@@ -206,13 +207,16 @@ class WorkerApp:
     def log_positions(self) -> dict[int, int]:
         """Per owned log partition, the processor's next offset (all below applied)."""
         return {p: self.model_view.get(f"log/{p}", 0) for p in self.assigned_log_partitions()
-                if self.owns(p)}
+                if self.owns(p) and self.state.is_ready(p)}
 
     async def _on_revoked(self, sender, tps, **kwargs) -> None:
         self.revoked.update(tp.partition for tp in tps if tp.topic == self.log_name)
 
     async def _on_assigned(self, sender, tps, **kwargs) -> None:
         self.revoked.difference_update(tp.partition for tp in tps if tp.topic == self.log_name)
+        # every partition number of a dpstream topic (co-partitioned with the changelogs):
+        # its state is restored before any of its records is applied
+        self.state.assign({tp.partition for tp in tps if tp.topic in self.dp_topics})
         try:                                 # the consumer exists once partitions are assigned
             consumer = seam.aiokafka_consumer(self.app)
             shorten_fetch_wait(consumer)
@@ -286,6 +290,11 @@ class WorkerApp:
         land later than before; a restarted owner that finds older input offsets re-appends
         inputs the processor then skips as applied (``LogEvent.already_applied``), and a
         registration sent again is identical."""
+        # The handoff invariant (streams/worker/state.py): no record is applied before
+        # its partition's state is restored; records of a partition still restoring
+        # wait here, whatever faust did between the assignment and its pause.
+        await self.state.restored({r.partition for recs in batch.values() for r in recs},
+                                  self.owns, lambda: self.bulk.stopping or self.app.should_stop)
         inputs = [r for name in INPUTS for r in batch.get(name, ())]
         events = batch.get(MODEL_EVENTS, [])
         for name, recs in batch.items():
@@ -293,8 +302,11 @@ class WorkerApp:
         complete = True
         for stage, records in (("sequencer", inputs), ("processor", events)):
             for a in range(0, len(records), BATCH):
-                chunk = [r for r in records[a:a + BATCH] if self.owns(r.partition)]
-                complete = complete and len(chunk) == len(records[a:a + BATCH])
+                chunk = records[a:a + BATCH]
+                parts = {r.partition for r in chunk}
+                ready = {p for p in parts if self.owns(p) and self.state.is_ready(p)}
+                if ready != parts:
+                    chunk, complete = [r for r in chunk if r.partition in ready], False
                 if not chunk:
                     continue
                 with self.metrics.timer(stage):
@@ -305,8 +317,8 @@ class WorkerApp:
                         appended = await sequence_batch(chunk, self.sequencer_view, self.emit,
                                                         self.fetch)
                         mine = self.assigned_log_partitions()
-                        appended = [r for r in appended
-                                    if r.partition in mine and self.owns(r.partition)]
+                        appended = [r for r in appended if r.partition in mine
+                                    and self.owns(r.partition) and self.state.is_ready(r.partition)]
                         if appended:
                             self.bulk.hold({r.partition for r in appended})   # not read back
                             await self.processor.handle_batch(appended)
@@ -327,11 +339,11 @@ class WorkerApp:
         (the sequencer's last input offset, the processor's next log position) and apply
         what is missing straight from the log (read_range). Idempotent by the agents' own
         rules; nothing is acked for it, so the consumer's offsets stay faust's."""
-        if self.bulk.idle() < TAIL_CHECK or seam.in_recovery(self.app):
+        if self.bulk.idle() < TAIL_CHECK:
             return
         try:                                  # a failed check must not stop the worker
-            actives = [tp for tp in seam.assigned_actives(self.app)
-                       if tp.topic in self.dp_topics and self.owns(tp.partition)]
+            actives = [tp for tp in seam.assigned_actives(self.app) if tp.topic in self.dp_topics
+                       and self.owns(tp.partition) and self.state.is_ready(tp.partition)]
             batch = await self._missing(actives) if actives else {}
         except Exception as err:              # noqa: BLE001 - the next check retries
             logger.warning("tail check failed (%s)", type(err).__name__)
@@ -386,10 +398,6 @@ class WorkerApp:
         logger.error("%s; the worker joins its group once it is granted, nothing is lost",
                      self.bulk.say(err, "Join", "the consumer group"))
 
-    async def watch_recovery(self) -> None:
-        """Seek again, then exit, when table recovery stalls (streams/worker/watchdog.py)."""
-        await self.watchdog.check()
-
     async def release_idle(self) -> None:
         """Release held log partitions when no batch runs (an idle worker)."""
         if self.bulk.held:
@@ -441,11 +449,11 @@ class WorkerApp:
 
         @app.on_before_shutdown.connect
         async def stop_outputs_producer(sender, **kwargs) -> None:
+            await w.state.stop()
             await w.outputs.stop()
 
         for interval, method in ((PACE_IDLE_AFTER, self.unpace_fetches), (TAIL_CHECK, self.tail_check),
-                                 (FULL_GC_CHECK, self.full_collection), (RELEASE_AFTER, self.release_idle),
-                                 (CHECK_EVERY, self.watch_recovery)):
+                                 (FULL_GC_CHECK, self.full_collection), (RELEASE_AFTER, self.release_idle)):
             app.timer(interval, name=f"dpstream.{method.__name__}")(_call(method))
         app.add_dependency(FromTheStart(self))
 

@@ -63,15 +63,10 @@ What each part replaces, and why:
 * **The aiokafka consumer and its fetcher** (``aiokafka_consumer``, ``set_fetch_wait``):
   the fetch waits (``Fetcher._fetch_max_wait_ms``, ``_fetch_min_bytes``,
   ``_fetcher_timeout``; streams/worker/tuning.py says why each value).
-* **Table recovery's progress** (``recovery_remaining``, ``seek_recovery``): faust's
-  ``Recovery.active_remaining`` and ``active_offsets``, for the recovery watchdog
-  (streams/worker/watchdog.py), which seeks stuck changelog partitions with ``seek_wait`` and
-  stops a worker whose recovery stalls with ``App.crash``.
-* **Tables** (``TableStore``): writes with an explicit changelog partition, because
-  batches have no current event; a batch's changelog records go to faust's producer in
-  one step (``ChangelogWriter``: the topic's ``prepare_key``/``prepare_value``, the
-  driver's ``_ensure_producer``), outside a batch through ``Collection.send_changelog``;
-  then the store, ``table.data``.
+* **Table changelog records** (``ChangelogWriter``): a batch's state records go to
+  faust's producer (the driver's ``_ensure_producer``) in one step, so that faust's
+  flush before every commit covers them. The tables themselves are the worker's, not
+  faust's (streams/worker/state.py says why).
 * **Undecodable record batches** (``guard_undecodable``): aiokafka's
   ``PartitionRecords._unpack_records`` (it decodes a batch as it hands its records
   over), over batches that turn a decoding error into one dead-letter record per offset.
@@ -432,27 +427,11 @@ def crash_reason(app) -> BaseException | None:
     return None
 
 
-def in_recovery(app) -> bool:
-    """Whether faust is restoring tables (it pauses every partition meanwhile)."""
-    return app.tables.recovery.in_recovery
-
-
-def recovery_remaining(app) -> dict:
-    """What faust's table recovery still has to read, per active changelog partition
-    (``Recovery.active_remaining``: end offset noted at its start minus the last offset
-    read); empty when no recovery runs."""
-    recovery = app.tables.recovery
-    if not recovery.in_recovery:
-        return {}
-    return {tp: n for tp, n in recovery.active_remaining().items() if n > 0}
-
-
-async def seek_recovery(app, tps) -> None:
-    """Seek changelog partitions back to the last offset recovery read (0 when none), as
-    faust's ``Recovery._seek_offsets`` does at recovery start: their records are fetched
-    again and recovery skips those it already has."""
-    offsets = app.tables.recovery.active_offsets
-    await app.consumer.seek_wait({tp: max(offsets.get(tp) or 0, 0) for tp in tps})
+def restoring(app) -> bool:
+    """Whether the worker is restoring the state of partitions it was given
+    (streams/worker/state.py): their records wait meanwhile."""
+    state = getattr(getattr(app, "dpstream", None), "state", None)
+    return state is not None and bool(state.assigned - state.ready)
 
 
 def assigned_actives(app) -> set:
@@ -577,15 +556,15 @@ class QuietIdleStreams:
     partition with a backlog that no batch of this process has taken yet: in normal work,
     one assigned by a rebalance whose tables are still recovering (faust pauses every
     partition meanwhile, and skips the check only while the rebalance itself runs).
-    Nothing is lost there (its offsets are not committed) and the recovery watchdog
-    (streams/worker/watchdog.py) stops a recovery that stalls, so it is not an error;
-    outside a recovery it is worth a look, so it stays a warning. Every other message of
+    Nothing is lost there (its offsets are not committed) and a restore that fails is
+    retried in place (streams/worker/state.py), so it is not an error; outside a restore
+    it is worth a look, so it stays a warning. Every other message of
     the check keeps faust's ERROR ("Stream stopped processing, or is slow" included)."""
 
     def _log_slow_processing_stream(self, msg: str, *args) -> None:
         if msg != SLOW_PROCESSING_STREAM_IDLE_SINCE_START:
             return super()._log_slow_processing_stream(msg, *args)
-        level = logging.INFO if in_recovery(self.consumer.app) else logging.WARNING
+        level = logging.INFO if restoring(self.consumer.app) else logging.WARNING
         self.log.log(level, f"{msg} No batch of this worker has taken it yet; nothing is "
                             "lost (its offsets are not committed).", *args)
 
@@ -646,27 +625,25 @@ def use_consumer(app, *, in_loop: bool, on_refused: Callable[[BaseException], No
 class ChangelogWriter:
     """The tables' changelog records, appended to faust's producer a step at a time.
 
-    A ``TableStore`` write that names a changelog partition gives its record here (the
-    store itself changes at once). Records are appended, in write order, as one aiokafka
+    A table write (streams/worker/state.py ``TableView``) gives its record here (the
+    table itself changes at once). Records are appended, in write order, as one aiokafka
     batch per changelog partition (streams/worker/batches.py) to faust's own producer
     (``Producer._ensure_producer``), all in one step, so records written together leave
     in one produce request: at the end of an ``async with writer.held():`` block, or, for
-    records written outside one or by a store that is not ``deferrable``, on the loop's
-    next turn (a task), when faust's buffered path (``Collection.send_changelog``: a
-    queue and a task that publishes one message at a time) would have sent them too.
-    Inside ``held()`` a ``deferrable`` store's records wait for the block's end. faust's
-    path cost the loop ~0.14 ms per record and sent a batch's writes to two tables in
-    2.5-2.9 requests (bench/throughput.py --batch-cost, 106-record batches).
-    Serialized by faust's own topic (``prepare_key``, ``prepare_value``, with the
-    table's serializers; a tombstone is a raw None), so recovery reads them as faust's.
+    records written outside one or by a view that is not ``deferrable``, on the loop's
+    next turn (a task). Inside ``held()`` a ``deferrable`` view's records wait for the
+    block's end. (faust's own path, ``Collection.send_changelog``, cost the loop ~0.14 ms
+    per record and sent a batch's writes to two tables in 2.5-2.9 requests:
+    bench/throughput.py --batch-cost, 106-record batches.) Encoded by the table
+    (``Table.encode``).
 
     Why the path is safe: faust's ``Producer.flush`` flushes this aiokafka producer, and
-    faust calls it before every commit and when partitions are revoked, so appended
-    records are covered exactly as faust's own (faust's ``_on_changelog_sent`` only
-    records persisted offsets, which the memory store does not keep). Steps run one at a
-    time (a lock), so a partition's records keep their order. A failed step keeps the
-    records it did not append for the next, each key's last write only (the store holds
-    them already; a write the agents would skip as done must still reach the changelog)."""
+    faust calls it before every commit, so a committed input offset never runs ahead of
+    the state records its batch wrote. Steps run one at a time (a lock), so a
+    partition's records keep their order. A failed step keeps the records it did not
+    append for the next, each key's last write only (the table holds them already; a
+    write the agents would skip as done must still reach the changelog); ``drop`` forgets
+    those of partitions this worker lost (their next owner restored without them)."""
 
     def __init__(self, app, send=None):
         self.app = app
@@ -674,16 +651,20 @@ class ChangelogWriter:
         # one changelog partition (tests may collect them instead)
         self.send = send or self._send_to_faust
         self._depth = 0
-        self._pending: list[tuple[object, int, bytes, object]] = []
+        self._pending: list[tuple[object, int, str, object]] = []
         self._lock = asyncio.Lock()
         self._soon: asyncio.Task | None = None
 
-    def add(self, table, partition: int, key: bytes, value, *, deferrable: bool = False) -> None:
+    def add(self, table, partition: int, key: str, value, *, deferrable: bool = False) -> None:
         """Keep a record for the next step (which is at once scheduled, unless the record
         is ``deferrable`` and a ``held`` block is open)."""
         self._pending.append((table, partition, key, value))
         if not (deferrable and self._depth) and (self._soon is None or self._soon.done()):
             self._soon = asyncio.get_running_loop().create_task(self._flush_soon())
+
+    def drop(self, partitions: set[int]) -> None:
+        """Forget the unsent records of ``partitions`` (lost in a rebalance)."""
+        self._pending = [r for r in self._pending if r[1] not in partitions]
 
     @contextlib.asynccontextmanager
     async def held(self):
@@ -711,19 +692,14 @@ class ChangelogWriter:
             try:
                 groups: dict[tuple[str, int], list[tuple[bytes | None, bytes | None]]] = {}
                 for table, partition, key, value in pending:
-                    topic = table.changelog_topic
-                    kb, headers = topic.prepare_key(key, table.key_serializer, None, {})
-                    vb = None if value is None else \
-                        topic.prepare_value(value, table.value_serializer, None, headers)[0]
-                    groups.setdefault((topic.get_topic_name(), partition), []).append((kb, vb))
+                    groups.setdefault((table.topic, partition), []).append(table.encode(key, value))
                 for where, records in groups.items():
                     await self.send(*where, records)
                     sent.add(where)
             except BaseException:                  # the unsent go again with the next step
-                self._pending[:0] = [r for r in pending
-                                     if (r[0].changelog_topic.get_topic_name(), r[1]) not in sent]
+                self._pending[:0] = [r for r in pending if (r[0].topic, r[1]) not in sent]
                 # bounded while the broker is away: a key's last write only (what
-                # compaction and recovery keep), each at its last place, so order holds
+                # compaction and a restore keep), each at its last place, so order holds
                 last = {(id(t), p, k): i for i, (t, p, k, _) in enumerate(self._pending)}
                 self._pending = [r for i, r in enumerate(self._pending)
                                  if last[(id(r[0]), r[1], r[2])] == i]
@@ -742,64 +718,6 @@ def _log_undelivered(delivery) -> None:
     if not delivery.cancelled() and delivery.exception() is not None:
         log.warning("table changelog records were not delivered (%s); a restart re-reads "
                     "more of the log", type(delivery.exception()).__name__)
-
-
-class TableStore:
-    """The MutableMapping surface the agents use, over a faust table (keys are str;
-    the table stores them as bytes with the raw key serializer).
-
-    ``set_partition(p)`` makes later writes (and deletions) go to changelog partition
-    ``p``: what faust's Table.on_key_set does with the current event's partition, done
-    explicitly, because batches have no current event: the changelog record goes to
-    ``writer`` (a ``ChangelogWriter``; ``deferrable``: its records may wait for the end of
-    a held block), or without one through faust (``Collection.send_changelog``); then the
-    store (``table.data``) changes. Reads go to
-    the store directly: faust's ``Table.__getitem__`` adds only its sensors' get
-    counters, which nothing here reads, and cost a tenth of the worker's loop time at
-    small batches."""
-
-    def __init__(self, table, writer: ChangelogWriter | None = None, *, deferrable: bool = False):
-        self.table, self.writer, self.deferrable = table, writer, deferrable
-        self.partition: int | None = None
-
-    def set_partition(self, partition: int) -> None:
-        self.partition = partition
-
-    def __getitem__(self, key: str):
-        return self.table.data[key.encode()]
-
-    def __setitem__(self, key: str, value) -> None:
-        if self.partition is None:
-            self.table[key.encode()] = value
-            return
-        self._changelog(key.encode(), value)
-        self.table.data[key.encode()] = value
-
-    def __delitem__(self, key: str) -> None:
-        """A tombstone on the changelog (faust's Table.on_key_del: value None, raw
-        serializer; recovery and compaction drop the key), then the key leaves the store."""
-        if self.partition is None:
-            del self.table[key.encode()]
-            return
-        self._changelog(key.encode(), None)
-        self.table.data.pop(key.encode(), None)
-
-    def _changelog(self, key: bytes, value) -> None:
-        if self.writer is not None:
-            self.writer.add(self.table, self.partition, key, value, deferrable=self.deferrable)
-        elif value is None:
-            self.table.send_changelog(self.partition, key, None, value_serializer="raw")
-        else:
-            self.table.send_changelog(self.partition, key, value)
-
-    def __contains__(self, key: str) -> bool:
-        return key.encode() in self.table.data
-
-    def get(self, key: str, default=None):
-        return self.table.data.get(key.encode(), default)
-
-    def keys(self):
-        return [k.decode() if isinstance(k, bytes) else k for k in list(self.table.data.keys())]
 
 
 # ---------------------------------------------------------------- ACLs
@@ -954,11 +872,6 @@ def contract() -> list[str]:
                  "crashed", "crash_reason", "should_stop", "in_worker"):
         if not hasattr(app, name):
             problems.append(f"faust App.{name} is gone")
-    if not hasattr(app.tables, "recovery"):
-        problems.append("faust TableManager.recovery is gone")
-    else:
-        problems += [f"faust Recovery.{f} is gone" for f in ("in_recovery", "active_remaining", "active_offsets")
-                     if not hasattr(app.tables.recovery, f)]
     if not inspect.iscoroutinefunction(getattr(app, "crash", None)):
         problems.append("faust App.crash is no longer a coroutine function")
     from faust.transport.consumer import Fetcher as FaustFetcher
@@ -970,8 +883,4 @@ def contract() -> list[str]:
         problems += [f"mode ServiceThread.{f} is gone" for f in _THREAD_FIELDS if not hasattr(thread, f)]
     finally:
         loop.close()
-    table = app.Table("dpstream-contract")
-    for name in ("data", "send_changelog"):
-        if not hasattr(table, name):
-            problems.append(f"faust Table.{name} is gone")
     return problems

@@ -43,6 +43,8 @@ A config never means less security than it says (docs/security-clients.md; issue
 """
 from __future__ import annotations
 
+import asyncio
+
 import logging
 import os
 import re
@@ -402,11 +404,26 @@ def read_properties(path: str) -> dict[str, str]:
     return props
 
 
+def honour_cancel() -> None:
+    """Raise CancelledError when this task was asked to stop and a client's close swallowed
+    the request. aiokafka's close awaits a helper task it cancelled under
+    ``suppress(CancelledError)`` (``AIOKafkaClient.close``, ``Fetcher.close``), and its
+    producer's ``Sender.close`` awaits a sender task that returns when cancelled: a
+    cancellation that comes while a client closes ends there, and only
+    ``Task.cancelling()`` still counts it. asyncio.run's Ctrl-C is such a cancellation;
+    without this a command went on as if none had come (``produce`` sent the whole file
+    and exited 0). Call it after a client is closed (``running`` does)."""
+    task = asyncio.current_task()
+    if task is not None and task.cancelling():
+        raise asyncio.CancelledError
+
+
 @asynccontextmanager
 async def running(client):
     """An aiokafka client started, and stopped (closed, for the admin client) however the
     block ends, also when starting it failed: an unreachable broker must not leave
-    "Unclosed AIOKafkaConsumer" warnings behind."""
+    "Unclosed AIOKafkaConsumer" warnings behind. A stop asked for while it closed is
+    not lost (``honour_cancel``)."""
     stop = getattr(client, "stop", None) or client.close
     try:
         await client.start()
@@ -416,6 +433,7 @@ async def running(client):
             await stop()
         except Exception:            # noqa: BLE001 - already broken: nothing left to close
             pass
+        honour_cancel()
 
 
 class TLSShutdownRace:

@@ -26,6 +26,9 @@ def new_worker(emit, timeline: list, **settings) -> WorkerApp:
     w.app.finalize()
     w.app.conf.store = "memory://"
     w.changelog.send = changelog_to(timeline)
+    # no broker: the worker holds every partition, restored from empty changelogs
+    w.state.assigned = w.state.ready = set(range(w.partitions))
+    w.state.declare = None                           # (no changelog topics to create)
     return w
 
 

@@ -120,8 +120,10 @@ def _tables():
 
 
 async def test_changelog_records_are_serialized_as_fausts_own_path_would_write_them():
-    """Recovery reads the changelog with the table's codecs: the writer's bytes must be
-    what faust's ``send_changelog`` would produce (``as_future_message``), tombstones too."""
+    """The changelogs keep faust's tables' format (a worker restores what either wrote):
+    the writer's bytes must be what faust's ``send_changelog`` would produce
+    (``as_future_message``), tombstones too, and the restore reads them back."""
+    from dpstream.streams.worker.state import Table
     w = _tables()
     sent = []
 
@@ -138,13 +140,15 @@ async def test_changelog_records_are_serialized_as_fausts_own_path_would_write_t
             else:
                 w.model_view[f"k{i}"] = value
     (topic, partition, records), = sent
-    assert topic == w.model_state.changelog_topic.get_topic_name() and partition == 2
-    table = w.model_state
+    table = w.app.Table("model-state", partitions=4, key_type=bytes)    # faust's own
+    assert topic == table.changelog_topic.get_topic_name() == "dpstream-seam-model-state-changelog"
+    assert partition == 2
     for (key, value), expect in zip(records, [*values[:-1], 0, None]):
         message = table.changelog_topic.as_future_message(
             key=key, value=expect, partition=2, key_serializer=table.key_serializer,
             value_serializer=table.value_serializer if expect is not None else "raw").message
         assert (key, value) == (message.key, message.value)
+        assert Table.decode(key, value) == (key.decode(), expect)
     assert "k3" not in w.model_view
 
 
@@ -304,7 +308,8 @@ def _checked_partition(monkeypatch, in_recovery=False):
     fetcher = SimpleNamespace(_subscriptions=SimpleNamespace(subscription=SimpleNamespace(assignment=assignment)))
     monkeypatch.setattr(thread, "_ensure_consumer", lambda: SimpleNamespace(_fetcher=fetcher))
     monkeypatch.setattr(app.topics, "acks_enabled_for", lambda topic: True)
-    monkeypatch.setattr(type(app.tables.recovery), "in_recovery", property(lambda self: in_recovery))
+    # the worker restoring a partition's state (streams/worker/state.py) or not
+    app.dpstream = SimpleNamespace(state=SimpleNamespace(assigned={0, 1}, ready={0} if in_recovery else {0, 1}))
     thread.time_started = monotonic() - 2 * app.conf.stream_processing_timeout
     return app, thread, tp, lambda: thread.verify_event_path(monotonic(), tp)
 
@@ -345,7 +350,7 @@ def test_a_partition_no_batch_has_taken_yet_is_a_warning_or_info_not_an_error(mo
                                                                             recovering, level):
     """Before: ERROR (with faust's advice to raise stream_processing_timeout), also for a
     partition a rebalance brought while its tables recover, which is expected. Now one
-    WARNING line, INFO while tables recover; faust's other messages keep their ERROR."""
+    WARNING line, INFO while the worker restores state; faust's other messages keep their ERROR."""
     app, thread, tp, check = _checked_partition(monkeypatch, in_recovery=recovering)
     caplog.set_level("INFO")
     check()

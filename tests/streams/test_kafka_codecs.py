@@ -76,7 +76,10 @@ def test_a_java_producer_with_every_codec_is_read_and_its_client_reads_the_answe
         worker.stop()
     preds = [json.loads(x) for x in out.splitlines() if x.startswith("{")]
     assert rejected == []
-    assert len(preds) == len(ex) + len(qs)
+    # one answer per input; a rebalance may publish one again, identical (at-least-once:
+    # consumers de-duplicate by (model_id, seq)), and assert_same_as_embedded fails on two
+    # different outputs for one (model_id, seq)
+    assert len({(p["model_id"], p["seq"]) for p in preds}) == len(ex) + len(qs)
     assert_same_as_embedded(preds, ledger, releases)
 
 

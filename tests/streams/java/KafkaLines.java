@@ -7,12 +7,15 @@
 //                                 codec (compression.type); records keep line order (a
 //                                 producer is flushed before another one sends)
 //   consume BOOTSTRAP TOPIC N S   print the values of the topic from its start, one per
-//                                 line, until N records or S seconds without a record
+//                                 line, until N distinct values or S seconds without a
+//                                 record (the worker is at-least-once: a rebalance can
+//                                 publish a record again, identical)
 import java.io.BufferedReader;
 import java.io.InputStreamReader;
 import java.nio.charset.StandardCharsets;
 import java.time.Duration;
 import java.util.ArrayList;
+import java.util.HashSet;
 import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
@@ -79,12 +82,12 @@ public class KafkaLines {
             }
             consumer.assign(tps);
             consumer.seekToBeginning(tps);
-            int got = 0;
+            HashSet<String> distinct = new HashSet<>();
             long last = System.currentTimeMillis();
-            while (got < n && System.currentTimeMillis() - last < idleSeconds * 1000L) {
+            while (distinct.size() < n && System.currentTimeMillis() - last < idleSeconds * 1000L) {
                 for (ConsumerRecord<String, String> r : consumer.poll(Duration.ofMillis(500))) {
                     System.out.println(r.value());
-                    got++;
+                    distinct.add(r.value());
                     last = System.currentTimeMillis();
                 }
             }

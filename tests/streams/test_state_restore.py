@@ -1,0 +1,125 @@
+"""The handoff invariant without a broker (streams/worker/state.py): a worker given a
+partition applies none of its records before both of its changelog partitions are
+restored; it then answers exactly as the worker that held the partition before would
+have. The restore's reader is held back to force the window in which faust's consumer
+can hand over a fetch of a partition whose state is not there yet."""
+import asyncio
+import json
+
+from aiokafka import TopicPartition
+
+from .test_faust_agents import MODEL, PlacingLog, new_worker, record
+
+EXAMPLES = [{"model_id": "w1", "active": [i % 7, 10 + i % 5], "y": 1 if i % 3 else -1} for i in range(40)]
+QUERIES = [{"model_id": "w1", "active": [i % 9]} for i in range(10)]
+
+
+def placing_worker(offsets=None):
+    timeline = []
+    log = PlacingLog(timeline)
+    log.offsets = dict(offsets or {})
+    w = new_worker(log, timeline)
+    w.assigned_log_partitions = lambda: {0}          # no broker: this worker owns partition 0
+    return w, log, timeline
+
+
+def inputs(topic, payloads, first):
+    return [record(topic, first + i, p) for i, p in enumerate(payloads)]
+
+
+def changelogs(timeline) -> dict:
+    """What a restore reads back from the changelog records a worker wrote: each key's
+    last value per changelog partition, tombstones as None."""
+    out: dict = {}
+    for entry in timeline:
+        if entry[0] == "changelog":
+            _, topic, records = entry
+            values = out.setdefault(TopicPartition(topic, 0), {})
+            for key, value in records:
+                values.pop(key.decode(), None)
+                values[key.decode()] = None if value is None else json.loads(value)
+    return out
+
+
+def released(timeline) -> list:
+    return [entry for entry in timeline if entry[0] in ("predictions", "ledger", "rejected")]
+
+
+async def first_owner():
+    """A worker that registered the model and learned 30 examples, its changelogs, and
+    (as a reference) what it answers to the next batch."""
+    w, log, timeline = placing_worker()
+    assert await w.apply_fetch({"models": [record("models", 0, MODEL)],
+                                "examples": inputs("examples", EXAMPLES[:30], 0)})
+    await w.changelog.flush()
+    stored, offsets = changelogs(timeline), dict(log.offsets)
+    timeline.clear()
+    assert await w.apply_fetch({"examples": inputs("examples", EXAMPLES[30:], 30),
+                                "queries": inputs("queries", QUERIES, 0)})
+    return stored, offsets, released(timeline)
+
+
+async def test_no_record_is_applied_before_its_partitions_state_is_restored():
+    stored, offsets, reference = await first_owner()
+    assert reference and any(e[0] == "predictions" for e in reference)
+    w, _, timeline = placing_worker(offsets)
+    w.state.assigned = w.state.ready = set()          # a worker that holds nothing yet
+    gate, asked = asyncio.Event(), []
+
+    async def slow_read(tps):
+        asked.append(sorted(tps))
+        await gate.wait()                             # the restore is held back
+        return stored
+    w.state.read = slow_read
+    w.state.assign({0})
+    batch = asyncio.ensure_future(w.apply_fetch({"examples": inputs("examples", EXAMPLES[30:], 30),
+                                                 "queries": inputs("queries", QUERIES, 0)}))
+    await asyncio.sleep(0.3)
+    assert asked and not batch.done() and timeline == []      # it waits: nothing applied or sent
+    gate.set()
+    assert await asyncio.wait_for(batch, 10)
+    assert released(timeline) == reference                    # as if it had never moved
+
+
+async def test_records_of_a_partition_lost_while_restoring_are_left_to_its_next_owner():
+    stored, offsets, _ = await first_owner()
+    w, _, timeline = placing_worker(offsets)
+    w.state.assigned = w.state.ready = set()
+    gate = asyncio.Event()
+
+    async def slow_read(tps):
+        await gate.wait()
+        return stored
+    w.state.read = slow_read
+    w.state.assign({0})
+    batch = asyncio.ensure_future(w.apply_fetch({"examples": inputs("examples", EXAMPLES[30:], 30)}))
+    await asyncio.sleep(0.2)
+    w.revoked.add(0)                                  # a rebalance takes partition 0 away
+    w.state.assign(set())
+    assert await asyncio.wait_for(batch, 5) is False  # incomplete: none of the batch is acked
+    gate.set()
+    await asyncio.sleep(0.1)
+    assert timeline == [] and not w.state.is_ready(0) and w.model_view.get("log/0") is None
+
+
+async def test_a_restore_that_fails_is_retried_in_place_and_a_lost_partition_forgets_its_state(monkeypatch):
+    from dpstream.streams.worker import state as state_module
+    monkeypatch.setattr(state_module, "RETRY_PAUSE", 0.05)
+    stored, offsets, reference = await first_owner()
+    w, _, timeline = placing_worker(offsets)
+    w.state.assigned = w.state.ready = set()
+    calls = []
+
+    async def flaky_read(tps):
+        calls.append(1)
+        if len(calls) < 3:
+            raise ConnectionError("broker away")
+        return stored
+    w.state.read = flaky_read
+    w.state.assign({0})
+    assert await asyncio.wait_for(w.apply_fetch({"examples": inputs("examples", EXAMPLES[30:], 30),
+                                                 "queries": inputs("queries", QUERIES, 0)}), 10)
+    assert len(calls) == 3 and released(timeline) == reference
+    assert w.model_view.get("model/w1/config") is not None
+    w.state.assign({1})                               # partition 0 goes elsewhere
+    assert w.model_view.get("model/w1/config") is None and w.model_view.get("log/0") is None
