@@ -210,7 +210,13 @@ class WorkerApp:
                 if self.owns(p) and self.state.is_ready(p)}
 
     async def _on_revoked(self, sender, tps, **kwargs) -> None:
-        self.revoked.update(tp.partition for tp in tps if tp.topic == self.log_name)
+        revoked = {tp.partition for tp in tps if tp.topic == self.log_name}
+        self.revoked.update(revoked)
+        if revoked:
+            # (the text varies, so that the log's repeat filter never holds one back)
+            logger.info(f"a rebalance started (generation {self.app.consumer_generation_id}): "
+                        f"partition(s) {', '.join(map(str, sorted(revoked)))} revoked until the "
+                        "new assignment")
 
     async def _on_assigned(self, sender, tps, **kwargs) -> None:
         self.revoked.difference_update(tp.partition for tp in tps if tp.topic == self.log_name)
@@ -299,6 +305,10 @@ class WorkerApp:
         events = batch.get(MODEL_EVENTS, [])
         for name, recs in batch.items():
             self.metrics.events_in.labels(name).inc(len(recs))
+        with self.state.applying():
+            return await self._apply_chunks(inputs, events)
+
+    async def _apply_chunks(self, inputs: list[RawRecord], events: list[RawRecord]) -> bool:
         complete = True
         for stage, records in (("sequencer", inputs), ("processor", events)):
             for a in range(0, len(records), BATCH):

@@ -39,6 +39,7 @@ gained is restored from scratch.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import Callable, Iterable
@@ -174,6 +175,14 @@ class WorkerState:
         self.read = read or self._read
         self.assigned: set[int] = set()
         self.ready: set[int] = set()
+        # Tables change only between batches: a batch applied in a worker thread reads
+        # them while a rebalance runs on the loop, and a drop or an install under it made
+        # its later events read no state ("not registered" dead letters, seen in the
+        # drill). While ``applying``, lost partitions wait in _dropping and restored ones
+        # in _installing; ``_settle`` applies both once the batch is done.
+        self._applying = False
+        self._dropping: set[int] = set()
+        self._installing: dict[int, dict[str, dict]] = {}
         self.epoch = 0                          # counts assignments: a restore of an older one is void
         self._changed = asyncio.Event()         # set whenever ``ready`` or ``assigned`` changes
         self._task: asyncio.Task | None = None
@@ -195,10 +204,11 @@ class WorkerState:
         lost, gained = self.assigned - partitions, partitions - self.assigned
         self.epoch += 1
         if lost:
-            for table in self.tables.values():
-                table.drop(lost)
             self.writer.drop(lost)
             self.ready -= lost
+            self._dropping |= lost
+        for p in set(self._installing) - partitions:
+            del self._installing[p]
         # a restore of the previous assignment that had not finished starts again with
         # this one: every partition assigned and not ready is read in full
         self.assigned = partitions
@@ -208,11 +218,42 @@ class WorkerState:
         self._task = None
         # one line per rebalance: outputs a batch published just before it may be
         # published again, identical, by the next owner (at-least-once)
-        log.info("partitions assigned: %s (kept %s, lost %s); restoring %s from the changelogs",
-                 _list(partitions), _list(partitions - gained), _list(lost), _list(todo))
+        # (the text varies, so that the log's repeat filter never holds one back)
+        log.info(f"assignment {self.epoch}: partitions {_list(partitions)} (kept "
+                 f"{_list(partitions - gained)}, lost {_list(lost)}); restoring {_list(todo)} "
+                 "from the changelogs")
         if todo:
             self._task = asyncio.get_running_loop().create_task(self._restore(todo, self.epoch))
+        self._settle()
         self._notify()
+
+    @contextlib.contextmanager
+    def applying(self):
+        """A batch is being applied: the tables keep their partitions until it is done."""
+        self._applying = True
+        try:
+            yield
+        finally:
+            self._applying = False
+            self._settle()
+            self._notify()
+
+    def _settle(self) -> None:
+        """Drop the partitions lost and install those restored, unless a batch is being
+        applied (then its end does it)."""
+        if self._applying:
+            return
+        if self._dropping:
+            for table in self.tables.values():
+                table.drop(self._dropping)
+            self._dropping = set()
+        for p, values in self._installing.items():
+            if p not in self.assigned:
+                continue
+            for name, table in self.tables.items():
+                table.install(p, values[name])
+            self.ready.add(p)
+        self._installing = {}
 
     def _notify(self) -> None:
         self._changed.set()
@@ -224,6 +265,7 @@ class WorkerState:
         records are then left to its next owner), or the worker is ``stopping``."""
         partitions, since, said = set(partitions), time.monotonic(), False
         while True:
+            self._settle()
             waiting = {p for p in partitions if owns(p) and p not in self.ready}
             if not waiting or stopping():
                 return
@@ -263,16 +305,16 @@ class WorkerState:
         if epoch != self.epoch:
             return
         count = 0
-        for table in self.tables.values():
-            for p in partitions:
+        for p in partitions:
+            self._installing[p] = {}
+            for name, table in self.tables.items():
                 values = read.get(TopicPartition(table.topic, p), {})
-                values = {k: v for k, v in values.items() if v is not None}
-                count += len(values)
-                table.install(p, values)
-        self.ready |= partitions
+                self._installing[p][name] = {k: v for k, v in values.items() if v is not None}
+                count += len(self._installing[p][name])
         self.restores += 1
-        log.info("restored partition(s) %s: %d record(s) in %.1f s", _list(partitions), count,
-                 time.monotonic() - started)
+        self._settle()
+        log.info(f"assignment {epoch}: restored partition(s) {_list(partitions)}, {count} "
+                 f"record(s) in {time.monotonic() - started:.1f} s")
         self._notify()
 
     async def _read(self, tps: list[TopicPartition]) -> dict:

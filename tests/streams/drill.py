@@ -53,11 +53,12 @@ class Result:
     ledger_missing: int = 0
     ledger_conflicting: int = 0
     seconds: float = 0.0
+    killed_in_rebalance: bool = False     # the last kill met a rebalance under way
 
     @property
     def ok(self) -> bool:
         return (self.missing == self.extra == self.conflicting == self.dead_letters == 0
-                and self.ledger_missing == self.ledger_conflicting == 0
+                and self.ledger_missing == self.ledger_conflicting == 0 and self.killed_in_rebalance
                 and not self.exited and self.replay.startswith("OK"))
 
     def line(self) -> str:
@@ -65,7 +66,8 @@ class Result:
                 f"{self.extra}, conflicting {self.conflicting}, identical duplicates "
                 f"{self.duplicates}; ledger missing {self.ledger_missing}, conflicting "
                 f"{self.ledger_conflicting}; dead letters {self.dead_letters}; workers that "
-                f"exited by themselves {self.exited or 0}; replay {self.replay or '?'}; "
+                f"exited by themselves {self.exited or 0}; replay {self.replay or '?'}; kill "
+                f"during a rebalance {'yes' if self.killed_in_rebalance else 'NO (timed out)'}; "
                 f"{self.seconds:.0f} s")
 
 
@@ -167,8 +169,13 @@ class Drill:
         self.workers[name].stop()
 
     def rebalances(self, name: str) -> int:
+        """How many rebalances worker ``name`` has seen start: its heartbeat refused because
+        the group rebalances (aiokafka, INFO), or its partitions revoked (the worker)."""
         w = self.workers[name]
-        return w.log.read_bytes().count(b"Executing _on_partitions_assigned") if w.log.exists() else 0
+        if not w.log.exists():
+            return 0
+        text = w.log.read_bytes()
+        return text.count(b"because it is rebalancing") + text.count(b"a rebalance started")
 
     # ------------------------------------------------------------ the run
     async def _send(self, producer: AIOKafkaProducer, items: list[dict], done: asyncio.Event) -> int:
@@ -197,7 +204,7 @@ class Drill:
         asyncio.run(read_all(self.admin, self.prefix + "model-events", until=len(models()), timeout=120))
         busy = Busy(self.busy)
         try:
-            sent = asyncio.run(self._chaos(inputs))
+            sent = asyncio.run(self._chaos(inputs, result))
         finally:
             busy.stop()
         self.check_alive()
@@ -223,7 +230,7 @@ class Drill:
         result.seconds = time.monotonic() - began
         return result
 
-    async def _chaos(self, inputs: list[dict]) -> int:
+    async def _chaos(self, inputs: list[dict], result: Result) -> int:
         """Examples at RATE while: kill -9 a, a rejoins; b stops cleanly, b rejoins; a
         stops cleanly, a rejoins and b is killed during the rebalance a's rejoin starts;
         b rejoins. Examples flow throughout (until the workload is all sent). Returns how
@@ -259,6 +266,7 @@ class Drill:
             deadline = time.monotonic() + 120
             while self.rebalances("b") == before and time.monotonic() < deadline:
                 await asyncio.sleep(0.05)
+            result.killed_in_rebalance = self.rebalances("b") > before
             self.kill("b")
             await pause(step)
             self.say("  b rejoins");                        await asyncio.to_thread(self.start, "b")
