@@ -47,9 +47,9 @@ ALLOW = 3
 RESOURCE_NAMES = {TOPIC: "topic", GROUP: "group", CLUSTER: "cluster"}
 ROLES = ("worker", "producer", "querier", "consumer", "auditor")
 PUBLIC = (MODELS, LEDGER, PREDICTIONS, ANSWERS, "releases", "rejected")
-# The worker's faust tables (streams/worker/app.py) and faust's own internal topic; faust names
-# a table's changelog f"{app_id}-{table}-changelog" (faust/tables/base.py) and the leader
-# assignor's topic f"{app_id}-__assignor-__leader" (faust/assignor/leader_assignor.py).
+# The worker's tables (streams/worker/state.py: changelogs f"{app_id}-{table}-changelog",
+# faust's naming) and faust's own internal topic, the leader assignor's
+# f"{app_id}-__assignor-__leader" (faust/assignor/leader_assignor.py).
 # tests/streams/test_attacks_broker.py checks these against a real WorkerApp.
 TABLES = ("sequencer-state", "model-state")
 NAME = re.compile(r"[A-Za-z0-9._-]*")

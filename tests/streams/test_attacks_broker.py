@@ -279,7 +279,8 @@ def test_the_workers_literal_rights_are_the_names_faust_actually_uses():
     from dpstream.streams.worker.app import WorkerApp
     w = WorkerApp(kafka=Kafka("127.0.0.1:1"), rng=KeyedRandomness(b"acl-contract-key-000000000000000"),
                   app_id="t-app", prefix="t-")
-    used = {t.changelog_topic_name for t in w.app.tables.values()} | {w.app._leader_assignor._leader_topic_name}
+    used = set(w.state.topics()) | {w.app._leader_assignor._leader_topic_name}
+    assert used >= {topic.get_topic_name() for topic in w.changelogs.values()}
     assert used == set(worker_topics("t-app"))
     assert w.app.conf.id == "t-app"
     groups = {a.resource for a in plan("t-", "t-app") if a.resource_type == 3}
