@@ -200,7 +200,7 @@ class Drill:
         self.say(f"drill: {len(inputs)} examples at {RATE:.0f}/s, prefix {self.prefix}, busy loops {self.busy}")
         self.start("a")
         self.start("b")
-        asyncio.run(produce(self.producer, self.prefix + "models", models()))
+        asyncio.run(produce(self.admin, self.prefix + "models", models()))     # only an admin registers
         asyncio.run(read_all(self.admin, self.prefix + "model-events", until=len(models()), timeout=120))
         busy = Busy(self.busy)
         try:
