@@ -148,6 +148,7 @@ class WorkerApp:
         self.outputs = OutputsProducer(app, self.names, self.metrics.observe_emits)
         self.emit = emit_override if emit_override is not None else self.outputs
         self.revoked: set[int] = set()       # model-events partitions taken away, not yet back
+        self.generation: int | None = None   # the consumer generation of the last assignment
         self.changelog = seam.ChangelogWriter(app)   # a chunk's table writes in one step
         self.state = WorkerState(app.conf.id, kafka, self.changelog)
         self.state.declare = self._declare_changelogs
@@ -156,7 +157,7 @@ class WorkerApp:
         # its chunk, to leave with the processor's (apply_fetch says why that is safe)
         self.sequencer_view = self.state.view("sequencer-state", deferrable=True)
         self.processor = Processor(rng, self.model_view, self.emit, self.fetch, offload=True,
-                                   owns=self.owns)
+                                   owns=self.writes_to)
         self.dp_topics = {prefix + t: t for t in (*INPUTS, MODEL_EVENTS)}
         self.bulk = BulkPath(app, self.dp_topics, self.apply_fetch, log_topic=self.log_name,
                              log_positions=self.log_positions, on_batch=self.on_batch,
@@ -198,6 +199,17 @@ class WorkerApp:
         _on_partitions_revoked / _on_partitions_assigned)."""
         return partition not in self.revoked
 
+    def writes_to(self, partition: int) -> bool:
+        """Whether a batch may write ``partition``'s state now: owned, and restored (one
+        lost while the batch ran, even if regained, is not: streams/worker/state.py)."""
+        return self.owns(partition) and self.state.is_ready(partition)
+
+    def assignment_current(self) -> bool:
+        """Whether the worker took in the consumer's current assignment (faust sets the
+        generation before it signals the assignment: a fetch in between must wait, not be
+        filtered by the previous assignment and left unacked)."""
+        return self.generation == self.app.consumer_generation_id
+
     def assigned_log_partitions(self) -> set[int]:
         """The ``model-events`` partitions assigned to this worker now. An input keyed
         other than by its model id can sit on an input partition this worker owns while
@@ -221,8 +233,13 @@ class WorkerApp:
     async def _on_assigned(self, sender, tps, **kwargs) -> None:
         self.revoked.difference_update(tp.partition for tp in tps if tp.topic == self.log_name)
         # every partition number of a dpstream topic (co-partitioned with the changelogs):
-        # its state is restored before any of its records is applied
-        self.state.assign({tp.partition for tp in tps if tp.topic in self.dp_topics})
+        # its state is restored before any of its records is applied. A generation
+        # skipped means this worker was out of the group (evicted): another may have
+        # written its partitions meanwhile, so none counts as kept.
+        generation = self.app.consumer_generation_id
+        fresh = self.generation is not None and generation != self.generation + 1
+        self.generation = generation
+        self.state.assign({tp.partition for tp in tps if tp.topic in self.dp_topics}, fresh=fresh)
         try:                                 # the consumer exists once partitions are assigned
             consumer = seam.aiokafka_consumer(self.app)
             shorten_fetch_wait(consumer)
@@ -300,7 +317,8 @@ class WorkerApp:
         # its partition's state is restored; records of a partition still restoring
         # wait here, whatever faust did between the assignment and its pause.
         await self.state.restored({r.partition for recs in batch.values() for r in recs},
-                                  self.owns, lambda: self.bulk.stopping or self.app.should_stop)
+                                  self.owns, lambda: self.bulk.stopping or self.app.should_stop,
+                                  current=self.assignment_current)
         inputs = [r for name in INPUTS for r in batch.get(name, ())]
         events = batch.get(MODEL_EVENTS, [])
         for name, recs in batch.items():

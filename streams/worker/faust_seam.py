@@ -654,16 +654,20 @@ class ChangelogWriter:
         self._pending: list[tuple[object, int, str, object]] = []
         self._lock = asyncio.Lock()
         self._soon: asyncio.Task | None = None
+        self._gone: set[int] = set()        # partitions dropped since (until written again)
 
     def add(self, table, partition: int, key: str, value, *, deferrable: bool = False) -> None:
         """Keep a record for the next step (which is at once scheduled, unless the record
         is ``deferrable`` and a ``held`` block is open)."""
+        self._gone.discard(partition)
         self._pending.append((table, partition, key, value))
         if not (deferrable and self._depth) and (self._soon is None or self._soon.done()):
             self._soon = asyncio.get_running_loop().create_task(self._flush_soon())
 
     def drop(self, partitions: set[int]) -> None:
-        """Forget the unsent records of ``partitions`` (lost in a rebalance)."""
+        """Forget the unsent records of ``partitions`` (lost in a rebalance), also those of
+        a step under way that fails (it would keep them for the next)."""
+        self._gone |= set(partitions)
         self._pending = [r for r in self._pending if r[1] not in partitions]
 
     @contextlib.asynccontextmanager
@@ -697,7 +701,8 @@ class ChangelogWriter:
                     await self.send(*where, records)
                     sent.add(where)
             except BaseException:                  # the unsent go again with the next step
-                self._pending[:0] = [r for r in pending if (r[0].topic, r[1]) not in sent]
+                self._pending[:0] = [r for r in pending
+                                     if (r[0].topic, r[1]) not in sent and r[1] not in self._gone]
                 # bounded while the broker is away: a key's last write only (what
                 # compaction and a restore keep), each at its last place, so order holds
                 last = {(id(t), p, k): i for i, (t, p, k, _) in enumerate(self._pending)}

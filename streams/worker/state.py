@@ -79,6 +79,7 @@ class Table:
         self.name, self.topic = name, topic
         self.data: dict[str, object] = {}
         self.partition_of: dict[str, int] = {}
+        self.keys_of: dict[int, set[str]] = {}      # so that a drop costs its own keys only
 
     @staticmethod
     def encode(key: str, value) -> tuple[bytes, bytes | None]:
@@ -90,16 +91,32 @@ class Table:
 
     def drop(self, partitions: set[int]) -> None:
         """Forget every key of ``partitions``."""
-        gone = [k for k, p in self.partition_of.items() if p in partitions]
-        for k in gone:
-            del self.partition_of[k]
-            self.data.pop(k, None)
+        for p in partitions:
+            for k in self.keys_of.pop(p, ()):
+                if self.partition_of.get(k) == p:
+                    del self.partition_of[k]
+                    self.data.pop(k, None)
 
     def install(self, partition: int, values: dict[str, object]) -> None:
         """Replace what the table holds for ``partition`` with ``values`` (a restore's)."""
         self.drop({partition})
         self.data.update(values)
         self.partition_of.update(dict.fromkeys(values, partition))
+        self.keys_of[partition] = set(values)
+
+    def put(self, partition: int, key: str, value) -> None:
+        old = self.partition_of.get(key)
+        if old is not None and old != partition:
+            self.keys_of.get(old, set()).discard(key)
+        self.data[key] = value
+        self.partition_of[key] = partition
+        self.keys_of.setdefault(partition, set()).add(key)
+
+    def remove(self, key: str) -> None:
+        self.data.pop(key, None)
+        old = self.partition_of.pop(key, None)
+        if old is not None:
+            self.keys_of.get(old, set()).discard(key)
 
 
 class TableView:
@@ -109,8 +126,10 @@ class TableView:
     ``faust_seam.ChangelogWriter``; ``deferrable``: its records may wait for the end of
     a held block), then to the table."""
 
-    def __init__(self, table: Table, writer, *, deferrable: bool = False):
+    def __init__(self, table: Table, writer, *, deferrable: bool = False,
+                 writable: Callable[[int], bool] = lambda partition: True):
         self.table, self.writer, self.deferrable = table, writer, deferrable
+        self.writable = writable
         self.partition: int | None = None
 
     def set_partition(self, partition: int) -> None:
@@ -126,17 +145,19 @@ class TableView:
 
     def __setitem__(self, key: str, value) -> None:
         partition = self._where()
+        if not self.writable(partition):    # lost (maybe regained) while a batch ran: its
+            return                          # state is the partition's owner's to write
         self.writer.add(self.table, partition, key, value, deferrable=self.deferrable)
-        self.table.data[key] = value
-        self.table.partition_of[key] = partition
+        self.table.put(partition, key, value)
 
     def __delitem__(self, key: str) -> None:
         """A tombstone on the changelog (a restore and compaction drop the key), then the
         key leaves the table."""
         partition = self._where()
+        if not self.writable(partition):
+            return
         self.writer.add(self.table, partition, key, None, deferrable=self.deferrable)
-        self.table.data.pop(key, None)
-        self.table.partition_of.pop(key, None)
+        self.table.remove(key)
 
     def __contains__(self, key: str) -> bool:
         return key in self.table.data
@@ -183,14 +204,21 @@ class WorkerState:
         self._applying = False
         self._dropping: set[int] = set()
         self._installing: dict[int, dict[str, dict]] = {}
-        self.epoch = 0                          # counts assignments: a restore of an older one is void
+        self.epoch = 0                          # counts assignments (the log lines' numbers)
         self._changed = asyncio.Event()         # set whenever ``ready`` or ``assigned`` changes
         self._task: asyncio.Task | None = None
+        self._task_partitions: set[int] = set()
+        self._token = object()                  # the restore whose result counts
         self.restores = 0                       # restores completed (metrics, tests)
         self.declare: Callable[[], "asyncio.Future"] | None = None   # creates the changelogs
 
     def view(self, table: str, *, deferrable: bool = False) -> TableView:
-        return TableView(self.tables[table], self.writer, deferrable=deferrable)
+        """The agents' mapping over ``table``. Writes reach only ready partitions: a
+        partition lost while a batch ran (``ready`` loses it at once, and one regained
+        is ready only after its restore is installed, between batches) is not written
+        with state computed before, neither in memory nor on its changelog."""
+        return TableView(self.tables[table], self.writer, deferrable=deferrable,
+                         writable=self.is_ready)
 
     def topics(self) -> list[str]:
         return [t.topic for t in self.tables.values()]
@@ -198,10 +226,14 @@ class WorkerState:
     def is_ready(self, partition: int) -> bool:
         return partition in self.ready
 
-    def assign(self, partitions: Iterable[int]) -> None:
-        """The partitions this worker holds from now on (a rebalance's assignment)."""
+    def assign(self, partitions: Iterable[int], *, fresh: bool = False) -> None:
+        """The partitions this worker holds from now on (a rebalance's assignment).
+        ``fresh``: this worker missed a generation (it was out of the group: another
+        worker may have written its partitions meanwhile), so nothing counts as kept."""
         partitions = set(partitions)
-        lost, gained = self.assigned - partitions, partitions - self.assigned
+        previous = set() if fresh else self.assigned
+        lost, gained = (self.assigned - partitions) | (self.assigned & partitions if fresh else set()), \
+            partitions - previous
         self.epoch += 1
         if lost:
             self.writer.drop(lost)
@@ -212,10 +244,13 @@ class WorkerState:
         # a restore of the previous assignment that had not finished starts again with
         # this one: every partition assigned and not ready is read in full
         self.assigned = partitions
-        todo = partitions - self.ready
-        if self._task is not None and not self._task.done():
+        todo = partitions - self.ready - set(self._installing)
+        running = self._task is not None and not self._task.done()
+        if running and self._task_partitions == todo:
+            todo = set()                    # the restore under way reads exactly these
+        elif running:
             self._task.cancel()
-        self._task = None
+            self._task = None
         # one line per rebalance: outputs a batch published just before it may be
         # published again, identical, by the next owner (at-least-once)
         # (the text varies, so that the log's repeat filter never holds one back)
@@ -223,7 +258,9 @@ class WorkerState:
                  f"{_list(partitions - gained)}, lost {_list(lost)}); restoring {_list(todo)} "
                  "from the changelogs")
         if todo:
-            self._task = asyncio.get_running_loop().create_task(self._restore(todo, self.epoch))
+            self._token = object()
+            self._task_partitions = todo
+            self._task = asyncio.get_running_loop().create_task(self._restore(todo, self._token))
         self._settle()
         self._notify()
 
@@ -260,14 +297,16 @@ class WorkerState:
         self._changed = asyncio.Event()
 
     async def restored(self, partitions: Iterable[int], owns: Callable[[int], bool],
-                       stopping: Callable[[], bool] = lambda: False) -> None:
+                       stopping: Callable[[], bool] = lambda: False, *,
+                       current: Callable[[], bool] = lambda: True) -> None:
         """Return once every one of ``partitions`` is restored, or not owned any more (its
-        records are then left to its next owner), or the worker is ``stopping``."""
+        records are then left to its next owner), or the worker is ``stopping``; never
+        while the worker has not taken in the consumer's assignment yet (``current``)."""
         partitions, since, said = set(partitions), time.monotonic(), False
         while True:
             self._settle()
             waiting = {p for p in partitions if owns(p) and p not in self.ready}
-            if not waiting or stopping():
+            if stopping() or current() and not waiting:
                 return
             if not said and time.monotonic() - since >= SAY_WAITING_AFTER:
                 log.info("records of partition(s) %s wait for their state's restore (%.0f s so "
@@ -279,14 +318,15 @@ class WorkerState:
             except asyncio.TimeoutError:
                 pass
 
-    async def _restore(self, partitions: set[int], epoch: int) -> None:
+    async def _restore(self, partitions: set[int], token: object) -> None:
         """Read both changelogs of ``partitions`` to their end offsets, then install the
         result and mark them ready, unless another assignment came meanwhile (then its
         own restore does it). Failures (a broker away, a right refused) are retried in
         place every RETRY_PAUSE seconds: the records wait, the worker goes on."""
         tps = [TopicPartition(t.topic, p) for t in self.tables.values() for p in sorted(partitions)]
         started, failures = time.monotonic(), 0
-        while epoch == self.epoch:
+        epoch = self.epoch
+        while token is self._token:
             try:
                 if self.declare is not None:
                     await self.declare()
@@ -302,7 +342,7 @@ class WorkerState:
                 await asyncio.sleep(RETRY_PAUSE)
         else:
             return
-        if epoch != self.epoch:
+        if token is not self._token:
             return
         count = 0
         for p in partitions:

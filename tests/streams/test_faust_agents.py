@@ -29,6 +29,7 @@ def new_worker(emit, timeline: list, **settings) -> WorkerApp:
     # no broker: the worker holds every partition, restored from empty changelogs
     w.state.assigned = w.state.ready = set(range(w.partitions))
     w.state.declare = None                           # (no changelog topics to create)
+    w.generation = w.app.consumer_generation_id      # the consumer's assignment, taken in
     return w
 
 
