@@ -130,7 +130,8 @@ async def test_a_rebalance_while_a_batch_is_applied_changes_no_state_under_it():
     loop dropped the partition it was applying: its later events found no model and
     became "not registered" dead letters (379 in one drill run). Now the tables change
     between batches only: what was lost is dropped, and what was restored installed,
-    once the batch is done."""
+    once the batch is done; and a batch that outlived losing and regaining its partition
+    writes nothing of it (a review found it wrote a stale head to the changelog)."""
     stored, offsets, _ = await first_owner()
     w, _, _ = placing_worker(offsets)
     w.state.assigned = w.state.ready = set()
@@ -150,8 +151,71 @@ async def test_a_rebalance_while_a_batch_is_applied_changes_no_state_under_it():
         w.state.assign({0})                           # and back: restored, not yet installed
         await asyncio.sleep(0.05)
         assert not w.state.is_ready(0) and w.model_view.get("model/w1/config") is not None
+        w.model_view.set_partition(0)                 # the batch's late write: not the owner's now
+        w.model_view["model/w1/head"] = "computed before the partition moved"
     assert w.state.is_ready(0) and w.model_view.get("model/w1/config") is not None
+    assert w.model_view.get("model/w1/head") == stored[TopicPartition("dpstream-test-model-state-changelog", 0)]["model/w1/head"]
     with w.state.applying():
         w.revoked.add(0)
         w.state.assign(set())
     assert w.model_view.get("model/w1/config") is None and w.model_view.get("log/0") is None
+
+
+async def test_a_partition_awaiting_install_is_not_restored_twice_and_an_identical_assignment_keeps_its_restore():
+    """From a review: a rebalance that kept a partition whose restore waited for the end
+    of a batch started a second restore, whose later install overwrote what the worker
+    had applied since; and every assignment, even an identical one, restarted a restore
+    under way from scratch (a rolling deploy could keep a partition from ever being ready)."""
+    stored, offsets, _ = await first_owner()
+    w, _, _ = placing_worker(offsets)
+    w.state.assigned = w.state.ready = set()
+    reads, gate = [], asyncio.Event()
+
+    async def read(tps):
+        reads.append(1)
+        await gate.wait()
+        return stored
+    w.state.read = read
+    w.state.assign({0})
+    await asyncio.sleep(0.05)
+    w.state.assign({0})                               # the same assignment again: kept going
+    await asyncio.sleep(0.05)
+    assert len(reads) == 1
+    with w.state.applying():
+        gate.set()
+        await asyncio.sleep(0.05)                     # restored, waiting for the batch's end
+        w.state.assign({0})                           # kept: not read again
+        await asyncio.sleep(0.05)
+    assert len(reads) == 1 and w.state.is_ready(0)
+
+
+async def test_a_failed_changelog_step_does_not_bring_back_a_lost_partitions_records():
+    """From a review: a step that failed after a rebalance dropped a partition put that
+    partition's records back, and a later step wrote them to a changelog partition now
+    another worker's."""
+    from types import SimpleNamespace
+
+    import pytest
+
+    from dpstream.streams.worker.faust_seam import ChangelogWriter
+    sent, sending, failing = [], asyncio.Event(), [True]
+
+    async def send(topic, partition, records):
+        if failing[0]:
+            sending.set()
+            await asyncio.sleep(0.05)               # the rebalance comes while it is sent
+            raise ConnectionError("broker away")
+        sent.append((partition, [k for k, _ in records]))
+    writer = ChangelogWriter(None, send)
+    table = SimpleNamespace(topic="t-model-state-changelog", encode=lambda k, v: (k.encode(), b"1"))
+    writer._depth = 1                                # records wait for an explicit step
+    writer.add(table, 3, "model/m/head", {}, deferrable=True)
+    writer.add(table, 1, "model/n/head", {}, deferrable=True)
+    step = asyncio.ensure_future(writer.flush())
+    await sending.wait()
+    writer.drop({3})
+    with pytest.raises(ConnectionError):
+        await step
+    failing[0] = False
+    await writer.flush()
+    assert sent == [(1, [b"model/n/head"])]
