@@ -13,8 +13,11 @@
 #   scripts/kafka.sh clients          print the directory of the users' client configs
 #   scripts/kafka.sh users NAME...    add SCRAM users (a fresh random password each, its
 #                                     client config 0600 in that directory)
-#   scripts/kafka.sh rotate NAME      a new password for NAME: the old one is refused at once
-#   scripts/kafka.sh remove NAME      delete NAME's SCRAM credentials and client config
+#   scripts/kafka.sh rotate NAME      a new password for NAME: the old one is refused at its next
+#                                     login, and its live sessions end within 60 s
+#                                     (KAFKA_REAUTH_MS below)
+#   scripts/kafka.sh remove NAME      delete NAME's SCRAM credentials and client config (its
+#                                     live sessions end within 60 s too)
 #
 # KAFKA_SECURE=1 starts a secured broker instead (default ports 9094, controller 9095,
 # internal 9096): one SASL_SSL listener for clients (SCRAM-SHA-512 and SCRAM-SHA-256 over
@@ -31,13 +34,18 @@
 # the CA $STATE/tls/ca.pem. Give the users their rights
 # with `dpstream acls --apply` (docs/deployment.md; threat model: docs/security.md).
 #
-# The state directory (logs, data, TLS key, passwords) must be yours and mode 0700, else
-# this script refuses it: another local user who owns it could read every topic, the key
-# and the passwords. Everything it writes is made under umask 077 (the broker's log
-# segments included).
+# The state directory (logs, data, TLS key, passwords) must be yours and mode 0700, the
+# compose secrets directory and the jar cache yours (or root's) and writable by no one
+# else, each under directories only you or root may change (safe_dir below), else this
+# script refuses it: another local user who owns one, or a directory above it, could read
+# every topic, the key and the passwords, or run their own code as you. Everything it
+# writes is made under umask 077 (the broker's log segments included), each config as a
+# new file renamed into place, never through a name that was already there.
 #
 # Environment: KAFKA_VERSION (default 4.0.1), KAFKA_PORT (9092), KAFKA_CONTROLLER_PORT (9093),
-# KAFKA_INTERNAL_PORT (secured broker only; default 9096),
+# KAFKA_INTERNAL_PORT (secured broker only; default 9096), KAFKA_REAUTH_MS (the secured
+# and compose brokers' connections.max.reauth.ms, default 60000: how long a revoked
+# password's live sessions may go on),
 # DPSTREAM_KAFKA_HOME (jar cache, default ~/.cache/dpstream/kafka-<version>),
 # DPSTREAM_KAFKA_STATE (logs and data, default $XDG_STATE_HOME/dpstream/kafka-<port>, that is
 # ~/.local/state/dpstream/kafka-<port>), PYTHON (for the TLS material and the readiness check;
@@ -57,6 +65,14 @@ else
   PORT="${KAFKA_PORT:-9092}"; CPORT="${KAFKA_CONTROLLER_PORT:-9093}"; IPORT=""
 fi
 USERS="admin worker producer querier consumer auditor"
+# A SASL session lasts at most this long (connections.max.reauth.ms, KIP-368): then the
+# client logs in again (Kafka's Java clients on the same connection; aiokafka, which does
+# not re-authenticate, on a new one after the broker closes the old), so a password
+# rotated or removed ends the sessions logged in with it within this window. Without it a
+# session logged in before `rotate` goes on for as long as its connection stays open.
+# Shorter: a revoked password dies sooner; longer: aiokafka clients (the worker) reconnect,
+# and log that they did, less often.
+REAUTH_MS="${KAFKA_REAUTH_MS:-60000}"
 BROKER_CN="dpstream-broker"    # the broker's certificate: its identity on the CONTROLLER and BROKER listeners
 HOME_DIR="${DPSTREAM_KAFKA_HOME:-${XDG_CACHE_HOME:-$HOME/.cache}/dpstream/kafka-$VERSION}"
 STATE="${DPSTREAM_KAFKA_STATE:-${XDG_STATE_HOME:-$HOME/.local/state}/dpstream/kafka-$PORT}"
@@ -73,6 +89,7 @@ DEPS="org.apache.kafka:kafka_2.13:$VERSION org.apache.logging.log4j:log4j-slf4j-
 LIBS="$HOME_DIR/libs-$(echo "$DEPS" | cksum | cut -d ' ' -f 1)"
 
 die() { echo "kafka.sh: $*" >&2; exit 1; }
+[[ "$REAUTH_MS" =~ ^[1-9][0-9]{3,8}$ ]] || die "KAFKA_REAUTH_MS=$REAUTH_MS: give milliseconds, from 1000 to 999999999"
 
 cluster_ids() {
   # $1 (default 1) KRaft cluster ids, one a line: 16 random bytes in URL-safe base64
@@ -96,15 +113,15 @@ need_tools() {
 }
 
 fetch() {
+  check_cache
   if [ ! -f "$LIBS/.complete" ]; then
     need_tools
-    mkdir -p "$HOME_DIR"
     local dep deps=""
     for dep in $DEPS; do
       IFS=: read -r g a v <<<"$dep"
       deps="$deps<dependency><groupId>$g</groupId><artifactId>$a</artifactId><version>$v</version></dependency>"
     done
-    cat > "$HOME_DIR/pom.xml" <<POM
+    write_new "$HOME_DIR/pom.xml" <<POM
 <project xmlns="http://maven.apache.org/POM/4.0.0">
   <modelVersion>4.0.0</modelVersion>
   <groupId>dpstream</groupId><artifactId>kafka-broker</artifactId><version>1</version>
@@ -120,24 +137,145 @@ POM
   return 0
 }
 
-# ----------------------------------------------------------------- the state directory
-check_state() {
-  # The state directory must be a directory (not a link) owned by the caller, mode 0700,
-  # in a parent others cannot rename it in. $1=create: make it (0700) when missing.
-  local me mode owner parent pmode
+# ----------------------------------------------------------------- directories it trusts
+# One rule for every directory this script takes secrets or code from or writes them into
+# (the state directory, the compose secrets, the jar cache), as ssh judges its files and
+# streams/tools/outdir.py an --out directory; another local user must not be able to read,
+# plant or swap anything there:
+#  - every directory on the way to it belongs to you or root and, if others may write to
+#    it, has the sticky bit (as /tmp): else its owner (or writer) could move the
+#    directory away and put their own in its place; a symbolic link on the way belongs
+#    to you or root (its owner could repoint it); .. after a missing name is refused;
+#  - the directory itself is a directory (not a link), yours or root's, writable by no
+#    one else ("private": yours, mode 0700);
+#  - nothing in it is a symbolic link, another user's, or writable by group or others;
+#  - group-writable counts as yours alone when the group's only member is you (a user
+#    private group, outdir.py's _private_group).
+# Missing directories are made (0700, umask 077) only once all this holds for the rest.
+SAFE_DIR=""     # the checked directory, links resolved (set by safe_dir)
+
+refuse_dir() {    # $1 what, $2 the path as given, $3 what is wrong ("(owner ..., mode ...): ..." or a sentence), $4 the fix
+  case "$3" in "("*) die "refusing $1 $2 $3; $4" ;; *) die "refusing $1 $2: $3; $4" ;; esac
+}
+
+private_group() {
+  # Whether $1 (group-writable, not world-writable) has a group whose only member,
+  # by primary group or by the group's member list, is $1's owner.
+  local gid uid owner members
+  (( (8#$(stat -c %a "$1") & 8#002) == 0 )) || return 1
+  gid=$(stat -c %g "$1"); uid=$(stat -c %u "$1")
+  owner=$(getent passwd "$uid" | cut -d: -f1) && [ -n "$owner" ] || return 1
+  getent group "$gid" >/dev/null || return 1
+  members=$( { getent group "$gid" | cut -d: -f4 | tr ',' '\n'; getent passwd | awk -F: -v g="$gid" '$4 == g { print $1 }'; } \
+             | sed '/^$/d' | sort -u)
+  [ "$members" = "$owner" ]
+}
+
+opened_to_others() {   # $1 a path whose group or others may write to it (no private group, no sticky bit)
+  local mode; mode=$(stat -c %a "$1")
+  (( (8#$mode & 8#022) != 0 )) && ! private_group "$1"
+}
+
+safe_dir() {
+  # $1 directory, $2 what it is and $3 how to fix a refusal (for the one line), $4 create
+  # (make it when missing) or "", $5 private (yours, 0700) or "". Dies with one line
+  # unless the rule above holds; returns 1 when it is missing and not to be made; sets
+  # SAFE_DIR to its path with every link resolved.
+  local dir="$1" what="$2" fix="$3" create="${4:-}" private="${5:-}"
+  local me here="" step name owner mode target links=0 d where bad found
+  local -a pending missing=() parts
   me=$(id -u)
-  if [ ! -e "$STATE" ] && [ ! -L "$STATE" ]; then
-    [ "${1:-}" = create ] || return 0
-    mkdir -p "$(dirname "$STATE")" && mkdir -m 700 "$STATE" || die "cannot create the state directory $STATE"
+  [[ "$dir" = /* ]] || dir="$(pwd -P)/$dir"
+  IFS=/ read -ra pending <<<"$dir"
+  while [ ${#pending[@]} -gt 0 ]; do
+    name="${pending[0]}"; pending=("${pending[@]:1}")
+    case "$name" in ""|.) continue ;; esac
+    if [ ${#missing[@]} -gt 0 ]; then
+      [ "$name" = .. ] && refuse_dir "$what" "$1" "it climbs (..) out of a directory that does not exist yet" "$fix"
+      missing+=("$name"); continue
+    fi
+    if [ "$name" = .. ]; then here="${here%/*}"; continue; fi
+    step="$here/$name"
+    if [ -L "$step" ] && [ ${#pending[@]} -gt 0 ]; then        # a link on the way (the last name is judged below)
+      owner=$(stat -c %u "$step")
+      [ "$owner" = "$me" ] || [ "$owner" = 0 ] \
+        || refuse_dir "$what" "$1" "$step is a symbolic link owned by uid $owner, not by you or root (its owner could repoint it)" "$fix"
+      links=$((links + 1))
+      [ "$links" -le 40 ] || refuse_dir "$what" "$1" "more than 40 symbolic links" "$fix"
+      target=$(readlink "$step")
+      [[ "$target" = /* ]] && here=""
+      IFS=/ read -ra parts <<<"$target"
+      pending=("${parts[@]}" "${pending[@]}")
+      continue
+    fi
+    if [ ! -e "$step" ] && [ ! -L "$step" ]; then missing+=("$name"); continue; fi
+    here="$step"
+  done
+  local last="$here" path="$here"
+  for name in "${missing[@]}"; do path="$path/$name"; done
+  [ ${#missing[@]} -eq 0 ] && last="${here%/*}"       # the directory itself is judged apart
+  d=""
+  IFS=/ read -ra parts <<<"$last"
+  for name in "" "${parts[@]}"; do
+    [ -n "$name" ] || [ -z "$d" ] || continue
+    d="${d%/}/$name"
+    if [ "$d" = "${path%/*}" ] || { [ "$d" = / ] && [ -z "${path%/*}" ]; }; then where="its parent $d"
+    else where="$d, on the way to it,"; fi
+    owner=$(stat -c %u "$d"); mode=$(stat -c %a "$d")
+    [ "$owner" = "$me" ] || [ "$owner" = 0 ] \
+      || refuse_dir "$what" "$1" "$where belongs to uid $owner, who could move the directory away and put their own in its place" "$fix"
+    if opened_to_others "$d" && (( (8#$mode & 8#1000) == 0 )); then
+      refuse_dir "$what" "$1" "$where is writable by other users without the sticky bit (mode $mode), who could move the directory away and put their own in its place" "$fix"
+    fi
+  done
+  if [ ${#missing[@]} -gt 0 ]; then
+    [ "$create" = create ] || return 1
+    mkdir -p "$path" || die "cannot create $what $1"
   fi
-  owner=$(stat -c %u "$STATE"); mode=$(stat -c %a "$STATE")
-  if [ -L "$STATE" ] || [ ! -d "$STATE" ] || [ "$owner" != "$me" ] || [ "$mode" != 700 ]; then
-    die "refusing the state directory $STATE (owner uid $owner, mode $mode): it must be a directory owned by you (uid $me) with mode 0700; remove it or set DPSTREAM_KAFKA_STATE to a new one (mkdir -m 700 DIR)"
+  owner=$(stat -c %u "$path"); mode=$(stat -c %a "$path")
+  if [ "$private" = private ]; then
+    if [ -L "$path" ] || [ ! -d "$path" ] || [ "$owner" != "$me" ] || [ "$mode" != 700 ]; then
+      refuse_dir "$what" "$1" "(owner uid $owner, mode $mode): it must be a directory owned by you (uid $me) with mode 0700" "$fix"
+    fi
+  elif [ -L "$path" ] || [ ! -d "$path" ] || { [ "$owner" != "$me" ] && [ "$owner" != 0 ]; } || opened_to_others "$path"; then
+    refuse_dir "$what" "$1" "(owner uid $owner, mode $mode): it must be a directory (not a link) owned by you (uid $me) or root and writable by no one else" "$fix"
   fi
-  parent=$(cd "$STATE/.." && pwd -P); pmode=$(stat -c %a "$parent")
-  if (( (8#$pmode & 8#022) != 0 && (8#$pmode & 8#1000) == 0 )); then
-    die "refusing the state directory $STATE: its parent $parent (mode $pmode) is writable by others without the sticky bit, so they can replace it; use a directory under your home"
+  while IFS= read -r -d '' found; do
+    if [ -L "$found" ]; then bad="a symbolic link"
+    elif owner=$(stat -c %u "$found") && [ "$owner" != "$me" ] && [ "$owner" != 0 ]; then bad="owned by uid $owner"
+    elif opened_to_others "$found"; then bad="writable by other users (mode $(stat -c %a "$found"))"
+    else continue; fi                                  # group-writable, in a private group
+    refuse_dir "$what" "$1" "$found in it is $bad: someone else could have planted or changed it" "$fix"
+  done < <(find "$path" -mindepth 1 \( -type l -o \( ! -user "$me" ! -user 0 \) -o -perm /022 \) -print0 2>/dev/null)
+  SAFE_DIR="$path"
+}
+
+write_new() {
+  # stdin into the file $1, never through whatever is at that name: a new file in the same
+  # directory (mktemp: O_EXCL, mode 0600) renamed over it. A symbolic link, or anything but
+  # a regular file of yours, at $1 is refused. (Its directory passed safe_dir, so this
+  # only guards against a mistake: no one else can plant a name there.)
+  local target="$1" tmp
+  if [ -L "$target" ] || { [ -e "$target" ] && { [ ! -f "$target" ] || [ "$(stat -c %u "$target")" != "$(id -u)" ]; }; }; then
+    die "refusing to write $target: it is a symbolic link or not a regular file of yours; remove it"
   fi
+  tmp=$(mktemp "$(dirname "$target")/.$(basename "$target").XXXXXX") || die "cannot write $target"
+  if ! cat > "$tmp"; then rm -f "$tmp"; die "cannot write $target"; fi
+  mv -fT "$tmp" "$target"
+}
+
+check_state() {
+  # The state directory (logs, data, TLS key, passwords) by the rule above, yours and
+  # 0700; $1=create: made when missing.
+  safe_dir "$STATE" "the state directory" \
+    "remove it or set DPSTREAM_KAFKA_STATE to a new one (mkdir -m 700 DIR) under a directory of yours" "${1:-}" private || true
+}
+
+check_cache() {
+  # The jar cache: the broker and every tool here run its jars, so it is judged by the
+  # same rule (yours or root's, writable by no one else), made when missing.
+  safe_dir "$HOME_DIR" "the jar cache" \
+    "remove it or set DPSTREAM_KAFKA_HOME to a directory of your own (a missing one is made 0700)" create
 }
 
 # ----------------------------------------------------------------- the broker process
@@ -208,7 +346,7 @@ make_secrets() {
   [ -f "$tls/broker.pem" ] && return 0
   mkdir -p "$tls"
   "$PY" - "$tls" "$BROKER_CN" "$*" <<'PYEOF' || die "could not make the TLS material (needs the cryptography package)"
-import datetime, ipaddress, os, sys
+import datetime, ipaddress, os, sys, tempfile
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
@@ -235,9 +373,12 @@ cert = (x509.CertificateBuilder().subject_name(name(cn)).issuer_name(ca.subject)
         .sign(ca_key, hashes.SHA256()))
 pem = lambda c: c.public_bytes(serialization.Encoding.PEM)
 def write(path, data, mode):
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
+    # a new file (O_EXCL) renamed over the name: never written through what is there
+    fd, new = tempfile.mkstemp(dir=tls, prefix=".new-")
     with os.fdopen(fd, "wb") as fh:
         fh.write(data)
+    os.chmod(new, mode)
+    os.replace(new, path)
 write(f"{tls}/ca.pem", pem(ca), 0o644)
 write(f"{tls}/broker.pem", key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
       serialization.NoEncryption()) + pem(cert) + pem(ca), 0o600)
@@ -252,8 +393,7 @@ write_client() {
   # $3 bootstrap servers, $4 the CA path written into it. printf is a shell builtin: the
   # password is never an argument of a process.
   printf 'bootstrap.servers=%s\nsecurity.protocol=SASL_SSL\nsasl.mechanism=SCRAM-SHA-512\nsasl.username=%s\nsasl.password=%s\nssl.ca.location=%s\n' \
-    "$3" "$2" "$(new_password)" "$4" > "$1/$2.properties.new"
-  mv -f "$1/$2.properties.new" "$1/$2.properties"
+    "$3" "$2" "$(new_password)" "$4" | write_new "$1/$2.properties"
 }
 
 password_of() { sed -n 's/^sasl.password=//p' "${2:-$STATE/clients}/$1.properties"; }
@@ -266,6 +406,7 @@ scram() {
   # Set (or delete) SCRAM users through the internal listener: $1 set|delete, $2... users.
   local action="$1"; shift
   local files=() u
+  check_cache                      # its jars run here, as you
   for u in "$@"; do files+=("$STATE/clients/$u.properties"); done
   local tools="$STATE/tools"
   if [ ! -f "$tools/ScramUsers.class" ] || [ "$ROOT/scripts/ScramUsers.java" -nt "$tools/ScramUsers.class" ]; then
@@ -297,7 +438,7 @@ write_config() {
   # machine a broker logging every INFO line made a fresh worker's start-up race its
   # changelog topics' creation (aiokafka's "Topic ... not found in cluster metadata" at
   # ERROR in the quick start, 3 runs of 4; 0 of 2 at WARN).
-  cat > "$STATE/log4j2.properties" <<LOG
+  write_new "$STATE/log4j2.properties" <<LOG
 status = warn
 appender.file.type = File
 appender.file.name = file
@@ -343,11 +484,11 @@ PYEOF
   for u in $USERS; do
     [ -f "$STATE/clients/$u.properties" ] || write_client "$STATE/clients" "$u" "127.0.0.1:$PORT" "$STATE/tls/ca.pem"
   done
-  broker_admin_config "127.0.0.1:$IPORT" "$STATE/tls" > "$STATE/tls/broker-admin.properties"
+  broker_admin_config "127.0.0.1:$IPORT" "$STATE/tls" | write_new "$STATE/tls/broker-admin.properties"
   secure_server_properties "$STATE/tls" "$STATE/data" "$CPORT" \
     "SASL_SSL://127.0.0.1:$PORT,BROKER://127.0.0.1:$IPORT,CONTROLLER://127.0.0.1:$CPORT" \
     "SASL_SSL://127.0.0.1:$PORT,BROKER://127.0.0.1:$IPORT" "SASL_SSL:SASL_SSL,BROKER:SSL,CONTROLLER:SSL" \
-    > "$STATE/server.properties"
+    | write_new "$STATE/server.properties"
 }
 
 broker_admin_config() {
@@ -419,6 +560,7 @@ listener.name.controller.ssl.client.auth=required
 authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer
 allow.everyone.if.no.acl.found=false
 super.users=User:admin;User:CN=$BROKER_CN
+connections.max.reauth.ms=$REAUTH_MS
 auto.create.topics.enable=false
 PROPS
 }
@@ -426,7 +568,7 @@ PROPS
 write_plain_config() {
   { base_properties "$CPORT" "PLAINTEXT://127.0.0.1:$PORT,CONTROLLER://127.0.0.1:$CPORT" \
       "PLAINTEXT://127.0.0.1:$PORT" "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT" PLAINTEXT "$STATE/data"
-    echo "auto.create.topics.enable=true"; } > "$STATE/server.properties"
+    echo "auto.create.topics.enable=true"; } | write_new "$STATE/server.properties"
 }
 
 # ----------------------------------------------------------------- commands
@@ -517,11 +659,22 @@ rotate() {
   [ $# = 1 ] || die "usage: KAFKA_SECURE=1 scripts/kafka.sh rotate NAME"
   valid_user "$1"
   [ -f "$STATE/clients/$1.properties" ] || die "no user $1 (no $STATE/clients/$1.properties)"
-  cp -p "$STATE/clients/$1.properties" "$STATE/clients/$1.properties.old"
+  write_new "$STATE/clients/$1.properties.old" < "$STATE/clients/$1.properties"
   write_client "$STATE/clients" "$1" "$BOOTSTRAP" "$STATE/tls/ca.pem"
   scram set "$1"
   rm -f "$STATE/clients/$1.properties.old"
-  echo "kafka.sh: new password for $1 in $STATE/clients/$1.properties; the old one is refused"
+  echo "kafka.sh: new password for $1 in $STATE/clients/$1.properties; the old one is refused at its next login, $(live_sessions)"
+}
+
+live_sessions() {
+  # What a revoked password leaves running, from the running broker's own
+  # server.properties: the end of rotate's and remove's line.
+  local ms; ms=$(sed -n 's/^connections.max.reauth.ms=//p' "$STATE/server.properties")
+  if [ -n "$ms" ]; then
+    echo "and sessions logged in with it end within $((ms / 1000)) s (connections.max.reauth.ms)"
+  else
+    echo "but this broker was started without connections.max.reauth.ms: sessions logged in with it go on until they disconnect (restart it to bound them: scripts/kafka.sh stop, then start)"
+  fi
 }
 
 remove_user() {
@@ -531,7 +684,7 @@ remove_user() {
   [ -f "$STATE/clients/$1.properties" ] || die "no user $1 (no $STATE/clients/$1.properties)"
   scram delete "$1"
   rm -f "$STATE/clients/$1.properties"
-  echo "kafka.sh: SCRAM user $1 deleted"
+  echo "kafka.sh: SCRAM user $1 deleted; its password is refused at its next login, $(live_sessions)"
 }
 
 compose_secrets() {
@@ -543,20 +696,29 @@ compose_secrets() {
   # directory 0700; the containers run as your uid ($DPSTREAM_UID, default 1000) to read
   # them. The broker container creates the SCRAM users after its start
   # (scripts/compose-kafka.sh), from kafka/users, never on a command line.
-  local out="${1:-$ROOT/secrets}" u role
-  out="$(mkdir -p "$out" && cd "$out" && pwd)"
-  [ -f "$out/kafka/server.properties" ] && { echo "kafka.sh: $out already holds the compose secrets"; return 0; }
+  # The directory is judged by safe_dir's rule (made 0700 when missing): one another user
+  # made, or could write to or swap, is refused before anything is written or reused.
+  local out u role
+  safe_dir "${1:-$ROOT/secrets}" "the compose secrets directory" \
+    "give compose-secrets a new directory (it is made 0700) under a directory of yours" create
+  out="$SAFE_DIR"
+  if [ -f "$out/kafka/server.properties" ]; then
+    echo "kafka.sh: $out already holds the compose secrets"
+    grep -q '^connections.max.reauth.ms=' "$out/kafka/server.properties" \
+      || echo "kafka.sh: note: its kafka/server.properties (from an older kafka.sh) has no connections.max.reauth.ms, so a revoked password's live sessions go on: add connections.max.reauth.ms=$REAUTH_MS to it, or make the secrets anew in a new directory" >&2
+    return 0
+  fi
   make_secrets "$out/kafka" kafka localhost 127.0.0.1
   mkdir -p "$out/clients"
   for u in $USERS; do write_client "$out/clients" "$u" "localhost:9094" "$out/kafka/ca.pem"; done
   secure_server_properties /etc/dpstream/kafka /var/lib/kafka/data 9095 \
     "SASL_SSL://0.0.0.0:9094,INTERNAL://0.0.0.0:19094,BROKER://127.0.0.1:9096,CONTROLLER://127.0.0.1:9095" \
     "SASL_SSL://localhost:9094,INTERNAL://kafka:19094,BROKER://127.0.0.1:9096" \
-    "SASL_SSL:SASL_SSL,INTERNAL:SASL_SSL,BROKER:SSL,CONTROLLER:SSL" > "$out/kafka/server.properties"
-  for u in $USERS; do printf '%s %s\n' "$u" "$(password_of "$u" "$out/clients")"; done > "$out/kafka/users"
-  cluster_ids > "$out/kafka/cluster.id"
-  broker_admin_config 127.0.0.1:9096 /etc/dpstream/kafka > "$out/kafka/broker-admin.properties"
-  cat > "$out/kafka/healthcheck.properties" <<PROPS
+    "SASL_SSL:SASL_SSL,INTERNAL:SASL_SSL,BROKER:SSL,CONTROLLER:SSL" | write_new "$out/kafka/server.properties"
+  for u in $USERS; do printf '%s %s\n' "$u" "$(password_of "$u" "$out/clients")"; done | write_new "$out/kafka/users"
+  cluster_ids | write_new "$out/kafka/cluster.id"
+  broker_admin_config 127.0.0.1:9096 /etc/dpstream/kafka | write_new "$out/kafka/broker-admin.properties"
+  write_new "$out/kafka/healthcheck.properties" <<PROPS
 security.protocol=SASL_SSL
 sasl.mechanism=SCRAM-SHA-512
 sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required username="admin" password="$(password_of admin "$out/clients")";
@@ -565,10 +727,10 @@ ssl.truststore.location=/etc/dpstream/kafka/ca.pem
 PROPS
   for role in worker admin; do
     mkdir -p "$out/$role"
-    cp "$out/kafka/ca.pem" "$out/$role/ca.pem"
+    write_new "$out/$role/ca.pem" < "$out/kafka/ca.pem"
     sed -e 's#^bootstrap.servers=.*#bootstrap.servers=kafka:19094#' \
         -e "s#^ssl.ca.location=.*#ssl.ca.location=/etc/dpstream/$role/ca.pem#" \
-        "$out/clients/$role.properties" > "$out/$role/client.properties"
+        "$out/clients/$role.properties" | write_new "$out/$role/client.properties"
   done
   echo "kafka.sh: compose secrets in $out (your client configs: $out/clients/<user>.properties)"
 }
@@ -581,6 +743,9 @@ case "${1:-}" in
   cluster-ids) [[ "${2:-1}" =~ ^[1-9][0-9]{0,4}$ ]] || die "cluster-ids takes a count from 1 to 99999"
                cluster_ids "${2:-1}" ;;
   clients) [ "$SECURE" = 1 ] || die "'clients' is for the secured broker: KAFKA_SECURE=1 scripts/kafka.sh clients"
+           check_state
+           safe_dir "$STATE/clients" "the client configs' directory" "start over in a new state directory (scripts/kafka.sh reset, or set DPSTREAM_KAFKA_STATE)" "" private \
+             || die "no client configs in $STATE/clients: start the secured broker first (KAFKA_SECURE=1 scripts/kafka.sh start)"
            echo "$STATE/clients" ;;
   users) shift; users "$@" ;;
   rotate) shift; rotate "$@" ;;

@@ -672,7 +672,7 @@ def _only_models(log: list, outputs: dict, wanted: set[str]) -> dict:
 
 
 def cmd_replay(args) -> int:
-    from dpstream.streams.tools.replay import WrongKeyError, replay, verify_public
+    from dpstream.streams.tools.replay import WrongKeyError, public_verdict, replay
     try:
         if args.dir:
             log, outputs = read_export(Path(args.dir), public=args.no_key)
@@ -692,11 +692,9 @@ def cmd_replay(args) -> int:
     except NothingToAudit as err:
         raise Failed(f"{err}: nothing verified", 2) from None
     if args.no_key:
-        problems = verify_public(outputs)
-        print("\n".join(problems) if problems else
-              f"OK: {len(outputs['ledger'])} ledger entries and {len(outputs['predictions'])} "
-              "predictions are consistent (no key: releases themselves not recomputed)")
-        return 1 if problems else 0
+        verdict = public_verdict(outputs)
+        print(verdict.text)
+        return 0 if verdict.ok else 1
     rng = _key()
     progress = Progress("replay", len(log))
     try:
@@ -710,7 +708,7 @@ def cmd_replay(args) -> int:
 
 
 def cmd_audit_report(args) -> int:
-    from dpstream.streams.tools.replay import WrongKeyError, replay, screen
+    from dpstream.streams.tools.replay import WrongKeyError, public_verdict, replay, screen
     from dpstream.streams.tools.report import build_report
     if args.internal and args.no_key:
         raise Failed("--internal recomputes mistakes with the key; drop --no-key", 2)
@@ -718,7 +716,7 @@ def cmd_audit_report(args) -> int:
         log, outputs = read_export(Path(args.dir))
     except NothingToAudit as err:
         raise Failed(f"{err}: no report written", 2) from None
-    summary, mistakes = None, ({} if args.internal else None)
+    mistakes = {} if args.internal else None
     rng = None
     if not args.no_key and not KeyedRandomness.configured():
         if args.internal:
@@ -733,34 +731,26 @@ def cmd_audit_report(args) -> int:
     out = out_dir(args.out, private=args.internal)
     if args.internal:
         _owner_only(out)
-    log, outputs, invalid = screen(log, outputs)      # forged records: said, not plotted
-    for found in invalid:
-        print(f"dpstream audit-report: {found.line()}", file=sys.stderr)
-    verified = None
     with out:                                 # a directory made here and left empty is removed on failure
-        if rng is not None:
+        # the verdict is replay's (or replay --no-key's) on every record read, forged ones
+        # included; the figures are drawn from the valid records, and the report lists the rest
+        if rng is None:
+            verdict = public_verdict(outputs, log)
+        else:
             try:
-                verified = asyncio.run(replay(rng, log, outputs, mistakes=mistakes))
+                verdict = asyncio.run(replay(rng, log, outputs, mistakes=mistakes)).verdict()
             except WrongKeyError as err:      # a traceback before
                 raise Failed(f"{err}; no report written", 2) from None
-            summary = verified.summary()
+        log, outputs, _ = screen(log, outputs)
         with refused_out():
-            path = build_report(log, outputs, out, summary, mistakes, private=args.internal)
+            path = build_report(log, outputs, out, verdict, mistakes, private=args.internal)
     form = "INTERNAL (contains information about the private examples)" if args.internal else "public"
     print(f"dpstream audit-report: {path} ({form})")
-    if verified is None:                      # no key: the public checks (replay --no-key's) still run
-        from dpstream.streams.tools.replay import verify_public
-        problems = verify_public(outputs)
-        if problems:
-            summary = "\n".join(problems)
-    if invalid or (verified is not None and not verified.ok) or (verified is None and summary):
-        # the report is written (it shows what failed), and the exit code says so: before,
-        # a tampered export gave exit 0 and "(public)", the failure only inside the HTML
-        what = ("did not verify (the report shows it too)" if verified is not None else
-                "fails the checks that need no key (as replay --no-key)")
-        print(f"dpstream audit-report: the export {what}:\n"
-              + (summary.rstrip() if summary else f"{len(invalid)} invalid record(s), listed above"),
-              file=sys.stderr)
+    if not verdict.ok:                        # the report says FAILED; the exit code says so too
+        what = ("did not verify" if verdict.keyed else
+                "fails the checks that need no key, as replay --no-key")
+        print(f"dpstream audit-report: the export {what} (the report shows it too):\n"
+              f"{verdict.text.rstrip()}", file=sys.stderr)
         return 1
     return 0
 
@@ -786,7 +776,8 @@ def cmd_worker(args) -> int:
 
     from dpstream.streams.worker.app import WorkerApp, keep_secrets_from_children
     from dpstream.streams.worker.faust_seam import contract
-    from dpstream.streams.worker.observe import exposed, quiet_startup_logs, web_bind, web_port_problem
+    from dpstream.streams.worker.observe import (quiet_startup_logs, token_middleware, web_bind, web_port_problem,
+                                                 web_token, web_warning)
     from dpstream.streams.worker.topics import ensure_topics
     from dpstream.streams.worker.tuning import hold_full_collections, shorten_thread_switches
     from dpstream.streams.tools.acls import check_names
@@ -800,6 +791,14 @@ def cmd_worker(args) -> int:
         raise Failed(str(err), 2) from None
     if args.web_port is not None and (problem := web_port_problem(bind, args.web_port)):
         raise Failed(problem, 2)
+    web_options = {}
+    if args.web_token_file is not None:   # observe.py: who may read the pages
+        if args.web_port is None:
+            raise Failed("--web-token-file protects the pages of --web-port: give both", 2)
+        try:
+            web_options["middlewares"] = [token_middleware(web_token(args.web_token_file))]
+        except ValueError as err:
+            raise Failed(str(err), 2) from None
     try:
         if args.data_dir is not None and not args.data_dir.strip():
             raise UnsafeOut("is empty", "give a directory, or leave the option out for the "
@@ -841,17 +840,15 @@ def cmd_worker(args) -> int:
                 "dpstream worker ready: broker %s, topic prefix %r, %d partitions, key fingerprint %s%s",
                 kafka.bootstrap, args.prefix, args.partitions, rng.fingerprint(),
                 f", status on {bind}:{args.web_port}/status/" if args.web_port else "")
-            if args.web_port and exposed(bind):
-                logging.getLogger("dpstream").warning(
-                    "the status and metrics pages listen on %s:%d without authentication: anyone "
-                    "who reaches that port sees per-model event counts (--web-bind 127.0.0.1 "
-                    "keeps them on this machine)", bind, args.web_port)
+            if args.web_port and (warning := web_warning(bind, args.web_port, bool(web_options))):
+                logging.getLogger("dpstream").warning(warning)
 
     worker_app = WorkerApp(kafka=kafka, rng=rng, partitions=args.partitions,
                            app_id=app_id,
                            data_dir=data_dir, web_port=args.web_port, web_bind=bind,
                            prefix=args.prefix,
-                           latency_metrics=args.latency_metrics, consumer_thread=args.consumer_thread)
+                           latency_metrics=args.latency_metrics, consumer_thread=args.consumer_thread,
+                           faust_settings={"web_application_options": web_options} if web_options else None)
     worker = Worker(worker_app.app, loglevel=args.loglevel, quiet=True)
     worker.execute_from_commandline()
     return 0
@@ -1614,8 +1611,11 @@ def build_parser() -> argparse.ArgumentParser:
                         "(default: $XDG_STATE_HOME or ~/.local/state, then dpstream/worker-APP_ID)")
     p.add_argument("--web-port", type=int, help="serve /status/ and /metrics/ on this port")
     p.add_argument("--web-bind", metavar="ADDRESS",
-                   help="address those pages listen on (no authentication; default: "
-                        "$DPSTREAM_WEB_BIND, else 127.0.0.1, this machine only)")
+                   help="address those pages listen on (default: $DPSTREAM_WEB_BIND, else "
+                        "127.0.0.1, this machine only)")
+    p.add_argument("--web-token-file", metavar="FILE",
+                   help="require 'Authorization: Bearer TOKEN' on those pages, TOKEN read from FILE "
+                        "(yours, mode 600); without it every local user can read them")
     p.add_argument("--loglevel", default="info", help="debug, info, warning or error (default: %(default)s)")
     p.add_argument("--consumer-thread", action="store_true",
                    help="run faust's Kafka consumer in its own thread (faust's default) instead "

@@ -13,7 +13,8 @@ is skipped, counted and reported, and the replay fails: the ledger and the outpu
 writable by the worker's principal, and a forged record is exactly what an audit must
 catch. Before (issue 41, item 12), one ``{}`` on the ledger ended ``replay`` (and
 ``models list``) in a traceback. A line of an export directory that is not JSON is such a
-record too, named by file and line (``read_export``).
+record too, named by file and line (``read_export``). What an audit concludes is a
+``Verdict``: the text ``dpstream replay`` prints, which the audit report renders.
 
 Duplicates: at-least-once delivery may publish a record twice, identically; two records
 for the same place (a prediction or answer's (model, seq), a ledger charge's (model,
@@ -61,13 +62,21 @@ class TopicReport:
         return not (self.mismatches or self.missing or self.extra or self.conflicting)
 
 
+LISTED = 100                     # invalid records of a topic listed one by one; the rest counted
+
+
 @dataclass
 class Invalid:
-    """Records of one topic that are not valid records of it: how many, and the first one
-    (its position in what was read, and what is wrong, never its content)."""
+    """Records of one topic that are not valid records of it: how many, and the first
+    LISTED of them as (where, why): the position in what was read (an export's file and
+    line) and what is wrong, never the record's content (``_what``)."""
     topic: str
     count: int
-    first: str
+    records: list[tuple[str, str]]
+
+    @property
+    def first(self) -> str:
+        return "{}: {}".format(*self.records[0])
 
     def line(self) -> str:
         what = "log record" if self.topic == MODEL_EVENTS else f"{self.topic} record"
@@ -131,37 +140,37 @@ def screen_topic(topic: str, values: list) -> tuple[list[dict], Invalid | None]:
     and what was skipped."""
     from pydantic import ValidationError
     schema = SCHEMAS[topic]
-    good, bad, first = [], 0, ""
+    good, bad, found = [], 0, []
     for i, v in enumerate(values):
         why = _not_json(v)
+        if not why:
+            try:
+                schema.model_validate(v)
+                _finite(v)
+            except (ValidationError, ValueError) as err:
+                why = _what(err, schema)
         if why:
-            first, bad = first or f"{_at(values, i)}: {why}", bad + 1
-            continue
-        try:
-            schema.model_validate(v)
-            _finite(v)
-        except (ValidationError, ValueError) as err:
-            if not bad:
-                first = f"{_at(values, i)}: {_what(err)}"
             bad += 1
+            if len(found) < LISTED:
+                found.append((_at(values, i), why))
             continue
         good.append(v)
-    return good, (Invalid(topic, bad, first) if bad else None)
+    return good, (Invalid(topic, bad, found) if bad else None)
 
 
 def screen_log(log: list) -> tuple[list[dict], Invalid | None]:
     """The log records replay can place (partition, offset, a value with a source and an
     event with a type and a model id); the processor judges the rest of each event."""
-    good, bad, first = [], 0, ""
+    good, bad, found = [], 0, []
     for i, r in enumerate(log):
         problem = _log_problem(r)
         if problem:
-            if not bad:
-                first = f"{_at(log, i)}: {problem}"
             bad += 1
+            if len(found) < LISTED:
+                found.append((_at(log, i), problem))
             continue
         good.append(r)
-    return good, (Invalid(MODEL_EVENTS, bad, first) if bad else None)
+    return good, (Invalid(MODEL_EVENTS, bad, found) if bad else None)
 
 
 def screen(log: list, published: dict) -> tuple[list[dict], dict[str, list[dict]], list[Invalid]]:
@@ -186,13 +195,19 @@ def _finite(v: dict) -> None:
         raise ValueError(f"{bad[0]}: not a finite number")
 
 
-def _what(err) -> str:
-    """A validation error without the value: where and which rule."""
-    if not hasattr(err, "errors"):
+def _what(err, schema) -> str:
+    """A validation error without the record's content: where (the schema's own field
+    names; a name the record made up is '?', a list position '[]') and which rule (the
+    schema's fixed message), so a forged line cannot put its own text into replay's output
+    or the audit report."""
+    if not hasattr(err, "errors"):       # _finite's: it names a schema field (extras are refused first)
         return str(err)[:160]
     e = err.errors(include_input=False, include_url=False)[0]
-    where = ".".join(map(str, e["loc"])) or "the record"
-    return f"{where}: {e['msg']}"[:160]
+    where = ".".join(p if isinstance(p, str) and p in schema.model_fields else
+                     "[]" if isinstance(p, int) else "?" for p in e["loc"]) or "the record"
+    what = ("a field this record's schema does not have" if e["type"] == "extra_forbidden"
+            else e["msg"])
+    return f"{where}: {what}"[:160]
 
 
 def _log_problem(r) -> str | None:
@@ -209,6 +224,19 @@ def _log_problem(r) -> str | None:
     if event.get("type") not in EVENT_TYPES or not isinstance(event.get("model_id"), str):
         return "event needs a type (model, example, query) and a model_id"
     return None
+
+
+@dataclass
+class Verdict:
+    """What an audit concludes, as ``dpstream replay`` prints it: ``text`` (its output),
+    ``ok``, the records skipped as not valid (``invalid``, each listed by where it was read
+    and why), and ``keyed``: every release recomputed with the key (``replay``), or only the
+    checks that need no key (``replay --no-key``, ``public_verdict``). The audit report
+    renders a verdict, so the page says what the terminal says."""
+    ok: bool
+    text: str
+    invalid: list[Invalid]
+    keyed: bool
 
 
 @dataclass
@@ -240,6 +268,9 @@ class ReplayReport:
                     lines.append(f"    first {label}: model {items[0][0]!r} seq {items[0][1]}")
         lines.append("OK: every release reproduced" if self.ok else "FAILED: see above")
         return "\n".join(lines)
+
+    def verdict(self) -> Verdict:
+        return Verdict(self.ok, self.summary(), self.invalid, keyed=True)
 
 
 def _diff(a: dict, b: dict) -> dict:
@@ -355,11 +386,29 @@ def verify_public(published: dict[str, list[dict]]) -> list[str]:
     holds two different records (``distinct``). Returns the problems found (empty: all
     good); a record that is not valid is one (``screen``), and the checks run on the rest.
     A model's entries all carry its first entry's budget, rule and key fingerprint."""
+    _, published, invalid = screen([], published)
+    return [i.line() for i in invalid] + _public_problems(published)
+
+
+def public_verdict(published: dict[str, list[dict]], log: list | None = None) -> Verdict:
+    """``verify_public`` as ``dpstream replay --no-key`` says it: its problems, or that
+    the records are consistent. ``log``: an export's log, when it was read (the keyless
+    audit report reads it for the model configs): a record of it that is not valid is a
+    problem too."""
+    _, valid, invalid = screen(log or [], published)
+    problems = [i.line() for i in invalid] + _public_problems(valid)
+    text = "\n".join(problems) or (
+        f"OK: {len(valid.get(LEDGER, []))} ledger entries and {len(valid.get(PREDICTIONS, []))} "
+        "predictions are consistent (no key: releases themselves not recomputed)")
+    return Verdict(not problems, text, invalid, keyed=False)
+
+
+def _public_problems(published: dict[str, list[dict]]) -> list[str]:
+    """``verify_public``'s checks of records that are all valid (``screen``)."""
     from dpstream.mechanisms.accounting import Ledger
     from dpstream.mechanisms.errors import BudgetExhausted
 
-    _, published, invalid = screen([], published)
-    problems: list[str] = [i.line() for i in invalid]
+    problems: list[str] = []
     published = {topic: _with_defaults(topic, values) for topic, values in published.items()}
     published, conflicting = _distinct_topics(published)
     problems += conflicting

@@ -12,6 +12,12 @@ Two forms:
   mistakes, recomputed by a keyed replay where the data is. Mistake counts are private
   statistics of the labelled examples; the report says so on its first line.
 
+Both open with the audit's verdict, as ``dpstream replay`` (or ``replay --no-key``,
+without the key) concludes it on every record of the export: OK, or FAILED with what
+failed, each record that is not a valid record of its topic listed by topic, file and
+line, and why (never its content). The figures and numbers are drawn from the valid
+records.
+
 Every number carries a ``data-*`` attribute so tests (and scripts) can check it.
 """
 from __future__ import annotations
@@ -52,6 +58,7 @@ plt = _matplotlib()
 from dpstream.agents.kinds import kind  # noqa: E402
 from dpstream.schemas import ModelConfig  # noqa: E402
 from dpstream.schemas.features import quoted  # noqa: E402
+from dpstream.streams.tools.replay import LISTED, Verdict  # noqa: E402
 
 
 def _version() -> str:
@@ -133,14 +140,50 @@ def model_figures(model_id, preds, ledger, budget_eps, mistakes=None):
     return timeline, _png(fig)
 
 
-def build_report(log: list[dict], outputs: dict, out, replay_summary: str | None = None,
+def verdict_section(verdict: Verdict | None) -> str:
+    """The audit's conclusion (replay.Verdict), first on the page: OK or FAILED as a
+    headline, the text ``dpstream replay`` prints, and each record skipped as not valid
+    (topic, where it was read, why: never its content). None: nothing was checked."""
+    if verdict is None:
+        return ("<div id='replay' data-verified='no' data-checks='none'><p><strong>Releases were "
+                "not verified: nothing was recomputed or checked.</strong></p></div>")
+    checks = "replay" if verdict.keyed else "public"
+    if not verdict.ok:
+        state = "failed"
+        head = ("FAILED: the export did not verify" if verdict.keyed else
+                "FAILED: the export fails the checks that need no key")
+        head += " (what failed is below; the figures show its valid records only)."
+    elif verdict.keyed:
+        state, head = "yes", "Verified: every release recomputed with the key and reproduced."
+    else:
+        state, head = "no", ("Releases were not verified: no key was given, so nothing was "
+                             "recomputed. The checks that need no key pass.")
+    invalid = ""
+    if verdict.invalid:
+        rows = "".join(f"<tr><td>{html.escape(i.topic)}</td><td>{html.escape(where)}</td>"
+                       f"<td>{html.escape(why)}</td></tr>" for i in verdict.invalid for where, why in i.records)
+        total = sum(i.count for i in verdict.invalid)
+        more = total - sum(len(i.records) for i in verdict.invalid)
+        invalid = (f"<h3>Records that are not valid ({total:,}, skipped)</h3><table class='invalid'>"
+                   f"<tr><th>topic</th><th>where</th><th>why</th></tr>{rows}</table>"
+                   + (f"<p>... and {more:,} more (the first {LISTED} of each topic are listed).</p>"
+                      if more else ""))
+    return (f"<div id='replay' data-verified='{state}' data-checks='{checks}'>"
+            f"<p class='verdict'><strong>{html.escape(head)}</strong></p>"
+            f"<pre>{html.escape(verdict.text)}</pre>{invalid}</div>")
+
+
+def build_report(log: list[dict], outputs: dict, out, verdict: Verdict | None = None,
                  mistakes: dict | None = None, private: bool = False) -> Path:
     """Write ``out/report.html`` and its figures; ``out``: a directory path or an open
     ``OutDir`` (streams/tools/outdir.py: created if missing, never chmod-ed, no link followed).
-    Public unless ``mistakes`` ({model: [(seq, cumulative)]}, from a keyed replay) is
-    given; the log is read only for the model configs. ``private``: the directory is
-    created 0700 and every file is written readable by its owner only (0600), as exports
-    are. Every file is made first and written at the end, all or none."""
+    ``verdict``: what the audit concluded (replay.Verdict, of every record read), shown
+    first; ``log`` and ``outputs``: the valid records (replay.screen), which the figures
+    and numbers are drawn from. Public unless ``mistakes`` ({model: [(seq, cumulative)]},
+    from a keyed replay) is given; the log is read only for the model configs.
+    ``private``: the directory is created 0700 and every file is written readable by its
+    owner only (0600), as exports are. Every file is made first and written at the end,
+    all or none."""
     from .outdir import OutDir
     files: dict[str, bytes] = {}
 
@@ -220,13 +263,11 @@ def build_report(log: list[dict], outputs: dict, out, replay_summary: str | None
     else:
         banner = "<p id='form' data-form='public'>Public report: built from the published topics only.</p>"
         scope = "No features, labels, mistake counts or keys."
-    verified = (f"<pre id='replay'>{html.escape(replay_summary)}</pre>" if replay_summary else
-                "<p id='replay' data-verified='no'><strong>Releases were not verified: no key was "
-                "given, so nothing was recomputed.</strong></p>")
     page = f"""<!doctype html><html><head><meta charset="utf-8"><title>dpstream audit report</title>
 <style>body{{font-family:sans-serif;max-width:960px;margin:2em auto}} table{{border-collapse:collapse;margin:1em 0}}
 td,th{{border:1px solid #ccc;padding:2px 8px;text-align:left}} img{{display:block;margin:1em 0;max-width:100%}}</style>
 </head><body>{banner}<h1>dpstream audit report</h1>
+{verdict_section(verdict)}
 <p>{len(log):,} model events, {len(configs)} model(s). {scope}</p>
 <table class="provenance">
 <tr><th>dpstream version</th><td data-version="{_version()}">{_version()}</td></tr>
@@ -234,7 +275,7 @@ td,th{{border:1px solid #ccc;padding:2px 8px;text-align:left}} img{{display:bloc
 <tr><th>key fingerprint(s) on the ledger</th><td data-fingerprints="{' '.join(prints)}">{', '.join(prints) or 'none'}</td></tr>
 <tr><th>rejected inputs (dead letters)</th><td data-rejected="{len(outputs.get('rejected', []))}">{len(outputs.get('rejected', []))}</td></tr>
 </table>
-{verified}{''.join(sections)}</body></html>"""
+{''.join(sections)}</body></html>"""
     write("report.html", page.encode())
     with (OutDir(out, private=private) if isinstance(out, (str, Path)) else out) as where:
         where.write_all(files)

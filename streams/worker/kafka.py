@@ -18,9 +18,17 @@ and environment variables for secrets:
     ssl.key.location=client.key                 # its key; ssl.key.password or $DPSTREAM_KAFKA_SSL_KEY_PASSWORD
     ssl.endpoint.identification.algorithm=https # the default: the broker's name is checked
 
-A file that holds a password must be readable by its owner only (as ssh insists for its
-keys); secrets never come from a flag (flags land in shell history and ``ps``), and they
-never appear in this object's repr, in logs, in ``/status/`` or in error messages.
+A client config says where the records go and how they are protected, so only the caller
+and root may change it (ssh's StrictModes for ~/.ssh/config): the file, and every TLS file
+it names (CA, certificate, key), must belong to the caller or root, be writable by no one
+else, and be reached through directories only the caller or root may change, by the rule
+of ``--out``'s parents (streams/worker/paths.py: owned by the caller or root, sticky
+where others may write, no symbolic link of another user on the way; ``trust_problem``).
+Otherwise another local user could point ``produce`` at their own listener in the clear,
+or add their CA. A file that holds a password, and the client's key, must also be
+readable by its owner only (as ssh insists for its keys); secrets never come from a flag
+(flags land in shell history and ``ps``), and they never appear in this object's repr, in
+logs, in ``/status/`` or in error messages.
 
 A config never means less security than it says (docs/security-clients.md; issue 41):
 
@@ -40,6 +48,8 @@ A config never means less security than it says (docs/security-clients.md; issue
   command and worker that reads such a config warns that it is off. Anything else is
   refused: in the Java client an unknown algorithm fails the handshake, so ``none``
   (librdkafka's spelling), ``http`` or a typo must not quietly mean "off".
+* ``sasl.mechanism=PLAIN`` under ``SASL_PLAINTEXT`` sends the password itself unencrypted:
+  taken (a broker may offer nothing else), with a warning at every command and worker.
 """
 from __future__ import annotations
 
@@ -69,6 +79,9 @@ SASL_PASSWORD_ENV, KEY_PASSWORD_ENV = "DPSTREAM_KAFKA_SASL_PASSWORD", "DPSTREAM_
 NO_HOSTNAME_CHECK = ("warning: hostname verification is OFF ({where}: ssl.endpoint.identification."
                      "algorithm is empty): anyone holding a certificate from a CA you trust can "
                      "pose as the broker; remove the line to verify the broker's name")
+PLAIN_IN_CLEAR = ("warning: the password crosses the network in the clear ({where}: sasl.mechanism=PLAIN "
+                  "over security.protocol=SASL_PLAINTEXT): anyone on the path reads it; use SASL_SSL, "
+                  "or SCRAM-SHA-512 if the broker offers it")
 log = logging.getLogger("dpstream.kafka")
 
 
@@ -126,6 +139,8 @@ class Kafka:
         to it), else $DPSTREAM_KAFKA_BOOTSTRAP, else 127.0.0.1:9092."""
         environ = os.environ if environ is None else environ
         config_file = config_file or environ.get("DPSTREAM_KAFKA_CONFIG")
+        if config_file and (problem := trust_problem(config_file)):
+            raise ClientConfigError(f"client config {problem}")
         props = read_properties(config_file) if config_file else {}
         bootstrap = bootstrap or props.get("bootstrap.servers") or \
             environ.get("DPSTREAM_KAFKA_BOOTSTRAP") or DEFAULT_BOOTSTRAP
@@ -151,9 +166,12 @@ class Kafka:
         check_hostname = _hostname_check(props, where)
         if protocol.endswith("SSL") and not check_hostname:
             log.warning(NO_HOSTNAME_CHECK.format(where=where))
+        mechanism = _mechanism(props, protocol, where)
+        if protocol == "SASL_PLAINTEXT" and mechanism == "PLAIN":
+            log.warning(PLAIN_IN_CLEAR.format(where=where))
         return cls(bootstrap=bootstrap,
                    security_protocol=protocol,
-                   sasl_mechanism=_mechanism(props, protocol, where),
+                   sasl_mechanism=mechanism,
                    username=username, password=password, ca_file=ca,
                    cert_file=props.get("ssl.certificate.location"),
                    key_file=props.get("ssl.key.location"),
@@ -179,12 +197,18 @@ class Kafka:
                     f"{self.key_file}: give PEM files of the client certificate and its key (an "
                     "encrypted key: its password in $DPSTREAM_KAFKA_SSL_KEY_PASSWORD)") from None
         context.check_hostname = self.check_hostname
+        for setting, path, secret in (("ssl.ca.location", self.ca_file, False),
+                                      ("ssl.certificate.location", self.cert_file, False),
+                                      ("ssl.key.location", self.key_file, True)):
+            if path and (problem := trust_problem(path, secret=secret)):
+                raise ClientConfigError(f"{setting}: {problem}")
         return context
 
     def check_files(self) -> None:
         """ClientConfigError, before any connection, when the TLS files cannot be loaded (a
-        missing CA file, a certificate or key that is not PEM): one line naming the
-        setting, instead of a connection failure that blames the broker."""
+        missing CA file, a certificate or key that is not PEM) or may be changed by another
+        user (``trust_problem``): one line naming the setting, instead of a connection
+        failure that blames the broker."""
         if self.tls:
             self.ssl_context()
 
@@ -227,8 +251,13 @@ class Kafka:
             return f"{refused} ({name})"
         if any(isinstance(c, ssl.SSLError) for c in causes) or "[SSL" in said:
             return f"TLS with the broker at {self.bootstrap} failed ({name}: {str(err)[:120]})"
-        if isinstance(err, E.UnsupportedSaslMechanismError):
-            return f"the broker at {self.bootstrap} does not offer SASL {self.sasl_mechanism} ({name})"
+        offered = _mechanisms_offered(f"{said} {err}")
+        if offered is not None or isinstance(err, E.UnsupportedSaslMechanismError) or \
+                "UnsupportedSaslMechanism" in said:
+            others = ", ".join(m for m in MECHANISMS[::-1] if m != self.sasl_mechanism)
+            return (f"the broker at {self.bootstrap} does not offer SASL mechanism {self.sasl_mechanism}"
+                    + (f"; it offers {offered}" if offered else "") + f" ({name}): set sasl.mechanism to "
+                    + ("one it offers" if offered else f"one it offers ({others}? its administrator knows)"))
         if "Authentication" in name or "Sasl" in name or "SaslAuthenticationFailed" in said:
             return (f"the broker at {self.bootstrap} refused the login of {self.principal} ({name}): "
                     "check sasl.username, the password and sasl.mechanism")
@@ -361,6 +390,22 @@ def _unreadable(setting: str, path: str | None, err: OSError) -> str:
     return f"{setting}={path}: {why}"
 
 
+def _mechanisms_offered(said: str) -> str | None:
+    """The SASL mechanisms a broker offers, when aiokafka's error says so
+    (``AIOKafkaConnection._do_sasl_handshake``: "Kafka broker does not support X sasl
+    mechanism. Enabled mechanisms are: [...]", for a handshake answered without an error
+    code); None otherwise. Kafka's own brokers answer an unknown mechanism with error 33,
+    which aiokafka raises as a bare UnsupportedSaslMechanismError without the list, and a
+    failed bootstrap hides either behind a KafkaConnectionError (the error is in what
+    aiokafka logged). The names come from whoever answered: only mechanism-like names
+    are shown, a few at most."""
+    found = re.search(r"does not support \S+ sasl mechanism\. Enabled mechanisms are: \[([^\]]*)\]", said)
+    if found is None:
+        return None
+    names = [n for n in re.findall(r"'([^']*)'", found.group(1)) if re.fullmatch(r"[A-Z0-9_-]{1,40}", n)]
+    return ", ".join(names[:8]) or "none"
+
+
 def _listener_mismatch(protocol: str, said: str) -> str | None:
     """What to check when the broker took the TCP connection and dropped it at once (aiokafka
     logs "Unable connect" with no OS error): a client whose ``security.protocol`` is not
@@ -373,6 +418,34 @@ def _listener_mismatch(protocol: str, said: str) -> str | None:
                 f"login: set security.protocol to the listener's ({'SSL' if protocol == 'SASL_SSL' else 'PLAINTEXT'}?)")
     return (f"security.protocol={protocol} starts TLS; is this listener plaintext? set security.protocol "
             "to the listener's (PLAINTEXT or SASL_PLAINTEXT?)")
+
+
+def trust_problem(path: str, *, secret: bool = False) -> str | None:
+    """Why the file at ``path`` (a client config, a TLS file it names, a token file) may not
+    be trusted, as "<path>...: <fix>", or None when it may (module docstring): another
+    user's file, one others may write, one reached through a directory or a symbolic link
+    that another user may change; with ``secret``, also one that others may read. A
+    missing or unreadable file is left to its reader, which says so."""
+    from .paths import OTHERS_WRITE, UnsafeOut, _private_group, _walk
+    try:
+        os.stat(path)
+        resolved = _walk(Path(path), existing=True)
+        st = os.stat(resolved)
+    except UnsafeOut as err:
+        return (f"{err.problem}: another user could put their own file in its place; keep it in a "
+                "directory only you (or root) may change")
+    except OSError:
+        return None
+    mode = stat.S_IMODE(st.st_mode)
+    if st.st_uid not in (0, os.geteuid()):
+        return (f"{path} belongs to uid {st.st_uid}, not to you or root: its owner can change what it "
+                "says (and read any secret in it); use a copy of your own")
+    if st.st_mode & OTHERS_WRITE and not _private_group(st):
+        return (f"{path} is writable by other users (mode {mode:04o}), who can change what it says: "
+                f"chmod go-w {path}")
+    if secret and st.st_mode & (stat.S_IRWXG | stat.S_IRWXO):
+        return f"{path} holds a secret and others can read it (mode {mode:04o}): chmod 600 {path}"
+    return None
 
 
 def read_properties(path: str) -> dict[str, str]:

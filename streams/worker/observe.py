@@ -5,12 +5,20 @@ and ledger sums from each model's ``head`` record; the metrics count events per 
 rejected inputs and budget spent per model.
 
 Where they are served: the worker's web pages (``/status``, ``/metrics``, and faust's own
-``/router``) have no authentication, and live per-model event counts are the business
-volume of every model. So they listen on 127.0.0.1 unless told otherwise
-(``web_bind``: ``--web-bind ADDRESS``, else $DPSTREAM_WEB_BIND), and a worker told to
-listen anywhere else says so when it starts. The container image sets
-DPSTREAM_WEB_BIND=0.0.0.0 (a container's loopback is reachable from nothing), and
-docker-compose publishes the port on the host's 127.0.0.1 only.
+``/router``) show live per-model event counts, the business volume of every model. They
+listen on 127.0.0.1 unless told otherwise (``web_bind``: ``--web-bind ADDRESS``, else
+$DPSTREAM_WEB_BIND). The container image sets DPSTREAM_WEB_BIND=0.0.0.0 (a container's
+loopback is reachable from nothing), and docker-compose publishes the port on the host's
+127.0.0.1 only.
+
+Who may read them: other local users are not trusted (docs/security.md), and every one of
+them can connect to 127.0.0.1. With ``--web-token-file FILE`` (``web_token``: the
+caller's or root's file, readable by its owner only) every page answers 401 unless the
+request carries ``Authorization: Bearer <the file's token>``, compared in constant time
+(``token_middleware``, an aiohttp middleware given to faust's ``web_application_options``,
+so faust's own pages are covered too). Without it the pages are open to whoever reaches
+the port, and the worker says so when it starts (``web_warning``), as it does for an
+address beyond loopback.
 
 Timing is a side channel: how long a batch takes depends on the data (an update, an LP
 refit after a hard query, a training window), so a fine-grained latency histogram can
@@ -21,8 +29,12 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import hashlib
+import hmac
 import logging
+import re
 import time
+from pathlib import Path
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
@@ -69,6 +81,62 @@ def web_port_problem(bind: str, port: int) -> str | None:
                             "pages?): give another --web-port, or stop what listens there")
                 return (f"--web-bind {bind[:64]!r}: cannot listen on {address[0]}:{port} ({err.strerror}): "
                         "give an address of this machine, or 127.0.0.1")
+    return None
+
+
+WEB_TOKEN_MIN = 16          # characters: secrets.token_urlsafe(32) gives 43
+
+
+def web_token(path: str) -> str:
+    """The token in ``path`` (--web-token-file), stripped of surrounding white space.
+    ValueError, in one line naming the file and the fix, when another user could read or
+    change it (``kafka.trust_problem`` with ``secret``), or when it is not one word of at
+    least WEB_TOKEN_MIN printable ASCII characters."""
+    from .kafka import trust_problem
+    if problem := trust_problem(path, secret=True):
+        raise ValueError(f"--web-token-file {problem}")
+    make = "(umask 077; python3 -c 'import secrets; print(secrets.token_urlsafe(32))' > FILE)"
+    try:
+        data = Path(path).read_bytes()
+    except OSError as err:
+        raise ValueError(f"--web-token-file {path}: {err.strerror}: make one with {make}") from None
+    token = data.strip()
+    if len(token) < WEB_TOKEN_MIN or not re.fullmatch(rb"[\x21-\x7e]+", token):
+        raise ValueError(f"--web-token-file {path}: not a token of {WEB_TOKEN_MIN} or more printable "
+                         f"ASCII characters without spaces (it is not shown): make one with {make}")
+    return token.decode("ascii")
+
+
+def token_middleware(token: str):
+    """An aiohttp middleware that answers 401 to every request without ``Authorization:
+    Bearer <token>``; the token is compared in constant time (``hmac.compare_digest`` on
+    SHA-256 digests, so its length does not show either)."""
+    from aiohttp import web
+    expected = hashlib.sha256(token.encode()).digest()
+
+    @web.middleware
+    async def require_token(request, handler):
+        scheme, _, given = request.headers.get("Authorization", "").partition(" ")
+        digest = hashlib.sha256(given.strip().encode("utf-8", "surrogateescape")).digest()
+        if scheme.lower() != "bearer" or not hmac.compare_digest(digest, expected):
+            return web.Response(status=401, text="a token is required: Authorization: Bearer <token>\n",
+                                headers={"WWW-Authenticate": 'Bearer realm="dpstream"'})
+        return await handler(request)
+    return require_token
+
+
+def web_warning(bind: str, port: int, token: bool) -> str | None:
+    """What a worker whose pages listen on ``bind``:``port`` says when it starts about who
+    can read them (module docstring); None with a token on a loopback address."""
+    if not token:
+        who = ("anyone who reaches that port" if exposed(bind) else "every user of this machine")
+        return (f"the status and metrics pages on {bind}:{port} have no authentication: {who} can read "
+                "per-model event counts (--web-token-file FILE requires a token"
+                + (", --web-bind 127.0.0.1 keeps them on this machine)" if exposed(bind) else ")"))
+    if exposed(bind):
+        return (f"the status and metrics pages on {bind}:{port} take a token over plain HTTP: the token "
+                "and the counts cross the network unencrypted (serve them through a TLS proxy, or "
+                "--web-bind 127.0.0.1)")
     return None
 
 

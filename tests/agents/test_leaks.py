@@ -159,8 +159,8 @@ def test_internal_report_says_so_first_and_shows_exact_mistakes(tmp_path):
     from dpstream.streams.tools.replay import replay
     rt = _run(_mixed_stream())
     mistakes = {}
-    asyncio.run(replay(RNG, rt.log, rt.outputs, mistakes=mistakes))
-    page = build_report(rt.log, rt.outputs, tmp_path, "ok", mistakes).read_text()
+    verdict = asyncio.run(replay(RNG, rt.log, rt.outputs, mistakes=mistakes)).verdict()
+    page = build_report(rt.log, rt.outputs, tmp_path, verdict, mistakes).read_text()
     body = page[page.index("<body>") + len("<body>"):]
     assert body.startswith("<p id='form' data-form='internal'><strong>INTERNAL")
     handler = rt.processor.handler("w")

@@ -5,9 +5,12 @@ start``) and says in its docstring what that did before. Another local OS user i
 another tenant is a prefix with its own users. One secured broker serves the whole
 session (conftest ``secured``); threat model: docs/security.md."""
 import asyncio
+import json
 import os
+import re
 import shutil
 import subprocess
+import time
 import uuid
 from pathlib import Path
 
@@ -171,7 +174,8 @@ def test_a_rotated_or_deleted_password_is_refused_at_once(secured, tmp_path):
         return dpstream(secured, str(config), "consume", "--topic", "predictions", "--timeout", "1")
     assert "refused the login" not in login(old).stderr          # the right password logs in
     done = secured.script("rotate", user)
-    assert done.returncode == 0 and "the old one is refused" in done.stdout, done.stderr
+    assert done.returncode == 0 and "the old one is refused at its next login" in done.stdout, done.stderr
+    assert "sessions logged in with it end within 60 s (connections.max.reauth.ms)" in done.stdout, done.stdout
     line = one_line(login(old))
     assert f"refused the login of User:{user}" in line, line
     assert login(plain).returncode != 0
@@ -180,8 +184,93 @@ def test_a_rotated_or_deleted_password_is_refused_at_once(secured, tmp_path):
     new = tmp_path / "new.properties"
     new.write_text(Path(secured.config(user)).read_text())
     new.chmod(0o600)
-    assert secured.script("remove", user).returncode == 0
+    done = secured.script("remove", user)
+    assert done.returncode == 0 and "sessions logged in with it end within 60 s" in done.stdout, done.stderr
     assert f"refused the login of User:{user}" in one_line(login(new))
+
+
+# ------------------------------------------------------------------ issue 61, item 4
+def reauth_window(secured) -> float:
+    """The broker's session lifetime in seconds (connections.max.reauth.ms); 60, the one
+    rotate and remove promise, where it is not set."""
+    found = re.search(r"^connections\.max\.reauth\.ms=(\d+)$", (secured.state / "server.properties").read_text(), re.M)
+    return int(found.group(1)) / 1000 if found else 60.0
+
+
+def read(secured, topics: list[str]) -> list[list[bytes]]:
+    """Every record value of each topic, read as admin (all at once)."""
+    async def values(topic):
+        consumer = secured.as_("admin").consumer(topic, auto_offset_reset="earliest", enable_auto_commit=False,
+                                                 group_id=None)
+        out = []
+        async with running(consumer):
+            while batch := await consumer.getmany(timeout_ms=3000):
+                out += [r.value for records in batch.values() for r in records]
+        return out
+
+    async def all_of():
+        return await asyncio.gather(*(values(topic) for topic in topics))
+    return asyncio.run(all_of())
+
+
+@kafka
+@pytest.mark.slow
+def test_a_revoked_password_ends_the_sessions_logged_in_with_it_within_the_window(secured):
+    """Before: connections.max.reauth.ms was not set, so a SASL session lasted as long as
+    its connection: a producer logged in before ``kafka.sh rotate`` (or ``remove``) went on
+    writing for as long as it ran (122 s, until it was stopped, in one run), while rotate
+    said "the old one is refused". Now every session ends within the broker's window (60
+    s) of its login: of two users writing while one's password is rotated and the other
+    is removed, no record sent later than the window after the revocation lands, and
+    every later write is refused; a user whose password stands writes on across its
+    sessions' end (aiokafka does not re-authenticate: it logs in again on a new
+    connection)."""
+    window = reauth_window(secured)
+    t = secured.tenant(f"re{uuid.uuid4().hex[:6]}-")
+    asyncio.run(ensure_topics(secured.as_("admin"), prefix=t.prefix))
+    writers = {"rotated": ("producer", "examples"), "removed": ("worker", "predictions"), "kept": ("querier", "queries")}
+    sent = {name: [] for name in writers}           # (send time, delivered) of every attempt
+
+    async def write(name, producer, topic, until):
+        i = 0
+        while time.time() < until[0]:
+            at = time.time()
+            try:
+                await asyncio.wait_for(producer.send_and_wait(topic, json.dumps({"i": i, "t": at}).encode()), 4)
+                sent[name].append((at, True))
+            except Exception:                       # refused (aiokafka retries a refused login until the timeout)
+                sent[name].append((at, False))
+            i += 1
+            await asyncio.sleep(0.3)
+
+    async def attack():
+        producers = {name: t.as_(role).producer(acks="all", enable_idempotence=True, request_timeout_ms=4000)
+                     for name, (role, _) in writers.items()}
+        for producer in producers.values():
+            await producer.start()
+        logged_in = time.time()
+        until = [logged_in + 3 * window]            # set to its end once the passwords are revoked
+        tasks = [asyncio.create_task(write(name, producers[name], t.prefix + topic, until))
+                 for name, (_, topic) in writers.items()]
+        await asyncio.sleep(2)
+        for done in await asyncio.gather(asyncio.to_thread(secured.script, "rotate", t.user("producer")),
+                                         asyncio.to_thread(secured.script, "remove", t.user("worker"))):
+            assert done.returncode == 0, done.stderr
+        revoked = time.time()
+        until[0] = revoked + window + 8
+        await asyncio.gather(*tasks)
+        # a revoked producer's batches can never be sent: its stop is cut short
+        await asyncio.gather(*(asyncio.wait_for(p.stop(), 5) for p in producers.values()), return_exceptions=True)
+        return logged_in, revoked
+    logged_in, revoked = asyncio.run(attack())
+    landed = dict(zip(writers, read(secured, [t.prefix + topic for _, topic in writers.values()])))
+    for name in ("rotated", "removed"):
+        last = max(json.loads(v)["t"] for v in landed[name])
+        assert last < revoked + window, (name, f"a record sent {last - revoked:.1f} s after the revocation landed")
+        late = [ok for at, ok in sent[name] if at > revoked + window]
+        assert late and not any(late), (name, f"{sum(late)} of {len(late)} writes after the window landed")
+    assert max(json.loads(v)["t"] for v in landed["kept"]) > logged_in + window + 2    # past its first session
+    assert all(ok for _, ok in sent["kept"]), [at - logged_in for at, ok in sent["kept"] if not ok]
 
 
 # ------------------------------------------------------------------ item 10

@@ -880,3 +880,78 @@ def test_a_ledger_line_whose_seq_is_beyond_int64_is_a_discrepancy_in_the_report(
         err = capsys.readouterr().err
         assert "1 ledger record that is not valid" in err and "seq: Input should be less than" in err
         assert "Traceback" not in err and (tmp_path / f"r{len(flags)}" / "report.html").exists()
+
+
+# ------------------------------------------------------------------ issue 61, item 6: SASL in the clear
+PLAIN_CLEAR = "the password crosses the network in the clear"
+
+
+@pytest.mark.parametrize("command", ["consume", "produce", "worker"])
+def test_plain_over_sasl_plaintext_says_the_password_crosses_the_network_in_the_clear(
+        tmp_path, caplog, monkeypatch, command):
+    """Before: ``security.protocol=SASL_PLAINTEXT`` with ``sasl.mechanism=PLAIN`` was taken
+    without a word, while it hands the password itself to anyone on the path. Every
+    command and the worker now warn once; SCRAM over the same protocol does not."""
+    examples = tmp_path / "examples.jsonl"
+    examples.write_text((ROOT / "examples" / "card-fraud.examples.jsonl").read_text().splitlines()[0] + "\n")
+    args = {"consume": ["--topic", "predictions", "--timeout", "1"],
+            "produce": ["--topic", "examples", "--file", str(examples), "--no-check"],
+            "worker": ["--data-dir", str(tmp_path / "w")]}[command]
+    for mechanism, warned in (("PLAIN", 1), ("SCRAM-SHA-512", 0)):
+        path = props(tmp_path, "bootstrap.servers=127.0.0.1:1\nsecurity.protocol=SASL_PLAINTEXT\n"
+                     f"sasl.mechanism={mechanism}\nsasl.username=u\nsasl.password=pw-61\n", f"{mechanism}.properties")
+        caplog.clear()
+        monkeypatch.setenv("DPSTREAM_SECRET_KEY", KEY_HEX)      # the worker removes it once read
+        assert main([command, *args, "--client-config", path]) == 1
+        said = [r.getMessage() for r in caplog.records if PLAIN_CLEAR in r.getMessage()]
+        assert len(said) == warned, caplog.text
+        assert all("use SASL_SSL" in s and "pw-61" not in s and r.levelname == "WARNING"
+                   for s, r in zip(said, caplog.records)), said
+
+
+def test_the_plain_warning_reaches_the_terminal_as_one_line(tmp_path):
+    """What a user sees: the warning, then the command's own line, no traceback."""
+    path = props(tmp_path, "bootstrap.servers=127.0.0.1:1\nsecurity.protocol=SASL_PLAINTEXT\n"
+                 "sasl.mechanism=PLAIN\nsasl.username=u\nsasl.password=pw-61\n")
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env.pop("DPSTREAM_KAFKA_CONFIG", None)
+    done = subprocess.run([sys.executable, "-m", "dpstream.streams.cli", "consume", "--topic", "predictions",
+                           "--timeout", "1", "--client-config", path], cwd=ROOT, env=env, capture_output=True,
+                          text=True, timeout=60)
+    lines = done.stderr.splitlines()
+    assert done.returncode == 1 and len(lines) == 2, done.stderr
+    assert lines[0] == (f"warning: {PLAIN_CLEAR} ({path}: sasl.mechanism=PLAIN over "
+                        "security.protocol=SASL_PLAINTEXT): anyone on the path reads it; use SASL_SSL, or "
+                        "SCRAM-SHA-512 if the broker offers it")
+    assert lines[1].startswith("dpstream consume: cannot reach the Kafka broker at 127.0.0.1:1")
+
+
+@pytest.mark.kafka
+def test_a_sasl_mechanism_the_broker_does_not_offer_is_named_with_those_it_offers(secured, tmp_path, capsys):
+    """Before: a mechanism the broker does not offer (PLAIN, against the secured broker's
+    SCRAM-only listener) read "security.protocol=SASL_SSL starts TLS; is this listener
+    plaintext?": aiokafka hides the broker's answer (error 33, UNSUPPORTED_SASL_MECHANISM)
+    behind a bare KafkaConnectionError, and the line blamed the protocol. It now names the
+    mechanism (Kafka's answer carries no list of those offered that aiokafka passes on)."""
+    text = Path(secured.config("admin")).read_text()
+    assert "sasl.mechanism=SCRAM-SHA-512" in text
+    path = props(tmp_path, text.replace("sasl.mechanism=SCRAM-SHA-512", "sasl.mechanism=PLAIN"))
+    capsys.readouterr()
+    assert main(["consume", "--topic", "predictions", "--timeout", "2", "--client-config", path]) == 1
+    line = one_line(capsys)
+    assert (f"the broker at {secured.bootstrap} does not offer SASL mechanism PLAIN (KafkaConnectionError): "
+            "set sasl.mechanism to one it offers (SCRAM-SHA-512, SCRAM-SHA-256?") in line, line
+    assert "starts TLS" not in line and "password" not in line
+
+
+def test_a_mechanism_list_the_broker_sends_is_shown_only_as_mechanism_names():
+    """When aiokafka's error carries the broker's list (a handshake answered without an
+    error code), the line gives it; names from whoever answered are cut to mechanism-like
+    words, so a hostile listener cannot write into the user's terminal."""
+    from aiokafka.errors import KafkaConnectionError
+    kafka = Kafka("127.0.0.1:9", security_protocol="SASL_SSL", sasl_mechanism="PLAIN", username="u", password="p")
+    logged = ('Unable connect to "127.0.0.1:9": UnsupportedSaslMechanismError: Kafka broker does not support '
+              "PLAIN sasl mechanism. Enabled mechanisms are: ['SCRAM-SHA-512', '\x1b[2Jgotcha', 'OAUTHBEARER']",)
+    line = kafka.explain(KafkaConnectionError("Unable to bootstrap"), "Read topic predictions", logged)
+    assert line == ("the broker at 127.0.0.1:9 does not offer SASL mechanism PLAIN; it offers SCRAM-SHA-512, "
+                    "OAUTHBEARER (KafkaConnectionError): set sasl.mechanism to one it offers"), line

@@ -56,8 +56,8 @@ def run_two_models():
 
 def test_report_renders_in_chromium_with_figures_and_numbers_that_match_the_ledger(tmp_path):
     rt = run_two_models()
-    summary = asyncio.run(replay(KeyedRandomness(KEY), rt.log, rt.outputs)).summary()
-    path = build_report(rt.log, rt.outputs, tmp_path / "report", summary)
+    verdict = asyncio.run(replay(KeyedRandomness(KEY), rt.log, rt.outputs)).verdict()
+    path = build_report(rt.log, rt.outputs, tmp_path / "report", verdict)
     dom = browser(["--dump-dom", path.as_uri()], tmp_path).stdout.decode()
     assert "dpstream audit report" in dom and "OK: every release reproduced" in dom
     for model in ("w", "p"):
