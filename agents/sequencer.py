@@ -24,7 +24,9 @@ Keys: a record's Kafka key decides its partition, and so the order of a model's 
 an input keyed with another model's id is refused (its order among that model's events
 would not be fixed by one partition). Records without a key are taken (one-partition
 topics, the embedded runtime); key every record by its model id when topics have more
-partitions (``dpstream produce`` does).
+partitions (``dpstream produce`` does). A keyed record on another partition than Kafka's
+default partitioner gives its key is refused (``MISPLACED``: its model's config and log
+live on that other partition).
 
 State: ``config/<model>`` (the registered ModelConfig, as JSON-able dict) and
 ``src/<topic>:<partition>`` (the last input offset handled): a record at or before it
@@ -33,7 +35,7 @@ is written only after the forwarded record is durable (see ``records.deliver``).
 """
 from __future__ import annotations
 
-from collections.abc import MutableMapping
+from collections.abc import Callable, MutableMapping
 
 from pydantic import ValidationError
 
@@ -46,6 +48,14 @@ from dpstream.schemas.features import new_names_problem
 from .kinds import BINARY, REAL, kind
 from .records import Emit, Fetch, RawRecord, deliver
 
+# A record keyed by its model id but placed by another partitioner than Kafka's default
+# (unkeyed records are taken wherever they sit, as before: one-partition topics)
+# (murmur2; librdkafka's default is CRC32): its model's config and log live on another
+# partition, which this worker may not hold, or may still be restoring (a dead letter
+# "unknown model" about a valid record, at random). The reason names no value.
+MISPLACED = ("the record sits on another partition than its model's records: produce with "
+             "Kafka's default partitioner (murmur2 of the key: dpstream produce, Java clients; "
+             "librdkafka: partitioner=murmur2_random)")
 UNKNOWN_MODEL = ("unknown model: no registration of it was accepted (a refused registration "
                  "has its own dead letter, from the models topic, saying why)")
 MODEL_EVENTS = "model-events"
@@ -87,10 +97,14 @@ def reason_of(err: ValidationError) -> str:
     return "invalid: " + "; ".join(sorted(set(parts)))
 
 
-def parse(record: RawRecord, configs: MutableMapping) -> tuple[dict | None, str | None]:
-    """(validated event as dict, None) or (None, reason); never raises."""
+Home = Callable[[str], int]     # a model id's partition (where every record of it belongs)
+
+
+def parse(record: RawRecord, configs: MutableMapping, home: Home | None = None) -> tuple[dict | None, str | None]:
+    """(validated event as dict, None) or (None, reason); never raises. With ``home``, a
+    record on another partition than its model's is refused (``_misplaced``)."""
     try:
-        return _parse(record, configs)
+        return _parse(record, configs, home)
     except RecursionError:
         return None, limits.TOO_DEEP
     except Exception:            # noqa: BLE001 - any input that breaks the parser is a dead letter
@@ -100,7 +114,7 @@ def parse(record: RawRecord, configs: MutableMapping) -> tuple[dict | None, str 
 _FAST = {"examples": LabeledExample, "queries": Query}
 
 
-def _parse(record: RawRecord, configs: MutableMapping) -> tuple[dict | None, str | None]:
+def _parse(record: RawRecord, configs: MutableMapping, home: Home | None = None) -> tuple[dict | None, str | None]:
     event = None
     # the common case in one step: pydantic-core parses the JSON, when the record is
     # certainly within the structural limits and has no surrogate escape (limits.plain)
@@ -116,6 +130,8 @@ def _parse(record: RawRecord, configs: MutableMapping) -> tuple[dict | None, str
     if record.key is not None and record.key != event.model_id.encode():
         return None, ("the record's key is not its model_id: key every record by its model "
                       "id (the key fixes the partition, and so the order of the model's events)")
+    if home is not None and record.key is not None and record.partition != home(event.model_id):
+        return None, MISPLACED
     return _checked(event, configs)
 
 
@@ -209,7 +225,7 @@ def _config(model_id: str, cfg: dict) -> ModelConfig:
 
 
 async def sequence_batch(records: list[RawRecord], state: MutableMapping, emit: Emit,
-                         fetch: Fetch | None = None) -> list[RawRecord]:
+                         fetch: Fetch | None = None, home: Home | None = None) -> list[RawRecord]:
     """Handle input records in order; with ``fetch``, first re-read any records of their
     partitions the runtime skipped (records.py, Completeness). The outputs of the whole
     batch are made durable before any input offset is recorded.
@@ -232,7 +248,7 @@ async def sequence_batch(records: list[RawRecord], state: MutableMapping, emit: 
         for r in (*missed, record):
             if r.offset > last.get(where, done):
                 set_partition(r.partition)
-                outputs.append(_sequence(r, state))
+                outputs.append(_sequence(r, state, home))
                 last[where] = r.offset
     where = await deliver(emit, outputs)
     for (topic, partition), offset in last.items():    # only once the outputs are durable
@@ -257,11 +273,11 @@ def last_handled(state: MutableMapping, topic: str, partition: int) -> int:
     return state.get(_src_key(topic, partition), -1)
 
 
-def _sequence(record: RawRecord, state: MutableMapping) -> tuple[str, str | None, dict]:
+def _sequence(record: RawRecord, state: MutableMapping, home: Home | None = None) -> tuple[str, str | None, dict]:
     """The output for one new input record (registering a valid model's config)."""
     if record.problem is not None:      # a value the runtime could not decode
         return REJECTED, None, Rejected(source=record.source, reason=record.problem).model_dump()
-    event, reason = parse(record, state)
+    event, reason = parse(record, state, home)
     if event is None:
         return REJECTED, None, Rejected(source=record.source, reason=reason).model_dump()
     if event["type"] == "model":

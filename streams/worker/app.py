@@ -149,6 +149,7 @@ class WorkerApp:
         self.emit = emit_override if emit_override is not None else self.outputs
         self.revoked: set[int] = set()       # model-events partitions taken away, not yet back
         self.generation: int | None = None   # the consumer generation of the last assignment
+        self._homes: dict[str, int] = {}      # model id -> partition (``home``)
         self.changelog = seam.ChangelogWriter(app)   # a chunk's table writes in one step
         self.state = WorkerState(app.conf.id, kafka, self.changelog)
         self.state.declare = self._declare_changelogs
@@ -198,6 +199,15 @@ class WorkerApp:
         that lost it mid-batch must not write its state (mode's signals, faust/app/base.py
         _on_partitions_revoked / _on_partitions_assigned)."""
         return partition not in self.revoked
+
+    def home(self, model_id: str) -> int:
+        """The partition of ``model_id``'s records (Kafka's default partitioner; cached)."""
+        partition = self._homes.get(model_id)
+        if partition is None:
+            if len(self._homes) >= 100_000:
+                self._homes.clear()
+            partition = self._homes[model_id] = model_partition(model_id, self.partitions)
+        return partition
 
     def writes_to(self, partition: int) -> bool:
         """Whether a batch may write ``partition``'s state now: owned, and restored (one
@@ -343,7 +353,7 @@ class WorkerApp:
                             await self.processor.handle_batch(chunk)
                             continue
                         appended = await sequence_batch(chunk, self.sequencer_view, self.emit,
-                                                        self.fetch)
+                                                        self.fetch, self.home)
                         mine = self.assigned_log_partitions()
                         appended = [r for r in appended if r.partition in mine
                                     and self.owns(r.partition) and self.state.is_ready(r.partition)]

@@ -20,7 +20,9 @@ MODEL = {"type": "model", "model_id": "w1", "dimension": 10,
 
 def new_worker(emit, timeline: list, **settings) -> WorkerApp:
     """A worker app with in-memory tables whose outputs go to ``emit`` and whose table
-    changelog records go to ``timeline``."""
+    changelog records go to ``timeline``; one partition unless told otherwise (the
+    records below sit on partition 0)."""
+    settings.setdefault("partitions", 1)
     w = WorkerApp(kafka=Kafka("127.0.0.1:1"), rng=KeyedRandomness(b"faust-agent-tests-key-0000000000"),
                   emit_override=emit, app_id="dpstream-test", **settings)
     w.app.finalize()
@@ -171,3 +173,28 @@ def test_faust_environment_variables_do_not_override_the_workers_settings(monkey
     conf = new_worker(lambda *a: None, []).app.conf
     assert [str(u) for u in conf.broker] == ["kafka://127.0.0.1:1"]
     assert (conf.web_bind, conf.web_port, conf.broker_commit_every) == ("127.0.0.1", 6066, 10_000)
+
+
+async def test_a_record_on_another_partition_than_its_models_is_refused_by_a_fixed_reason():
+    """A client whose partitioner is not Kafka's default (librdkafka's CRC32) puts a record
+    keyed by its model id on another partition than the model's registration and log:
+    the worker holding it may not hold the model's config, or may still be restoring it.
+    Before, that was an "unknown model" dead letter about a valid record, at random; now
+    it is refused always, by a reason that names no value and says what to change."""
+    from dpstream.agents.sequencer import MISPLACED
+    from dpstream.streams.worker.observe import model_partition
+    out = []
+
+    async def collect(topic, key, value):
+        out.append((topic, key, value))
+    w = new_worker(collect, out, partitions=4)
+    home = model_partition("w1", 4)
+    other = (home + 1) % 4
+    assert await w.apply_fetch({
+        "models": [RawRecord("models", home, 0, b"w1", json.dumps(MODEL).encode())],
+        "examples": [RawRecord("examples", other, 0, b"w1", b'{"model_id": "w1", "active": [1], "y": 1}'),
+                     RawRecord("examples", home, 0, b"w1", b'{"model_id": "w1", "active": [1], "y": 1}')]})
+    rejected = [v for t, _, v in out if t == "rejected"]
+    assert [r["reason"] for r in rejected] == [MISPLACED]
+    assert rejected[0]["source"] == f"examples:{other}:0"
+    assert sum(t == "model-events" for t, _, _ in out) == 2          # the registration, the placed example
