@@ -526,11 +526,11 @@ def keep_secrets_from_children(environ=None) -> list[str]:
 
 
 class FromTheStart(Service):
-    """What runs from the app's start on: faust starts its tasks and timers only once
-    table recovery completed (faust/app/base.py ``App.on_started``), so only after the
+    """What runs from the app's start on: faust starts its tasks and timers only once its
+    first rebalance completed (faust/app/base.py ``App.on_started``), so only after the
     worker joined its group; a child service of the app starts with it, after the
     worker installed its signal handlers (mode/worker.py ``default_on_first_start``).
-    Here: the stop guard (a SIGTERM during recovery, or while the group cannot be
+    Here: the stop guard (a SIGTERM before the group is joined, or while it cannot be
     joined, ends the process too), and the look at the group coordination's errors
     (``WorkerApp.watch_group``: a worker started while its group rights were revoked
     joined only with it)."""

@@ -6,8 +6,8 @@ Each fetch's records of the dpstream topics (inputs and ``model-events``) go, on
 per fetch, to a bounded queue that a single task (``BulkPath.applier``) applies in order
 with the agents' functions; under load queued fetches are merged into one batch. faust
 keeps everything else: the app, the consumer group and its assignment (the agents stay
-declared, so their topics are subscribed and co-partitioned with the tables), table
-changelogs and recovery, commits, rebalancing, the web views.
+declared, so their topics are subscribed and co-partitioned), commits, rebalancing,
+the web views. The tables are the worker's own (streams/worker/state.py).
 
 Crash safety is the agents' own and unchanged: a batch's state is written only after its
 outputs are acknowledged (agents/records.py), and a record is acked to faust only after
@@ -160,7 +160,7 @@ class BulkPath:
         beyond them and the processor re-reads the gap first; a partition with no own
         append for RELEASE_AFTER seconds is read again (``release_held``); and the
         tail check reads any partition whose end is beyond what was applied once the
-        worker idles. faust resumes every partition after a rebalance's recovery; the
+        worker idles. faust resumes every partition after a rebalance; the
         next own append holds it again.
 
         Measured (DP-Winnow, 5,000 examples/s, 10 s runs, /tmp probe): p99 114-176 ms
@@ -303,9 +303,8 @@ class BulkPath:
         The consumer first seeks to what the processor applied (faust's ``seek_wait``):
         it stopped where the partition was paused, maybe hours of own appends ago. A
         partition not assigned now waits (at most one entry per log partition): faust
-        keeps its pause if it comes back. Nothing is released while faust rebalances or
-        recovers tables: it pauses every partition then, so that no record is applied
-        before the state it needs is restored, and resumes them itself when done
+        keeps its pause if it comes back. Nothing is released while faust rebalances: it
+        pauses every partition then and resumes them itself when done
         (faust/tables/recovery.py ``_resume_streams``, then ``app.on_rebalance_end``).
 
         Called only where every record the processor applied is acked: at a batch's end

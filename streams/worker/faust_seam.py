@@ -20,7 +20,7 @@ What each part replaces, and why:
   a faust pass-through agent tuned for bulk work reaches about 0.1 of a raw aiokafka loop).
   The replacement splits each fetch from ``_wait_next_records`` by topic: records of the
   dpstream topics go to ``handover`` as one batch per fetch; every other record (table
-  changelogs while tables recover) keeps faust's own callback. It keeps faust's
+  topics faust itself reads) keeps faust's own callback. It keeps faust's
   bookkeeping: ``_read_offset``, gaps (``_add_gap``), and skips records already read.
   Records of a partition that left faust's active set while the fetch waited are given
   back (``_seek`` to the first of them), where faust's ``getmany`` drops them: that lost
@@ -35,8 +35,8 @@ What each part replaces, and why:
   (issue 43). The drain notes each handed-over partition's time as faust's stream would:
   the check stays silent while batches flow and still says "Stream stopped processing,
   or is slow" when a partition with a backlog gets none for that long.
-  A partition no batch has taken yet (one a rebalance brought, while tables recover) is
-  reported at WARNING, INFO during recovery (``QuietIdleStreams``).
+  A partition no batch has taken yet (one a rebalance brought, while the worker restores
+  its state) is reported at WARNING, INFO during a restore (``QuietIdleStreams``).
 * **Acks** (``ack``): what ``Consumer.ack`` does per message (``faust.types.tuples.ack_lock``,
   ``_committed_offset``, ``_acked_index``, ``_acked``, ``_n_acked``, ``_waiting_for_ack``),
   per partition, without building a message per record; commits (``commit_due``) as
@@ -184,7 +184,7 @@ def install_drain(app, topics: dict[str, str], handover: Handover,
                     await unread(tp, recs[0].offset)
                     continue
                 name = topics.get(tp.topic)
-                if name is None:                   # changelogs while recovering: faust's path
+                if name is None:                   # a topic faust reads itself: faust's path
                     for r in recs:
                         await consumer.wait_first(callback(consumer._to_message(tp, r)),
                                                   consumer.suspend_flow.wait())
@@ -550,11 +550,11 @@ class QuietIdleStreams:
     """faust's aiokafka consumer service (a mixin before ``AIOKafkaConsumerThread``) whose
     livelock check reports a partition this worker has not handed over once since it
     started ("Stream has not started processing TP(...)") as WARNING, and as INFO while
-    tables recover, instead of ERROR.
+    the worker restores state, instead of ERROR.
 
     With the drain's inbound times (module docstring) the check only says so for a
     partition with a backlog that no batch of this process has taken yet: in normal work,
-    one assigned by a rebalance whose tables are still recovering (faust pauses every
+    one assigned by a rebalance whose state is still being restored (faust pauses every
     partition meanwhile, and skips the check only while the rebalance itself runs).
     Nothing is lost there (its offsets are not committed) and a restore that fails is
     retried in place (streams/worker/state.py), so it is not an error; outside a restore

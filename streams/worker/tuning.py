@@ -21,7 +21,7 @@ def hold_full_collections() -> None:
     (generation 2) pass walks every tracked object and stops the event loop meanwhile:
     90-130 ms in a running worker, which set the p99 of end-to-end latency
     (bench/throughput.py, traced with ``gc.callbacks``). Objects alive once the worker is
-    ready (modules, the app, recovered tables) leave the collector's view
+    ready (modules, the app, restored tables) leave the collector's view
     (``gc.freeze``), and automatic full passes are held back (a huge third threshold;
     the young generations keep CPython's defaults, so most cycles are still collected
     as before); the ``full_collection`` timer of ``make_app`` runs the full pass when

@@ -1,5 +1,5 @@
 """The worker's faust app without a broker: the bulk path's ``apply_fetch`` (what the
-worker runs on every fetch) over faust's own tables in memory, with outputs collected
+worker runs on every fetch) over the worker's tables in memory, with outputs collected
 instead of produced (table changelog records too: ``ChangelogWriter.send``)."""
 import asyncio
 import json
