@@ -223,7 +223,7 @@ def _open_dir_made(path: Path, private: bool, made: list[Path]):
     if st.st_uid != uid:
         problem = UnsafeOut(f"{path} belongs to uid {st.st_uid}, not to you", "its owner could read or "
                             "swap what is written there; choose a new directory (it is created 0700)")
-    elif st.st_mode & OTHERS_WRITE and not created and not _private_group(st):
+    elif st.st_mode & OTHERS_WRITE and not created and not _private_group(st, path):
         problem = UnsafeOut(f"{path} is writable by other users (mode {stat.S_IMODE(st.st_mode):04o})",
                             "they could plant links or swap files in it; choose a new directory (it "
                             "is created 0700) or one only you can write (it is never chmod-ed here)")
@@ -306,7 +306,7 @@ def check_private_home(path: Path) -> Path:
         raise UnsafeOut(f"cannot reach {directory} ({err.strerror})") from None
     if st.st_uid not in (0, os.geteuid()):
         raise UnsafeOut(f"its directory {directory} belongs to uid {st.st_uid}")
-    if st.st_mode & OTHERS_WRITE and not _private_group(st):
+    if st.st_mode & OTHERS_WRITE and not _private_group(st, directory):
         raise UnsafeOut(f"its directory {directory} is writable by other users (mode "
                         f"{stat.S_IMODE(st.st_mode):04o}), who could make its side file "
                         f"{path.name}-journal first and read the state's pages from it")

@@ -182,6 +182,11 @@ class Kafka:
         """The TLS context: the CA bundle (else the system's), an optional client
         certificate, hostname verification unless turned off explicitly."""
         import ssl
+        for setting, path, secret in (("ssl.ca.location", self.ca_file, False),     # judged before
+                                      ("ssl.certificate.location", self.cert_file, False),  # loaded
+                                      ("ssl.key.location", self.key_file, True)):
+            if path and (problem := trust_problem(path, secret=secret)):
+                raise ClientConfigError(f"{setting}: {problem}")
         try:
             context = ssl.create_default_context(cafile=self.ca_file)
         except OSError as err:             # ssl.SSLError is one: a file OpenSSL cannot read
@@ -197,11 +202,6 @@ class Kafka:
                     f"{self.key_file}: give PEM files of the client certificate and its key (an "
                     "encrypted key: its password in $DPSTREAM_KAFKA_SSL_KEY_PASSWORD)") from None
         context.check_hostname = self.check_hostname
-        for setting, path, secret in (("ssl.ca.location", self.ca_file, False),
-                                      ("ssl.certificate.location", self.cert_file, False),
-                                      ("ssl.key.location", self.key_file, True)):
-            if path and (problem := trust_problem(path, secret=secret)):
-                raise ClientConfigError(f"{setting}: {problem}")
         return context
 
     def check_files(self) -> None:
@@ -427,9 +427,12 @@ def trust_problem(path: str, *, secret: bool = False) -> str | None:
     that another user may change; with ``secret``, also one that others may read. A
     missing or unreadable file is left to its reader, which says so."""
     from .paths import OTHERS_WRITE, UnsafeOut, _private_group, _walk
+    # judged as its reader opens it: relative to the current directory, ``~`` not expanded
+    # (a shell leaves --client-config=~/x as it is, and so does open(); _walk would expand it)
+    literal = Path(path) if os.path.isabs(path) else Path(os.getcwd()) / path
     try:
         os.stat(path)
-        resolved = _walk(Path(path), existing=True)
+        resolved = _walk(literal, existing=True)
         st = os.stat(resolved)
     except UnsafeOut as err:
         return (f"{err.problem}: another user could put their own file in its place; keep it in a "
@@ -440,7 +443,7 @@ def trust_problem(path: str, *, secret: bool = False) -> str | None:
     if st.st_uid not in (0, os.geteuid()):
         return (f"{path} belongs to uid {st.st_uid}, not to you or root: its owner can change what it "
                 "says (and read any secret in it); use a copy of your own")
-    if st.st_mode & OTHERS_WRITE and not _private_group(st):
+    if st.st_mode & OTHERS_WRITE and not _private_group(st, resolved):
         return (f"{path} is writable by other users (mode {mode:04o}), who can change what it says: "
                 f"chmod go-w {path}")
     if secret and st.st_mode & (stat.S_IRWXG | stat.S_IRWXO):

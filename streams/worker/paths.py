@@ -87,7 +87,17 @@ def _walk(path: Path, *, existing: bool = False) -> Path:
     return resolved
 
 
-def _private_group(st: os.stat_result) -> bool:
+def _has_acl(path) -> bool:
+    """Whether ``path`` carries a POSIX access ACL: then its group bits show the ACL's
+    mask, and a write they allow may be another named user's (``setfacl -m u:X:rwx``),
+    whatever the group's members are."""
+    try:
+        return bool(os.getxattr(path, "system.posix_acl_access", follow_symlinks=False))
+    except OSError:                      # none (ENODATA), or a file system without ACLs
+        return False
+
+
+def _private_group(st: os.stat_result, path=None) -> bool:
     """Whether a group-writable (not world-writable) file or directory's group has exactly one
     member, its owner: the user private groups that Debian, Fedora and RHEL make by default
     (umask 002 then makes ~/projects 0775 without opening it to anyone). The rule is
@@ -96,7 +106,7 @@ def _private_group(st: os.stat_result) -> bool:
     group's member list, and no other user has it as their primary group."""
     import grp
     import pwd
-    if st.st_mode & stat.S_IWOTH:
+    if st.st_mode & stat.S_IWOTH or path is not None and _has_acl(path):
         return False
     try:
         group, owner = grp.getgrgid(st.st_gid), pwd.getpwuid(st.st_uid)
@@ -119,7 +129,7 @@ def _check_dir(directory: Path, path: Path, *, what: str) -> None:
         raise UnsafeOut(f"{where} belongs to uid {st.st_uid}", "its owner could move "
                         "the directory away and put theirs in its place; choose a directory under "
                         "one of yours")
-    if st.st_mode & OTHERS_WRITE and not st.st_mode & stat.S_ISVTX and not _private_group(st):
+    if st.st_mode & OTHERS_WRITE and not st.st_mode & stat.S_ISVTX and not _private_group(st, directory):
         raise UnsafeOut(f"{where} is writable by other users without the sticky "
                         f"bit (mode {stat.S_IMODE(st.st_mode):04o})", "they could move the directory "
                         "away and put theirs in its place; choose a directory under one of yours")

@@ -263,3 +263,59 @@ def test_with_a_token_file_the_status_pages_answer_only_the_token(kafka_bootstra
     finally:
         worker.stop()
     assert "have no authentication" not in worker.log.read_text()
+
+
+def _acl_granting_write(path: Path, uid: int) -> None:
+    """``setfacl -m u:UID:rwx PATH`` without the acl package: the kernel's xattr form of a
+    POSIX access ACL (version 2; entries tag, perm, id, sorted by tag)."""
+    import struct
+    undefined = 0xFFFFFFFF
+    entries = [(0x01, 7, undefined), (0x02, 7, uid), (0x04, 5, undefined), (0x10, 7, undefined),
+               (0x20, 5, undefined)]
+    os.setxattr(path, "system.posix_acl_access",
+                struct.pack("<I", 2) + b"".join(struct.pack("<HHI", *e) for e in entries))
+
+
+@needs_root
+def test_a_directory_an_acl_lets_another_user_write_is_not_a_private_group(shared, capsys, listener,
+                                                                           other_uid, examples):
+    """From an attack: an ACL granting another user write shows only as the group bits
+    (its mask), and the private-group exemption took the directory as the owner's alone,
+    so a config there was used while that user could rename it away and put theirs in
+    its place. Now a path with an access ACL gets no exemption."""
+    directory = shared / "acl"
+    directory.mkdir(mode=0o755)
+    try:
+        _acl_granting_write(directory, other_uid)
+    except OSError as err:
+        pytest.skip(f"this file system takes no POSIX ACLs ({err.strerror})")
+    text = f"bootstrap.servers=127.0.0.1:{listener.port}\nsecurity.protocol=PLAINTEXT\n"
+    config = props(directory, text)
+    capsys.readouterr()
+    assert produce(config, examples) == 2
+    line = one_line(capsys)
+    assert "writable by other users" in line, line
+    assert listener.connections == 0
+
+
+def test_a_client_config_named_with_a_tilde_is_judged_as_it_is_read(shared, capsys, listener, examples,
+                                                                    monkeypatch, tmp_path):
+    """From an attack: ``--client-config=~/x`` (a shell leaves it as it is) was judged after
+    expanding ``~`` to $HOME (a good file) but read as ./~/x, a file another user planted
+    in the shared directory the command ran in. Now it is judged as it is read."""
+    text = f"bootstrap.servers=127.0.0.1:{listener.port}\nsecurity.protocol=PLAINTEXT\n"
+    home = tmp_path / "home"
+    home.mkdir()
+    props(home, text, "x.properties")
+    planted = shared / "tmp" / "~"
+    planted.mkdir()
+    planted.chmod(0o777)
+    (planted / "x.properties").write_text(text)
+    (planted / "x.properties").chmod(0o666)
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.chdir(shared / "tmp")
+    capsys.readouterr()
+    assert produce("~/x.properties", examples) == 2
+    line = one_line(capsys)
+    assert "writable by other users" in line, line
+    assert listener.connections == 0
