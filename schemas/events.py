@@ -170,7 +170,8 @@ class LedgerEntryEvent(Strict):
     rule: str
     budget_epsilon: float
     budget_delta: float
-    key_fingerprint: str = ""         # public, non-invertible id of the noise key (replay checks it)
+    # public, non-invertible id of the noise key (KeyedRandomness.fingerprint; replay checks it)
+    key_fingerprint: str = Field(default="", pattern=r"^([0-9a-f]{16})?$")
     rho: float | None = None          # zCDP of one invocation, when the ledger composes in zCDP
 
 

@@ -56,6 +56,12 @@
 # for the offsets and transaction-state topics; storage formatted once with a cluster id.
 set -euo pipefail
 umask 077
+# Python never imports from the current directory (or the script's): `python -` and
+# `python -c` put '' first on sys.path, so a uuid.py another user planted in a shared
+# working directory (/tmp) ran as you. PYTHONSAFEPATH (Python 3.11+) for every Python
+# started from here, and -P on each call below (an older Python refuses -P: it fails
+# rather than run unsafely).
+export PYTHONSAFEPATH=1
 
 VERSION="${KAFKA_VERSION:-4.0.1}"
 SECURE="${KAFKA_SECURE:-0}"
@@ -96,7 +102,7 @@ cluster_ids() {
   # without padding, as Kafka's Uuid.randomUuid makes them and, like it, never starting
   # with '-' (Kafka's argument parser reads such a value as an option: "argument
   # --cluster-id/-t: expected one argument", about one format in 64 failed so).
-  "$PY" - "${1:-1}" <<'PY'
+  "$PY" -P - "${1:-1}" <<'PY'
 import base64, sys, uuid
 for _ in range(int(sys.argv[1])):
     while True:
@@ -129,7 +135,13 @@ fetch() {
 </project>
 POM
     echo "kafka.sh: fetching Apache Kafka $VERSION and its runtime jars into $LIBS" >&2
-    mvn -q -B -Dstyle.color=never -f "$HOME_DIR/pom.xml" dependency:copy-dependencies -DincludeScope=runtime \
+    # Maven takes JVM options (.mvn/jvm.config), its own options and extensions from the
+    # first directory with a .mvn, searched upward from the pom: from a directory above
+    # the cache another user may write to (/tmp), their -javaagent ran as you. The cache
+    # (checked above) is the project's base directory: its own .mvn ends the search, and
+    # MAVEN_BASEDIR skips it.
+    mkdir -p "$HOME_DIR/.mvn"
+    MAVEN_BASEDIR="$HOME_DIR" mvn -q -B -Dstyle.color=never -f "$HOME_DIR/pom.xml" dependency:copy-dependencies -DincludeScope=runtime \
         -DoutputDirectory="$LIBS" >&2 || die "mvn could not fetch org.apache.kafka:kafka_2.13:$VERSION"
     touch "$LIBS/.complete"
   fi
@@ -150,7 +162,8 @@ POM
 #    one else ("private": yours, mode 0700);
 #  - nothing in it is a symbolic link, another user's, or writable by group or others;
 #  - group-writable counts as yours alone when the group's only member is you (a user
-#    private group, outdir.py's _private_group).
+#    private group, outdir.py's _private_group), never when a POSIX ACL is on it (its
+#    group bits are then the mask of every user and group the ACL lets write).
 # Missing directories are made (0700, umask 077) only once all this holds for the rest.
 SAFE_DIR=""     # the checked directory, links resolved (set by safe_dir)
 
@@ -160,9 +173,12 @@ refuse_dir() {    # $1 what, $2 the path as given, $3 what is wrong ("(owner ...
 
 private_group() {
   # Whether $1 (group-writable, not world-writable) has a group whose only member,
-  # by primary group or by the group's member list, is $1's owner.
+  # by primary group or by the group's member list, is $1's owner. Never with a POSIX
+  # access ACL (ls's trailing "+"): its group bits are then the ACL's mask, which
+  # covers every named user and group it lets write (setfacl -m u:OTHER:rwx).
   local gid uid owner members
   (( (8#$(stat -c %a "$1") & 8#002) == 0 )) || return 1
+  [[ "$(LC_ALL=C ls -ld -- "$1")" != ??????????+* ]] || return 1
   gid=$(stat -c %g "$1"); uid=$(stat -c %u "$1")
   owner=$(getent passwd "$uid" | cut -d: -f1) && [ -n "$owner" ] || return 1
   getent group "$gid" >/dev/null || return 1
@@ -310,10 +326,10 @@ holds_port() {
 metadata_ok() {
   # A metadata request through aiokafka when the interpreter has it (as admin over
   # SASL_SSL on a secured broker); else the open port.
-  "$PY" -c "import aiokafka" 2>/dev/null || { port_open "$PORT"; return; }
+  "$PY" -P -c "import aiokafka" 2>/dev/null || { port_open "$PORT"; return; }
   local client=""
   [ "$SECURE" = 1 ] && client="$STATE/clients/admin.properties"
-  "$PY" - "$PORT" "$client" <<'PYEOF' 2>/dev/null
+  "$PY" -P - "$PORT" "$client" <<'PYEOF' 2>/dev/null
 import asyncio, sys
 from dpstream.streams.worker.kafka import Kafka
 async def main():
@@ -345,7 +361,7 @@ make_secrets() {
   local tls="$1"; shift
   [ -f "$tls/broker.pem" ] && return 0
   mkdir -p "$tls"
-  "$PY" - "$tls" "$BROKER_CN" "$*" <<'PYEOF' || die "could not make the TLS material (needs the cryptography package)"
+  "$PY" -P - "$tls" "$BROKER_CN" "$*" <<'PYEOF' || die "could not make the TLS material (needs the cryptography package)"
 import datetime, ipaddress, os, sys, tempfile
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
@@ -472,7 +488,7 @@ LOG
 
 write_secure_config() {
   make_secrets "$STATE/tls" localhost 127.0.0.1
-  "$PY" - "$STATE/tls/broker.pem" "CN=$BROKER_CN" <<'PYEOF' \
+  "$PY" -P - "$STATE/tls/broker.pem" "CN=$BROKER_CN" <<'PYEOF' \
     || die "$STATE was made by an older kafka.sh (its broker certificate is not CN=$BROKER_CN, the super user of this layout): start over in a new state directory (scripts/kafka.sh reset, or set DPSTREAM_KAFKA_STATE)"
 import sys
 from cryptography import x509

@@ -158,19 +158,30 @@ def screen_topic(topic: str, values: list) -> tuple[list[dict], Invalid | None]:
     return good, (Invalid(topic, bad, found) if bad else None)
 
 
+REREGISTERED = "the model is registered again with another config (the first registration is in force)"
+
+
 def screen_log(log: list) -> tuple[list[dict], Invalid | None]:
     """The log records replay can place (partition, offset, a value with a source and an
-    event with a type and a model id); the processor judges the rest of each event."""
-    good, bad, found = [], 0, []
+    event with a type and a model id; a registration that is a valid ``ModelConfig``); the
+    processor judges the rest of each event. A model has one config: the sequencer writes a
+    second registration only when it is identical to the first (a no-op), and the processor
+    applies the first, so a later one with another config is forged: it is not valid, and
+    the audit report, which shows each model's config, never shows it."""
+    problems: dict[int, str] = {}
     for i, r in enumerate(log):
         problem = _log_problem(r)
         if problem:
-            bad += 1
-            if len(found) < LISTED:
-                found.append((_at(log, i), problem))
-            continue
-        good.append(r)
-    return good, (Invalid(MODEL_EVENTS, bad, found) if bad else None)
+            problems[i] = problem
+    first: dict[str, dict] = {}
+    for i in sorted((i for i in range(len(log)) if i not in problems),
+                    key=lambda i: (log[i]["partition"], log[i]["offset"])):
+        event = log[i]["value"]["event"]
+        if event["type"] == "model" and first.setdefault(event["model_id"], event) != event:
+            problems[i] = REREGISTERED
+    found = [(_at(log, i), problems[i]) for i in sorted(problems)[:LISTED]]
+    good = [r for i, r in enumerate(log) if i not in problems]
+    return good, (Invalid(MODEL_EVENTS, len(problems), found) if problems else None)
 
 
 def screen(log: list, published: dict) -> tuple[list[dict], dict[str, list[dict]], list[Invalid]]:
@@ -223,6 +234,24 @@ def _log_problem(r) -> str | None:
         return "value needs a source and an event"
     if event.get("type") not in EVENT_TYPES or not isinstance(event.get("model_id"), str):
         return "event needs a type (model, example, query) and a model_id"
+    if event["type"] == "model":
+        return _registration_problem(event)
+    return None
+
+
+def _registration_problem(event: dict) -> str | None:
+    """Why a logged registration is not a valid ``ModelConfig`` (the sequencer logs only
+    valid ones): the top-level field, never a value (a validator's message may quote one)."""
+    from pydantic import ValidationError
+
+    from dpstream.schemas import ModelConfig
+    try:
+        ModelConfig.model_validate(event)
+    except (ValidationError, ValueError, TypeError) as err:
+        loc = err.errors(include_input=False, include_url=False)[0]["loc"] \
+            if isinstance(err, ValidationError) else ()
+        where = loc[0] if loc and loc[0] in ModelConfig.model_fields else "?"
+        return f"not a valid model registration (field {where})"
     return None
 
 
@@ -395,8 +424,8 @@ def public_verdict(published: dict[str, list[dict]], log: list | None = None) ->
     the records are consistent. ``log``: an export's log, when it was read (the keyless
     audit report reads it for the model configs): a record of it that is not valid is a
     problem too."""
-    _, valid, invalid = screen(log or [], published)
-    problems = [i.line() for i in invalid] + _public_problems(valid)
+    log, valid, invalid = screen(log or [], published)
+    problems = [i.line() for i in invalid] + _public_problems(valid) + _check_budgets(log, valid)
     text = "\n".join(problems) or (
         f"OK: {len(valid.get(LEDGER, []))} ledger entries and {len(valid.get(PREDICTIONS, []))} "
         "predictions are consistent (no key: releases themselves not recomputed)")
@@ -455,6 +484,30 @@ def _public_problems(published: dict[str, list[dict]]) -> list[str]:
     problems += _check_sources(published)
     problems += _check_answers(published)
     return problems
+
+
+def _check_budgets(log: list[dict], published: dict[str, list[dict]]) -> list[str]:
+    """Each ledger entry's ``budget_epsilon`` and ``budget_delta`` are the budget of its
+    model's registration in the log (valid records, ``screen_log``: one config per model):
+    the report shows the registration's budget beside the ledger's spend. One line per
+    model (its first entry that differs and how many)."""
+    from dpstream.schemas import ModelConfig
+    budgets = {}
+    for r in log:
+        event = r["value"]["event"]
+        if event["type"] == "model" and event["model_id"] not in budgets:
+            b = ModelConfig.model_validate(event).budget
+            budgets[event["model_id"]] = (b.epsilon, b.delta)
+    first: dict[str, str] = {}
+    count: dict[str, int] = defaultdict(int)
+    for e in sorted(published.get(LEDGER, []), key=lambda e: (e["model_id"], e["epoch"], e["charges"])):
+        model = e["model_id"]
+        if model in budgets and (e["budget_epsilon"], e["budget_delta"]) != budgets[model]:
+            first.setdefault(model, f"ledger {model} epoch {e['epoch']} charge {e['charges']}: budget "
+                                    "differs from the model's registration in the log")
+            count[model] += 1
+    return [line + (f" ({count[m]} such entries of the model)" if count[m] > 1 else "")
+            for m, line in sorted(first.items())]
 
 
 def _with_defaults(topic: str, values: list[dict]) -> list[dict]:

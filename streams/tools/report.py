@@ -193,7 +193,7 @@ def build_report(log: list[dict], outputs: dict, out, verdict: Verdict | None = 
     configs = {}
     for rec in sorted(log, key=lambda r: (r["partition"], r["offset"])):
         ev = rec["value"]["event"]
-        if ev["type"] == "model":
+        if ev["type"] == "model" and ev["model_id"] not in configs:    # the first is in force
             configs[ev["model_id"]] = ModelConfig.model_validate(ev)
     preds_by, ledger_by = defaultdict(dict), defaultdict(dict)
     for p in outputs.get("predictions", []):
@@ -245,7 +245,7 @@ def build_report(log: list[dict], outputs: dict, out, verdict: Verdict | None = 
                                  f'src="data:image/png;base64,{base64.b64encode(data).decode()}">')
         sections.append(f"""
 <section class="model" id="model-{html.escape(model_id)}" data-model="{html.escape(model_id)}">
-<h2>{html.escape(model_id)} ({cfg.kind}, d = {cfg.dimension})</h2>
+<h2>{html.escape(model_id)} ({html.escape(cfg.kind)}, d = {cfg.dimension})</h2>
 {notice}{meaning}
 <table class="numbers">{cells}</table>
 {img(timeline, "released answers over time")}
@@ -272,7 +272,7 @@ td,th{{border:1px solid #ccc;padding:2px 8px;text-align:left}} img{{display:bloc
 <table class="provenance">
 <tr><th>dpstream version</th><td data-version="{_version()}">{_version()}</td></tr>
 <tr><th>generated (UTC)</th><td>{datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M:%S")}</td></tr>
-<tr><th>key fingerprint(s) on the ledger</th><td data-fingerprints="{' '.join(prints)}">{', '.join(prints) or 'none'}</td></tr>
+<tr><th>key fingerprint(s) on the ledger</th><td data-fingerprints="{html.escape(' '.join(prints))}">{html.escape(', '.join(prints)) or 'none'}</td></tr>
 <tr><th>rejected inputs (dead letters)</th><td data-rejected="{len(outputs.get('rejected', []))}">{len(outputs.get('rejected', []))}</td></tr>
 </table>
 {''.join(sections)}</body></html>"""

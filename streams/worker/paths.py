@@ -81,9 +81,10 @@ def _walk(path: Path, *, existing: bool = False) -> Path:
     resolved = here.joinpath(*missing)
     if existing and missing:
         raise UnsafeOut(f"{here / missing[0]} does not exist", "make the directory first")
+    # every directory passed through, also one holding a link that was followed or one
+    # left by ..: its owner (or a writer) could swap that link or name for their own
     for directory in passed:
-        if directory in resolved.parents:     # a directory on the final path, not one left by ..
-            _check_dir(directory, resolved, what="parent" if directory == resolved.parent else "on the way")
+        _check_dir(directory, resolved, what="parent" if directory == resolved.parent else "on the way")
     return resolved
 
 

@@ -319,3 +319,25 @@ def test_a_client_config_named_with_a_tilde_is_judged_as_it_is_read(shared, caps
     line = one_line(capsys)
     assert "writable by other users" in line, line
     assert listener.connections == 0
+
+
+@needs_root
+def test_a_config_reached_through_a_link_in_another_users_directory_is_refused(shared, capsys, listener,
+                                                                               other_uid, examples):
+    """From an attack: a link of the caller's, in a directory another user owns, pointing
+    at the caller's own config: only the directories on the resolved path were judged,
+    so the link's directory was not, and its owner could put their own link in its place
+    between the check and the read. Now every directory passed through is judged."""
+    text = f"bootstrap.servers=127.0.0.1:{listener.port}\nsecurity.protocol=PLAINTEXT\n"
+    mine = shared / "mine"
+    mine.mkdir(mode=0o700)
+    props(mine, text)
+    team = shared / "team"
+    team.mkdir(mode=0o755)
+    os.chown(team, other_uid, -1)
+    (team / "configs").symlink_to(mine)
+    capsys.readouterr()
+    assert produce(str(team / "configs" / "client.properties"), examples) == 2
+    line = one_line(capsys)
+    assert f"belongs to uid {other_uid}" in line, line
+    assert listener.connections == 0

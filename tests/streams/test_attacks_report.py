@@ -174,3 +174,91 @@ def test_a_prediction_not_reproduced_makes_the_report_say_failed(tmp_path, capsy
     page = read_report(out)
     assert "FAILED" in page.text and "OK: every release reproduced" not in page.text
     assert f"first mismatch: model 'card-fraud' seq {row['seq']}" in page.text
+
+
+def _registration(export: Path) -> dict:
+    return json.loads((export / "model-events.jsonl").read_text().splitlines()[0])
+
+
+def _append_to_log(export: Path, event: dict) -> int:
+    """``event`` appended to the log as its next record; the line it is on."""
+    path = export / "model-events.jsonl"
+    lines = path.read_text().splitlines()
+    last = json.loads(lines[-1])
+    record = {"partition": last["partition"], "offset": last["offset"] + 1,
+              "value": {"source": "models:0:9", "event": event}}
+    path.write_text("\n".join([*lines, json.dumps(record)]) + "\n")
+    return len(lines) + 1
+
+
+@pytest.mark.parametrize("form", list(FORMS))
+def test_a_second_registration_with_another_budget_makes_the_report_say_failed(tmp_path, capsys, export, form):
+    """Before: the report showed each model's last registration, the processor applies the
+    first, and nothing checked for a second: a registration appended with budget 0.05 (the
+    real one 2.0) gave "Verified" and exit 0, beside that budget."""
+    event = {**_registration(export)["value"]["event"], "budget": {"epsilon": 0.05, "delta": 1e-9}}
+    line = _append_to_log(export, event)
+    out = tmp_path / "report"
+    assert audit_report(export, out, form) == 1
+    page = read_report(out)
+    assert "FAILED" in page.text and "Verified" not in page.text
+    assert page.rows[1:] == [["model-events", f"model-events.jsonl line {line}",
+                              "the model is registered again with another config (the first "
+                              "registration is in force)"]]
+    assert 'data-budget-epsilon="2.0"' in (out / "report.html").read_text()
+
+
+def test_an_identical_second_registration_is_allowed(tmp_path, capsys, export):
+    """The sequencer logs an identical re-registration (a no-op): not a discrepancy."""
+    _append_to_log(export, _registration(export)["value"]["event"])
+    out = tmp_path / "report"
+    assert audit_report(export, out, "public") == 0
+    assert "OK: every release reproduced" in read_report(out).text
+
+
+def test_a_registration_whose_budget_was_edited_fails_the_keyless_report(tmp_path, capsys, export):
+    """Before: with the only registration's budget edited to 0.05, the keyless report said
+    "the checks that need no key pass" and showed budget 0.05 beside eps spent 1.9998."""
+    path = export / "model-events.jsonl"
+    lines = path.read_text().splitlines()
+    first = json.loads(lines[0])
+    first["value"]["event"]["budget"] = {"epsilon": 0.05, "delta": 1e-9}
+    path.write_text("\n".join([json.dumps(first), *lines[1:]]) + "\n")
+    out = tmp_path / "report"
+    assert audit_report(export, out, "no key") == 1
+    page = read_report(out)
+    assert "FAILED" in page.text and "checks that need no key pass" not in page.text
+    assert "ledger card-fraud epoch 0 charge 1: budget differs from the model's registration" in page.text
+
+
+@pytest.mark.parametrize("form", list(FORMS))
+def test_an_invalid_second_registration_is_a_clean_failure(tmp_path, capsys, export, form):
+    """Before: replay said OK and ``audit-report`` ended in a pydantic traceback that
+    printed the record (input_value=...)."""
+    line = _append_to_log(export, {"type": "model", "model_id": "card-fraud",
+                                   "budget": {"epsilon": -1}, SECRET: 1})
+    capsys.readouterr()
+    out = tmp_path / "report"
+    assert audit_report(export, out, form) == 1
+    page = read_report(out)
+    assert "FAILED" in page.text and "Verified" not in page.text
+    assert [r[:2] for r in page.rows[1:]] == [["model-events", f"model-events.jsonl line {line}"]]
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and "input_value" not in err and SECRET not in err
+    assert SECRET not in (out / "report.html").read_text()
+
+
+@pytest.mark.parametrize("form", list(FORMS))
+def test_a_key_fingerprint_cannot_put_markup_into_the_report(tmp_path, capsys, export, form):
+    """Before: the ledger's ``key_fingerprint`` (any string) went into the keyless report's
+    provenance table unescaped, in an attribute and a cell: a script ran in the auditor's
+    browser."""
+    ledger = export / "ledger.jsonl"
+    entries = [json.loads(line) for line in ledger.read_text().splitlines()]
+    entries[0]["key_fingerprint"] += '"><script>alert(1)</script>'
+    ledger.write_text("".join(json.dumps(e) + "\n" for e in entries))
+    out = tmp_path / "report"
+    assert audit_report(export, out, form) == 1
+    page = read_report(out)
+    assert "<script" not in (out / "report.html").read_text()
+    assert page.rows[1][:2] == ["ledger", "ledger.jsonl line 1"] and "key_fingerprint" in page.rows[1][2]

@@ -31,9 +31,10 @@ def as_nobody(*cmd) -> None:
     subprocess.run(["runuser", "-u", "nobody", "--", *map(str, cmd)], check=True, capture_output=True)
 
 
-def script(*args, env: dict | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
+def script(*args, env: dict | None = None, timeout: float = 120, cwd=None) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHON": sys.executable, **(env or {})}
-    return subprocess.run([SCRIPT, *map(str, args)], env=env, capture_output=True, text=True, timeout=timeout)
+    return subprocess.run([SCRIPT, *map(str, args)], env=env, capture_output=True, text=True, timeout=timeout,
+                          cwd=cwd)
 
 
 def one_line(done) -> str:
@@ -206,3 +207,98 @@ def test_a_jar_cache_another_user_made_is_refused_before_any_of_its_code_runs(sh
     (parent / "cache").mkdir(mode=0o700)
     line = one_line(script("fetch", env={"DPSTREAM_KAFKA_HOME": str(parent / "cache")}))
     assert f"refusing the jar cache {parent}/cache: its parent {parent} belongs to uid {NOBODY}" in line, line
+
+
+# ------------------------------------------------------------------ review F3, F4, F6
+@needs_root
+def test_python_in_kafka_sh_imports_nothing_from_the_working_directory(shared, tmp_path):
+    """Before: kafka.sh ran its Python as ``python -`` (and ``-c``), which puts the
+    current directory first on sys.path: run from a directory another user may write to
+    (/tmp), their ``uuid.py`` ran as the caller at ``cluster-ids`` (and ``start``), their
+    ``datetime.py`` or ``tempfile.py`` at ``compose-secrets`` (root here: the planted
+    module wrote its uid into a file). Now every Python it starts has -P and
+    PYTHONSAFEPATH=1: nothing is imported from the working directory."""
+    pwned = shared / "PWNED"
+    plant = shared / "plant.py"
+    for module in ("uuid", "datetime", "tempfile"):
+        plant.write_text(f"import os\nopen({str(pwned)!r}, 'a').write('{module} ran as uid %d\\n' % os.getuid())\n")
+        plant.chmod(0o644)
+        as_nobody("cp", plant, shared / f"{module}.py")
+    plant.unlink()
+    done = script("cluster-ids", "3", cwd=shared)
+    assert not pwned.exists(), pwned.read_text()
+    assert done.returncode == 0 and len(done.stdout.split()) == 3, done.stderr
+    done = script("compose-secrets", tmp_path / "secrets", cwd=shared)
+    assert not pwned.exists(), pwned.read_text()
+    assert done.returncode == 0, done.stderr
+
+
+@needs_root
+@pytest.mark.skipif(shutil.which("mvn") is None or shutil.which("java") is None, reason="runs Maven: needs mvn and java")
+def test_fetch_takes_no_maven_settings_from_a_directory_above_the_jar_cache(shared):
+    """Before: ``kafka.sh fetch`` ran ``mvn -f CACHE/pom.xml``, and Maven looks for the
+    first ``.mvn`` directory upward from the pom: with the cache in /tmp, another user's
+    ``/tmp/.mvn/jvm.config`` (``-javaagent:...``) gave the JVM that ran as the caller
+    their options. Here the planted option logs to a file, which the caller's JVM wrote
+    (MAVEN_OPTS=-version keeps Maven itself from running, so nothing is downloaded). Now
+    the cache has its own ``.mvn`` and is Maven's base directory (MAVEN_BASEDIR)."""
+    pwned = shared / "PWNED"
+    as_nobody("mkdir", "-m", "755", shared / ".mvn")
+    as_nobody("sh", "-c", f"echo '-Xlog:os=info:file={pwned}' > {shared}/.mvn/jvm.config")
+    cache = shared / "cache"
+    env = {"DPSTREAM_KAFKA_HOME": str(cache), "MAVEN_OPTS": "-version", "MAVEN_BASEDIR": ""}
+    script("fetch", env=env)                   # fails at the end (-version fetched nothing): what ran is the point
+    assert not pwned.exists(), "the planted .mvn/jvm.config was applied, as uid %d" % pwned.stat().st_uid
+    assert (cache / ".mvn").is_dir() and (cache / "pom.xml").is_file()
+
+
+def posix_acl(*entries: tuple[int, int, int]) -> bytes:
+    """A system.posix_acl_access value (what ``setfacl`` writes): version 2, then (tag,
+    permissions, id) for each entry, sorted by tag."""
+    import struct
+    return struct.pack("<I", 2) + b"".join(struct.pack("<HHI", *entry) for entry in entries)
+
+
+def grant_nobody(path: Path, owner: int, others: int) -> None:
+    """``setfacl -m u:nobody:rwx PATH`` (the owner's and others' permissions kept, the
+    group's r-x): its mode then shows the mask, group rwx."""
+    anyone = 0xFFFFFFFF
+    acl = posix_acl((0x01, owner, anyone), (0x02, 7, NOBODY), (0x04, 5, anyone), (0x10, 7, anyone),
+                    (0x20, others, anyone))
+    try:
+        os.setxattr(path, "system.posix_acl_access", acl)
+    except OSError as e:
+        pytest.skip(f"no POSIX ACLs here: {e}")
+
+
+@needs_root
+def test_a_jar_cache_an_acl_lets_another_user_write_to_is_refused(tmp_path):
+    """Before: a POSIX ACL granting another user write (``setfacl -m u:nobody:rwx``) got
+    past "writable by no one else": the mode's group bits show the ACL's mask, and a
+    group-writable directory whose group has the owner as its only member (root's group
+    here) counts as private. The cache, and a jar in it nobody could rewrite, were used.
+    Now nothing with an access ACL is taken for private-group-writable."""
+    cache = tmp_path / "cache"
+    libs = cache / libs_name()
+    libs.mkdir(parents=True)
+    (libs / ".complete").touch()
+    cache.chmod(0o775)                         # root:root, group writable: root's private group
+    os.chown(cache, 0, 0)
+    env = {"DPSTREAM_KAFKA_HOME": str(cache)}
+    done = script("fetch", env=env)
+    assert done.returncode == 0 and done.stdout.strip() == str(libs), done.stderr
+    cache.chmod(0o755)
+    grant_nobody(cache, 7, 5)
+    assert (cache.stat().st_mode & 0o777) == 0o775
+    line = one_line(script("fetch", env=env))
+    assert f"refusing the jar cache {cache} (owner uid 0, mode 775)" in line, line
+
+    os.removexattr(cache, "system.posix_acl_access")
+    cache.chmod(0o700)
+    jar = libs / "kafka.jar"                   # a jar in it another user may rewrite
+    jar.write_bytes(b"")
+    jar.chmod(0o644)
+    os.chown(jar, 0, 0)
+    grant_nobody(jar, 6, 4)
+    line = one_line(script("fetch", env=env))
+    assert f"refusing the jar cache {cache}: {jar} in it is writable by other users (mode 674)" in line, line

@@ -93,6 +93,7 @@ def test_a_missing_or_unreadable_ca_file_is_named_before_connecting(capsys, tmp_
                                 "directory: give the PEM file of the CA that signed the broker's "
                                 "certificate (a Java truststore: export it to PEM)")
     (tmp_path / "client.key").write_bytes(bytes(range(256)))
+    (tmp_path / "client.key").chmod(0o600)      # a key others can read is refused first
     path = props(tmp_path, f"security.protocol=SSL\nssl.certificate.location={tmp_path}/client.key\n"
                  f"ssl.key.location={tmp_path}/client.key\n")
     assert main(["consume", *NOWHERE, "--command-config", path, "--topic", "answers"]) == 2
