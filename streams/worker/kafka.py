@@ -139,9 +139,16 @@ class Kafka:
         to it), else $DPSTREAM_KAFKA_BOOTSTRAP, else 127.0.0.1:9092."""
         environ = os.environ if environ is None else environ
         config_file = config_file or environ.get("DPSTREAM_KAFKA_CONFIG")
-        if config_file and (problem := trust_problem(config_file)):
-            raise ClientConfigError(f"client config {problem}")
-        props = read_properties(config_file) if config_file else {}
+        props = {}
+        if config_file:
+            try:
+                data, problem = read_trusted(config_file)
+            except OSError as err:
+                raise ClientConfigError(f"cannot read the client config {config_file}: "
+                                        f"{err.strerror}") from None
+            if problem:
+                raise ClientConfigError(f"client config {problem}")
+            props = read_properties(config_file, data)
         bootstrap = bootstrap or props.get("bootstrap.servers") or \
             environ.get("DPSTREAM_KAFKA_BOOTSTRAP") or DEFAULT_BOOTSTRAP
         username, password = props.get("sasl.username"), props.get("sasl.password")
@@ -426,19 +433,58 @@ def trust_problem(path: str, *, secret: bool = False) -> str | None:
     user's file, one others may write, one reached through a directory or a symbolic link
     that another user may change; with ``secret``, also one that others may read. A
     missing or unreadable file is left to its reader, which says so."""
-    from .paths import OTHERS_WRITE, UnsafeOut, _private_group, _walk
-    # judged as its reader opens it: relative to the current directory, ``~`` not expanded
-    # (a shell leaves --client-config=~/x as it is, and so does open(); _walk would expand it)
-    literal = Path(path) if os.path.isabs(path) else Path(os.getcwd()) / path
     try:
-        os.stat(path)
-        resolved = _walk(literal, existing=True)
+        resolved = _resolved(path)
         st = os.stat(resolved)
-    except UnsafeOut as err:
-        return (f"{err.problem}: another user could put their own file in its place; keep it in a "
-                "directory only you (or root) may change")
+    except _Untrusted as err:
+        return str(err)
     except OSError:
         return None
+    return _judged(path, st, resolved, secret)
+
+
+def read_trusted(path: str, *, secret: bool = False) -> tuple[bytes | None, str | None]:
+    """(the bytes of the file at ``path``, None), judged (``trust_problem``) on the very
+    file read: opened without following a link at its last name, its owner and mode
+    taken from the open descriptor, so a name swapped between a check and a read cannot
+    pass another file off; or (None, why it may not be trusted). OSError when it cannot
+    be read."""
+    try:
+        resolved = _resolved(path)
+    except _Untrusted as err:
+        return None, str(err)
+    fd = os.open(resolved, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        problem = _judged(path, os.fstat(fd), resolved, secret)
+        if problem:
+            return None, problem
+        with os.fdopen(os.dup(fd), "rb") as fh:
+            return fh.read(), None
+    finally:
+        os.close(fd)
+
+
+class _Untrusted(Exception):
+    pass
+
+
+def _resolved(path: str) -> Path:
+    """``path`` with its links resolved by ``paths._walk`` (every directory and link on the
+    way judged), as its reader opens it: relative to the current directory, ``~`` not
+    expanded (a shell leaves --client-config=~/x as it is, and so does open()). OSError
+    when it does not exist; _Untrusted (the line) when the way to it is not safe."""
+    from .paths import UnsafeOut, _walk
+    os.stat(path)
+    literal = Path(path) if os.path.isabs(path) else Path(os.getcwd()) / path
+    try:
+        return _walk(literal, existing=True)
+    except UnsafeOut as err:
+        raise _Untrusted(f"{err.problem}: another user could put their own file in its place; keep "
+                         "it in a directory only you (or root) may change") from None
+
+
+def _judged(path: str, st: os.stat_result, resolved: Path, secret: bool) -> str | None:
+    from .paths import OTHERS_WRITE, _private_group
     mode = stat.S_IMODE(st.st_mode)
     if st.st_uid not in (0, os.geteuid()):
         return (f"{path} belongs to uid {st.st_uid}, not to you or root: its owner can change what it "
@@ -451,12 +497,12 @@ def trust_problem(path: str, *, secret: bool = False) -> str | None:
     return None
 
 
-def read_properties(path: str) -> dict[str, str]:
-    """A Java-style properties file: ``key=value`` or ``key: value`` lines, ``#`` and ``!``
-    comments. ClientConfigError on an unreadable file or an unknown key (a typo must not
-    silently fall back to PLAINTEXT)."""
+def read_properties(path: str, data: bytes | None = None) -> dict[str, str]:
+    """A Java-style properties file (its bytes ``data`` when read already): ``key=value`` or
+    ``key: value`` lines, ``#`` and ``!`` comments. ClientConfigError on an unreadable
+    file or an unknown key (a typo must not silently fall back to PLAINTEXT)."""
     try:
-        data = Path(path).read_bytes()
+        data = Path(path).read_bytes() if data is None else data
     except OSError as err:
         raise ClientConfigError(f"cannot read the client config {path}: {err.strerror}") from None
     try:

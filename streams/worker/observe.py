@@ -34,7 +34,6 @@ import hmac
 import logging
 import re
 import time
-from pathlib import Path
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
@@ -92,14 +91,14 @@ def web_token(path: str) -> str:
     ValueError, in one line naming the file and the fix, when another user could read or
     change it (``kafka.trust_problem`` with ``secret``), or when it is not one word of at
     least WEB_TOKEN_MIN printable ASCII characters."""
-    from .kafka import trust_problem
-    if problem := trust_problem(path, secret=True):
-        raise ValueError(f"--web-token-file {problem}")
+    from .kafka import read_trusted
     make = "(umask 077; python3 -c 'import secrets; print(secrets.token_urlsafe(32))' > FILE)"
     try:
-        data = Path(path).read_bytes()
+        data, problem = read_trusted(path, secret=True)
     except OSError as err:
         raise ValueError(f"--web-token-file {path}: {err.strerror}: make one with {make}") from None
+    if problem:
+        raise ValueError(f"--web-token-file {problem}")
     token = data.strip()
     if len(token) < WEB_TOKEN_MIN or not re.fullmatch(rb"[\x21-\x7e]+", token):
         raise ValueError(f"--web-token-file {path}: not a token of {WEB_TOKEN_MIN} or more printable "

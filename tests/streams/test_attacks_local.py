@@ -341,3 +341,29 @@ def test_a_config_reached_through_a_link_in_another_users_directory_is_refused(s
     line = one_line(capsys)
     assert f"belongs to uid {other_uid}" in line, line
     assert listener.connections == 0
+
+
+@needs_root
+def test_a_config_swapped_after_its_check_is_judged_on_the_file_read(shared, other_uid, monkeypatch):
+    """From an attack: the config was judged by its name, then read again by its name, so
+    a file put in its place between the two was read unjudged (266 of ~43,000 loads won
+    the race). Now the file read is the file judged: its owner and mode come from the
+    open descriptor."""
+    from dpstream.streams.worker import kafka
+    mine = shared / "mine"
+    mine.mkdir(mode=0o700)
+    config = mine / "client.properties"
+    config.write_text("bootstrap.servers=127.0.0.1:9\n")
+    config.chmod(0o600)
+    theirs = mine / "theirs.properties"
+    theirs.write_text("bootstrap.servers=6.6.6.6:9092\n")
+    os.chown(theirs, other_uid, -1)
+    resolved = kafka._resolved
+
+    def swapped_after_the_check(path):
+        where = resolved(path)
+        os.rename(theirs, config)          # the name now holds another user's file
+        return where
+    monkeypatch.setattr(kafka, "_resolved", swapped_after_the_check)
+    data, problem = kafka.read_trusted(str(config))
+    assert data is None and f"belongs to uid {other_uid}" in problem
