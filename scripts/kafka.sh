@@ -92,7 +92,8 @@ else PY=python3; fi
 # fetched for another list is never taken as complete.
 LOG4J=2.24.3
 DEPS="org.apache.kafka:kafka_2.13:$VERSION org.apache.logging.log4j:log4j-slf4j-impl:$LOG4J org.apache.logging.log4j:log4j-core:$LOG4J"
-LIBS="$HOME_DIR/libs-$(echo "$DEPS" | cksum | cut -d ' ' -f 1)"
+LIBS_NAME="libs-$(echo "$DEPS" | cksum | cut -d ' ' -f 1)"
+LIBS="$HOME_DIR/$LIBS_NAME"      # both set again from the checked path by check_cache
 
 die() { echo "kafka.sh: $*" >&2; exit 1; }
 [[ "$REAUTH_MS" =~ ^[1-9][0-9]{3,8}$ ]] || die "KAFKA_REAUTH_MS=$REAUTH_MS: give milliseconds, from 1000 to 999999999"
@@ -158,6 +159,9 @@ POM
 #    it, has the sticky bit (as /tmp): else its owner (or writer) could move the
 #    directory away and put their own in its place; a symbolic link on the way belongs
 #    to you or root (its owner could repoint it); .. after a missing name is refused;
+#  - so does every directory passed through but not on the resolved path: the one
+#    holding a link that is followed, and one left by .. (else its owner could replace
+#    it, or the link or directory looked up in it, with their own);
 #  - the directory itself is a directory (not a link), yours or root's, writable by no
 #    one else ("private": yours, mode 0700);
 #  - nothing in it is a symbolic link, another user's, or writable by group or others;
@@ -165,6 +169,8 @@ POM
 #    private group, outdir.py's _private_group), never when a POSIX ACL is on it (its
 #    group bits are then the mask of every user and group the ACL lets write).
 # Missing directories are made (0700, umask 077) only once all this holds for the rest.
+# The callers then use the resolved path (SAFE_DIR), never the name as given: a link on
+# the way is not followed a second time.
 SAFE_DIR=""     # the checked directory, links resolved (set by safe_dir)
 
 refuse_dir() {    # $1 what, $2 the path as given, $3 what is wrong ("(owner ..., mode ...): ..." or a sentence), $4 the fix
@@ -196,10 +202,11 @@ safe_dir() {
   # $1 directory, $2 what it is and $3 how to fix a refusal (for the one line), $4 create
   # (make it when missing) or "", $5 private (yours, 0700) or "". Dies with one line
   # unless the rule above holds; returns 1 when it is missing and not to be made; sets
-  # SAFE_DIR to its path with every link resolved.
+  # SAFE_DIR to its path with every link resolved (a missing one's too).
   local dir="$1" what="$2" fix="$3" create="${4:-}" private="${5:-}"
-  local me here="" step name owner mode target links=0 d where bad found
-  local -a pending missing=() parts
+  local me here="" step name owner mode target links=0 d where harm bad found
+  local -a pending missing=() parts passed=()
+  local -A seen=()
   me=$(id -u)
   [[ "$dir" = /* ]] || dir="$(pwd -P)/$dir"
   IFS=/ read -ra pending <<<"$dir"
@@ -210,6 +217,7 @@ safe_dir() {
       [ "$name" = .. ] && refuse_dir "$what" "$1" "it climbs (..) out of a directory that does not exist yet" "$fix"
       missing+=("$name"); continue
     fi
+    passed+=("${here:-/}")        # a name (.. too) is looked up in it: judged below
     if [ "$name" = .. ]; then here="${here%/*}"; continue; fi
     step="$here/$name"
     if [ -L "$step" ] && [ ${#pending[@]} -gt 0 ]; then        # a link on the way (the last name is judged below)
@@ -230,20 +238,29 @@ safe_dir() {
   local last="$here" path="$here"
   for name in "${missing[@]}"; do path="$path/$name"; done
   [ ${#missing[@]} -eq 0 ] && last="${here%/*}"       # the directory itself is judged apart
-  d=""
+  d=""                                                # the directories above it, then those only passed through
   IFS=/ read -ra parts <<<"$last"
   for name in "" "${parts[@]}"; do
     [ -n "$name" ] || [ -z "$d" ] || continue
     d="${d%/}/$name"
+    passed+=("$d")
+  done
+  for d in "${passed[@]}"; do
+    [ -z "${seen[$d]:-}" ] || continue
+    seen[$d]=1
+    harm="move the directory away and put their own in its place"
     if [ "$d" = "${path%/*}" ] || { [ "$d" = / ] && [ -z "${path%/*}" ]; }; then where="its parent $d"
-    else where="$d, on the way to it,"; fi
+    elif [ "$d" = / ] || [[ "$path/" = "$d/"* ]]; then where="$d, on the way to it,"
+    else where="$d, passed through on the way to it (a link in it followed, or left by ..),"
+         harm="replace it, or a link or directory in it, with their own"; fi
     owner=$(stat -c %u "$d"); mode=$(stat -c %a "$d")
     [ "$owner" = "$me" ] || [ "$owner" = 0 ] \
-      || refuse_dir "$what" "$1" "$where belongs to uid $owner, who could move the directory away and put their own in its place" "$fix"
+      || refuse_dir "$what" "$1" "$where belongs to uid $owner, who could $harm" "$fix"
     if opened_to_others "$d" && (( (8#$mode & 8#1000) == 0 )); then
-      refuse_dir "$what" "$1" "$where is writable by other users without the sticky bit (mode $mode), who could move the directory away and put their own in its place" "$fix"
+      refuse_dir "$what" "$1" "$where is writable by other users without the sticky bit (mode $mode), who could $harm" "$fix"
     fi
   done
+  SAFE_DIR="$path"
   if [ ${#missing[@]} -gt 0 ]; then
     [ "$create" = create ] || return 1
     mkdir -p "$path" || die "cannot create $what $1"
@@ -263,7 +280,6 @@ safe_dir() {
     else continue; fi                                  # group-writable, in a private group
     refuse_dir "$what" "$1" "$found in it is $bad: someone else could have planted or changed it" "$fix"
   done < <(find "$path" -mindepth 1 \( -type l -o \( ! -user "$me" ! -user 0 \) -o -perm /022 \) -print0 2>/dev/null)
-  SAFE_DIR="$path"
 }
 
 write_new() {
@@ -282,9 +298,10 @@ write_new() {
 
 check_state() {
   # The state directory (logs, data, TLS key, passwords) by the rule above, yours and
-  # 0700; $1=create: made when missing.
+  # 0700; $1=create: made when missing. STATE is then its resolved path.
   safe_dir "$STATE" "the state directory" \
     "remove it or set DPSTREAM_KAFKA_STATE to a new one (mkdir -m 700 DIR) under a directory of yours" "${1:-}" private || true
+  STATE="$SAFE_DIR"
 }
 
 check_cache() {
@@ -292,6 +309,7 @@ check_cache() {
   # same rule (yours or root's, writable by no one else), made when missing.
   safe_dir "$HOME_DIR" "the jar cache" \
     "remove it or set DPSTREAM_KAFKA_HOME to a directory of your own (a missing one is made 0700)" create
+  HOME_DIR="$SAFE_DIR"; LIBS="$HOME_DIR/$LIBS_NAME"     # the resolved path from here on
 }
 
 # ----------------------------------------------------------------- the broker process
@@ -762,7 +780,7 @@ case "${1:-}" in
            check_state
            safe_dir "$STATE/clients" "the client configs' directory" "start over in a new state directory (scripts/kafka.sh reset, or set DPSTREAM_KAFKA_STATE)" "" private \
              || die "no client configs in $STATE/clients: start the secured broker first (KAFKA_SECURE=1 scripts/kafka.sh start)"
-           echo "$STATE/clients" ;;
+           echo "$SAFE_DIR" ;;
   users) shift; users "$@" ;;
   rotate) shift; rotate "$@" ;;
   remove) shift; remove_user "$@" ;;

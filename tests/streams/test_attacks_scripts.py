@@ -302,3 +302,67 @@ def test_a_jar_cache_an_acl_lets_another_user_write_to_is_refused(tmp_path):
     grant_nobody(jar, 6, 4)
     line = one_line(script("fetch", env=env))
     assert f"refusing the jar cache {cache}: {jar} in it is writable by other users (mode 674)" in line, line
+
+
+# ------------------------------------------------------------------ review F5
+def complete_cache(cache: Path) -> Path:
+    """A jar cache that ``fetch`` takes as fetched (its ``.complete`` marker): it then only
+    prints the jar directory, nothing is downloaded."""
+    libs = cache / libs_name()
+    libs.mkdir(parents=True, mode=0o700)
+    (libs / ".complete").touch()
+    return libs
+
+
+@needs_root
+def test_a_directory_passed_through_but_not_on_the_resolved_path_is_judged(shared, tmp_path):
+    """Before: safe_dir judged only the directories on the resolved path. The caller's
+    link ``team/cache -> VCACHE`` in a directory another user owns (``team``, 0755) was
+    followed unjudged, ``fetch`` accepted ``team/cache/kafka`` and then went on using the
+    name as given (``$HOME_DIR``, ``$LIBS``), through the link that user may rename their
+    own over at any time; a directory of theirs left by ``..`` was never looked at either.
+    Now both are refused in one line, before anything is used."""
+    vcache = tmp_path / "vcache"              # root's, 0700: the link's target is fine
+    vcache.mkdir(mode=0o700)
+    complete_cache(vcache / "kafka")
+    team = shared / "team"
+    as_nobody("mkdir", "-m", "755", team)
+    (team / "cache").symlink_to(vcache)       # root's link, in nobody's directory
+    home = team / "cache" / "kafka"
+    line = one_line(script("fetch", env={"DPSTREAM_KAFKA_HOME": str(home)}))
+    assert (f"refusing the jar cache {home}: {team}, passed through on the way to it (a link in it followed,"
+            f" or left by ..), belongs to uid {NOBODY}") in line, line
+
+    mine = shared / "mine"                    # shared/theirs/../mine: theirs is left by ..
+    mine.mkdir(mode=0o755)
+    complete_cache(mine / "kafka")
+    theirs = shared / "theirs"
+    as_nobody("mkdir", "-m", "755", theirs)
+    home = f"{theirs}/../mine/kafka"
+    line = one_line(script("fetch", env={"DPSTREAM_KAFKA_HOME": home}))
+    assert f"refusing the jar cache {home}: {theirs}, passed through" in line and f"uid {NOBODY}" in line, line
+
+
+@needs_root
+def test_a_path_through_a_link_of_roots_in_a_root_owned_directory_is_accepted_and_used_resolved(shared, tmp_path):
+    """The rule still takes a link of the caller's (root's) in a directory only root may
+    change, and ``..`` out of the caller's own directory; the script then works in the
+    resolved directory (what ``fetch`` prints, the state ``status`` names), not through
+    the link."""
+    base = shared.parent                      # root's, 0755
+    vcache = tmp_path / "vcache"
+    vcache.mkdir(mode=0o700)
+    libs = complete_cache(vcache / "kafka")
+    (base / "cache").symlink_to(vcache)
+    done = script("fetch", env={"DPSTREAM_KAFKA_HOME": str(base / "cache" / "kafka")})
+    assert done.returncode == 0 and done.stdout.strip() == str(libs), done.stderr
+    done = script("fetch", env={"DPSTREAM_KAFKA_HOME": f"{tmp_path}/vcache/../vcache/kafka"})
+    assert done.returncode == 0 and done.stdout.strip() == str(libs), done.stderr
+
+    state = tmp_path / "state"
+    state.mkdir(mode=0o700)
+    (base / "states").symlink_to(tmp_path)   # the state directory itself may not be a link
+    env = {"DPSTREAM_KAFKA_STATE": str(base / "states" / "state"), "KAFKA_PORT": str(free_port()),
+           "KAFKA_CONTROLLER_PORT": str(free_port())}
+    done = script("status", env=env)
+    assert done.returncode == 1 and done.stdout.strip() == f"not running (state in {state})", done.stderr
