@@ -13,7 +13,6 @@ import pwd
 import shutil
 import socket
 import subprocess
-import tempfile
 from pathlib import Path
 from urllib.error import HTTPError
 from urllib.request import Request, urlopen
@@ -23,7 +22,7 @@ import pytest
 from dpstream.streams.cli.commands import main
 
 from .kafka_helpers import KEY_HEX, ROOT, Worker
-from .test_attacks_client import Listener, _certs, one_line, props
+from .test_attacks_client import Listener, _certs, one_line, props, shared_tmp
 
 OTHER = "dpstream-other"
 needs_root = pytest.mark.skipif(os.geteuid() != 0 or shutil.which("useradd") is None,
@@ -47,16 +46,7 @@ def listener():
     srv.close()
 
 
-@pytest.fixture
-def shared():
-    """A directory other users can reach (pytest's own is 0700), with a 1777 ``tmp`` inside,
-    like /tmp."""
-    base = Path(tempfile.mkdtemp(prefix="dpstream-local-", dir="/tmp"))
-    base.chmod(0o755)
-    (base / "tmp").mkdir()
-    (base / "tmp").chmod(0o1777)
-    yield base
-    shutil.rmtree(base, ignore_errors=True)
+shared = shared_tmp       # the same directory other users can reach (a fixture)
 
 
 @pytest.fixture
