@@ -175,10 +175,6 @@ class TableView:
         return len(self.table.data)
 
 
-# read(topic partitions) -> {tp: {key: value or None}} in log order, up to the end offsets
-Reader = Callable[[list[TopicPartition]], "asyncio.Future"]
-
-
 class WorkerState:
     """The tables, which partitions they hold, and the restores that fill them.
 
@@ -246,7 +242,7 @@ class WorkerState:
         self.assigned = partitions
         todo = partitions - self.ready - set(self._installing)
         running = self._task is not None and not self._task.done()
-        if running and self._task_partitions == todo:
+        if running and self._task_partitions == todo and not fresh:
             todo = set()                    # the restore under way reads exactly these
         elif running:
             self._task.cancel()
