@@ -250,18 +250,42 @@ class StartupNoise(logging.Filter):
         return True
 
 
+# What aiokafka logs when the broker closes a connection that it then opens again at
+# once: a secured broker closes every SASL session after connections.max.reauth.ms
+# (scripts/kafka.sh sets 60 s, so that a revoked password's sessions end), and aiokafka,
+# which does not log in again on an open connection, reconnects. Two ERROR lines a
+# minute from a healthy worker; a broker really gone says so in other lines ("Unable
+# connect to ..."), which stay ERROR.
+RELOGIN_NOISE = ("Failed fetch messages from %s: %s", "Heartbeat send request failed: %s. Will retry.")
+CLOSED = re.compile(r"Connection at \S+ closed")
+
+
+class ReloginNoise(logging.Filter):
+    """Logs aiokafka's lines for a connection the broker closed (RELOGIN_NOISE, with
+    "Connection at ... closed" as the reason) at INFO: the next request reconnects."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if (record.levelno >= logging.WARNING and record.name.startswith("aiokafka")
+                and record.msg in RELOGIN_NOISE and record.args
+                and any(CLOSED.search(str(a)) for a in record.args)):
+            record.levelno, record.levelname = logging.INFO, "INFO"
+        return True
+
+
 def quiet_startup_logs(root: logging.Logger, level: int) -> None:
     """The worker's log policy, set up with the root logger: the libraries' INFO chatter
     off (aiokafka, faust and mode log at WARNING and above unless the worker runs at
-    DEBUG), expected start-up noise at INFO (``StartupNoise``), and a line an outage
-    repeats tens of thousands of times once per 10 s (``RepeatFilter``). The filters sit
-    on the root's handlers, which every library logger's records reach."""
+    DEBUG), expected start-up noise and a reconnect after the broker closed a session at
+    INFO (``StartupNoise``, ``ReloginNoise``), and a line an outage repeats tens of
+    thousands of times once per 10 s (``RepeatFilter``). The filters sit on the root's
+    handlers, which every library logger's records reach."""
     if level > logging.DEBUG:
         for name in ("aiokafka", "faust", "mode"):
             logging.getLogger(name).setLevel(logging.WARNING)
-    noise, repeat = StartupNoise(), RepeatFilter()
+    noise, relogin, repeat = StartupNoise(), ReloginNoise(), RepeatFilter()
     for handler in root.handlers:
         handler.addFilter(noise)
+        handler.addFilter(relogin)
         handler.addFilter(repeat)
 
 

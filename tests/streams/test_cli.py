@@ -244,6 +244,31 @@ def test_a_changelog_missing_from_metadata_at_start_is_info_and_an_input_topic_s
     assert later.filter(old) and old.levelno == logging.ERROR
 
 
+def test_a_connection_the_broker_closed_for_a_new_login_is_info_and_other_failures_stay_errors():
+    """A secured broker closes every SASL session after connections.max.reauth.ms (60 s:
+    a revoked password's sessions end) and aiokafka reconnects: before, a healthy worker
+    logged two ERROR lines a minute for it (seen with the window at 10 s). Now INFO;
+    a connection that cannot be made again stays an ERROR."""
+    import logging
+
+    from aiokafka.errors import KafkaConnectionError
+
+    from dpstream.streams.worker.observe import ReloginNoise
+
+    def record(name, msg, *args):
+        return logging.LogRecord(name, logging.ERROR, "x", 1, msg, args, None)
+    closed = KafkaConnectionError("Connection at 127.0.0.1:29094 closed")
+    fetch = record("aiokafka.consumer.fetcher", "Failed fetch messages from %s: %s", 1, closed)
+    beat = record("aiokafka.consumer.group_coordinator", "Heartbeat send request failed: %s. Will retry.", closed)
+    away = record("aiokafka.conn", "Unable connect to %r: %s", "127.0.0.1:29094", OSError(111, "refused"))
+    other = record("aiokafka.consumer.fetcher", "Failed fetch messages from %s: %s", 1,
+                   KafkaConnectionError("Unable to connect"))
+    for r in (fetch, beat, away, other):
+        assert ReloginNoise().filter(r)
+    assert fetch.levelno == beat.levelno == logging.INFO
+    assert away.levelno == other.levelno == logging.ERROR
+
+
 def test_status_lists_only_the_models_this_worker_owns():
     from dpstream.streams.worker.observe import collect_status, model_partition
     cfg = {"model_id": "m", "params": {"kind": "continual_winnow", "max_active": 2},
