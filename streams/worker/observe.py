@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import hashlib
 import hmac
 import logging
 import re
@@ -109,14 +108,18 @@ def web_token(path: str) -> str:
 def token_middleware(token: str):
     """An aiohttp middleware that answers 401 to every request without ``Authorization:
     Bearer <token>``; the token is compared in constant time (``hmac.compare_digest`` on
-    SHA-256 digests, so its length does not show either)."""
+    keyed MACs under a key drawn for this process, so neither its length nor any plain
+    hash of it is ever computed where a timing could show it)."""
+    import secrets
+
     from aiohttp import web
-    expected = hashlib.sha256(token.encode()).digest()
+    key = secrets.token_bytes(32)
+    expected = hmac.new(key, token.encode(), "sha256").digest()
 
     @web.middleware
     async def require_token(request, handler):
         scheme, _, given = request.headers.get("Authorization", "").partition(" ")
-        digest = hashlib.sha256(given.strip().encode("utf-8", "surrogateescape")).digest()
+        digest = hmac.new(key, given.strip().encode("utf-8", "surrogateescape"), "sha256").digest()
         if scheme.lower() != "bearer" or not hmac.compare_digest(digest, expected):
             return web.Response(status=401, text="a token is required: Authorization: Bearer <token>\n",
                                 headers={"WWW-Authenticate": 'Bearer realm="dpstream"'})

@@ -189,7 +189,7 @@ def test_a_rotated_or_deleted_password_is_refused_at_once(secured, tmp_path):
     assert f"refused the login of User:{user}" in one_line(login(new))
 
 
-# ------------------------------------------------------------------ issue 61, item 4
+# ------------------------------------------------------------------ a revoked password's live sessions
 def reauth_window(secured) -> float:
     """The broker's session lifetime in seconds (connections.max.reauth.ms); 60, the one
     rotate and remove promise, where it is not set."""

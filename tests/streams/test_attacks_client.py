@@ -882,7 +882,7 @@ def test_a_ledger_line_whose_seq_is_beyond_int64_is_a_discrepancy_in_the_report(
         assert "Traceback" not in err and (tmp_path / f"r{len(flags)}" / "report.html").exists()
 
 
-# ------------------------------------------------------------------ issue 61, item 6: SASL in the clear
+# ------------------------------------------------------------------ SASL in the clear
 PLAIN_CLEAR = "the password crosses the network in the clear"
 
 

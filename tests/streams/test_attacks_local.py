@@ -1,4 +1,4 @@
-"""Attacks by another local user of the same machine (issue 61, items 3 and 7): each test
+"""Attacks by another local user of the same machine (client configs and the status pages): each test
 is one that must now be refused; its docstring says what happened before. Other local
 users are not trusted (docs/security.md, "Threat model"): they own files and directories
 of their own, write where the mode lets them, and connect to every port on 127.0.0.1.

@@ -1,4 +1,4 @@
-"""Attacks on the audit report (issue 61, item 1): a forged export must not be published as
+"""Attacks on the audit report: a forged export must not be published as
 verified. Whoever can write an output topic (the worker's principal), or an export
 directory on its way to the auditor, can add records; ``audit-report`` must render what
 ``dpstream replay --dir`` concludes, whatever the terminal said. Each test's docstring

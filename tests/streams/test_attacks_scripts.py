@@ -1,4 +1,4 @@
-"""Attacks on what ``scripts/kafka.sh`` trusts on disk (issue 61, items 2, 3 and 5): the
+"""Attacks on what ``scripts/kafka.sh`` trusts on disk (the compose secrets, the state directory, the jar cache): the
 compose secrets directory, the state directory and the jar cache. Another local OS user
 is ``nobody`` (``runuser -u nobody``), as in the other attack suites; each test's
 docstring says what the attack did before. The rule every one of these directories now
