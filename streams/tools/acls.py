@@ -11,12 +11,16 @@ with "dpstream", another tenant's ``dpstream-prod-examples`` included (issue 41,
 
 | principal | may | may not |
 |---|---|---|
-| worker | read the inputs; read and write ``model-events``, its changelogs and faust's assignor topic (literal names, ``worker_topics``); write the outputs; create its topics; use its consumer group (the app id) | write ``models``, ``examples`` or ``queries``; touch another tenant's topics or groups |
+| worker | read the inputs; read and write ``model-events``, its changelogs and faust's assignor topic (literal names, ``worker_topics``); write the outputs; create its topics; describe the configs of the state topics (``STATE_TOPICS`` and its changelogs: its start check, streams/worker/topic_admin.py); use its consumer group (the app id) | write ``models``, ``examples`` or ``queries``; touch another tenant's topics or groups |
 | producer | write ``examples``; read ``models`` (public configuration: ``dpstream produce`` checks the model ids and the declared features before sending) | read anything else |
 | querier | write ``queries``; read ``answers`` (query answers only) and ``models`` | read ``predictions`` (one record per example), ``examples``, ``model-events``, changelogs |
 | consumer | read ``predictions`` | read ``examples``, ``model-events``, changelogs; write anything |
 | auditor | read the public topics: ``models``, ``ledger``, ``predictions``, ``answers``, ``releases``, ``rejected`` (all ``dpstream replay --no-key`` and ``dpstream export --public`` read) | read ``examples``, ``model-events``, changelogs; write anything |
 | admin | everything (the broker's super user): write ``models``, export the private log for a keyed replay, manage ACLs | |
+
+The worker's Create rights are optional: on topics an admin created as planned (``dpstream
+topics apply``), a worker without them starts (``needed`` says which rights it cannot do
+without, ``uncovered`` which of those a cluster's ACLs do not grant).
 
 The private topics (``examples``, ``model-events``, the changelogs) are readable only by
 the worker and the admin; ``ledger``, ``predictions``, ``releases`` and ``rejected`` are
@@ -36,7 +40,7 @@ import re
 from dataclasses import dataclass
 
 from dpstream.streams.worker.topics import (ANSWERS, EXAMPLES, INPUTS, LEDGER, MODEL_EVENTS, MODELS, OUTPUTS,
-                                           PREDICTIONS, QUERIES)
+                                           PREDICTIONS, QUERIES, STATE_TOPICS)
 
 # Kafka's ACL enums (org.apache.kafka.common.acl / resource)
 TOPIC, GROUP, CLUSTER = 2, 3, 4
@@ -52,6 +56,10 @@ PUBLIC = (MODELS, LEDGER, PREDICTIONS, ANSWERS, "releases", "rejected")
 # f"{app_id}-__assignor-__leader" (faust/assignor/leader_assignor.py).
 # tests/streams/test_attacks_broker.py checks these against a real WorkerApp.
 TABLES = ("sequencer-state", "model-state")
+ALL_OPERATIONS, DENY = 2, 2
+# Kafka's implied rights (AclAuthorizer / StandardAuthorizer): Read, Write, Delete and
+# Alter imply Describe; AlterConfigs implies DescribeConfigs.
+IMPLIED_BY = {"Describe": (3, 4, 6, 7), "DescribeConfigs": (11,)}
 NAME = re.compile(r"[A-Za-z0-9._-]*")
 USER = re.compile(r"[A-Za-z0-9._@+-]+")     # never "*", Kafka's wildcard principal
 MAX_TOPIC = 249                       # Kafka's longest topic name
@@ -127,6 +135,8 @@ def plan(prefix: str = "", app_id: str | None = None, users: dict[str, str] | No
     allow("worker", ("Read", "Write", "Describe", "Create"), TOPIC, prefix + MODEL_EVENTS)
     for topic in OUTPUTS:
         allow("worker", ("Write", "Describe", "Create"), TOPIC, prefix + topic)
+    for topic in STATE_TOPICS:          # the start check reads their retention and cleanup policy
+        allow("worker", ("DescribeConfigs",), TOPIC, prefix + topic)
     for topic in worker_topics(app_id):
         allow("worker", ("Read", "Write", "Describe", "Create", "DescribeConfigs"), TOPIC, topic)
     allow("worker", ("Read", "Describe"), GROUP, app_id)
@@ -170,3 +180,30 @@ def overlaps(acls: list[Acl], existing: list[tuple]) -> list[str]:
         elif pattern != LITERAL or (resource_type, name) not in resources:
             outside.append(f"{principal} already holds {right} on {what}, outside this plan")
     return sorted(covers, key=lambda line: " group " not in line) + outside
+
+
+def needed(acls: list[Acl]) -> list[Acl]:
+    """The rights of ``acls`` a worker cannot do without: all but Create (module docstring)."""
+    return [a for a in acls if a.operation != "Create"]
+
+
+def uncovered(wanted: list[Acl], allowed: list[tuple], denied: list[tuple]) -> list[Acl]:
+    """The ACLs of ``wanted`` that a cluster does not grant: no ALLOW entry of ``allowed``
+    covers it (its principal or ``User:*``; its resource by name, by a prefix pattern or
+    by the wildcard; its operation, All, or one that implies it), or a DENY entry of
+    ``denied`` takes it away (the operation or All). Entries: (resource type, name,
+    pattern, principal, operation code), as faust_seam.describe_acls gives them."""
+    def covers(entry: tuple, acl: Acl, operations: tuple[int, ...]) -> bool:
+        resource_type, name, pattern, principal, op = entry
+        return (principal in (acl.principal, "User:*") and resource_type == acl.resource_type
+                and (name == "*" or name == acl.resource if pattern == LITERAL else
+                     pattern == PREFIXED and acl.resource.startswith(name))
+                and op in operations)
+    out = []
+    for acl in wanted:
+        code = OPERATIONS[acl.operation]
+        granting = (code, ALL_OPERATIONS, *IMPLIED_BY.get(acl.operation, ()))
+        if not any(covers(e, acl, granting) for e in allowed) or \
+                any(covers(e, acl, (code, ALL_OPERATIONS)) for e in denied):
+            out.append(acl)
+    return out

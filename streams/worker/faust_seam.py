@@ -754,12 +754,13 @@ async def delete_acls(admin, acls) -> list[str]:
     return errors
 
 
-async def describe_acls(admin) -> list[tuple]:
-    """Every ACL on the cluster: (resource type, name, pattern, principal, operation)."""
+async def describe_acls(admin, permission: int = 1) -> list[tuple]:
+    """Every ACL on the cluster: (resource type, name, pattern, principal, operation);
+    ``permission``: only those that ALLOW (3) or DENY (2), default any (1)."""
     from aiokafka.protocol.admin import DescribeAclsRequest
-    any_type, any_pattern, any_op, any_permission = 1, 1, 1, 1
+    any_type, any_pattern, any_op = 1, 1, 1
     response = await admin._send_request(DescribeAclsRequest(any_type, None, any_pattern, None, None,
-                                                             any_op, any_permission))
+                                                             any_op, permission))
     if response.error_code:
         raise PermissionError(f"DescribeAcls failed: error {response.error_code} {response.error_message or ''}")
     out = []

@@ -19,7 +19,7 @@ import pytest
 from dpstream.streams.tools.acls import CLUSTER, plan, worker_topics
 from dpstream.streams.worker.faust_seam import describe_acls
 from dpstream.streams.worker.kafka import Kafka, running
-from dpstream.streams.worker.topics import ensure_topics
+from dpstream.streams.worker.topic_admin import ensure_topics
 
 from .secure_broker import SCRIPT, Attacker, CommandLines, dpstream, free_port, libs
 

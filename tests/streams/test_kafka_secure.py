@@ -16,7 +16,7 @@ import pytest
 from dpstream.streams.tools.acls import CLUSTER, TOPIC, Acl, plan
 from dpstream.streams.worker.faust_seam import create_acls, delete_acls, describe_acls
 from dpstream.streams.worker.kafka import Kafka, running
-from dpstream.streams.worker.topics import ensure_topics
+from dpstream.streams.worker.topic_admin import ensure_topics
 
 from .kafka_helpers import KEY_HEX, ROOT, Worker, produce, read_all
 from .reference import assert_same_as_embedded

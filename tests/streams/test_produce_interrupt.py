@@ -74,7 +74,7 @@ def registered(kafka_bootstrap):
     """A fresh topic prefix with its topics and the card-fraud model registered (no worker:
     the topics hold exactly what the test sends), and the broker flags for it."""
     from dpstream.streams.worker.kafka import Kafka
-    from dpstream.streams.worker.topics import ensure_topics
+    from dpstream.streams.worker.topic_admin import ensure_topics
     prefix = f"ctrlc-{uuid.uuid4().hex[:8]}-"
     asyncio.run(ensure_topics(Kafka(kafka_bootstrap), prefix=prefix, partitions=1))
     broker = ["--bootstrap-server", kafka_bootstrap, "--prefix", prefix]
