@@ -29,6 +29,13 @@ each event a savepoint (``_apply_each``): keyed noise makes the events before th
 failure reproduce the same outputs, and the failed event leaves only its dead letter
 and the offsets that mark it handled. Before, a charge made before the failure stayed
 published and counted (conservative, but a ledger entry with no release behind it).
+
+The privacy unit: an example of a model with a ``privacy_unit`` reaches its handler's
+learner only if ``Handler.admit`` admits it (agents/units.py); one that is not admitted
+gets the record any example gets while the model does not move. A run of examples is cut
+into stretches of admitted and not admitted ones, in order, so the batch kernels keep
+their runs. With ``trace`` (replay), every decision is kept in memory, by (model, seq):
+the private trace ``dpstream replay`` checks the bound on; it is never published.
 """
 from __future__ import annotations
 
@@ -103,8 +110,12 @@ class Processor:
     """
 
     def __init__(self, rng: KeyedRandomness, state: MutableMapping, emit: Emit,
-                 fetch: Fetch | None = None, *, offload: bool = False, owns=None):
+                 fetch: Fetch | None = None, *, offload: bool = False, owns=None,
+                 trace: bool = False):
         self.rng, self.emit, self.fetch = rng, emit, fetch
+        # (model, seq) -> units.Decision: private, in memory, only when asked (replay)
+        self.unit_trace: dict | None = {} if trace else None
+        self._unit_floors: dict[str, int] = {}   # model -> epoch of its last committed head
         self.base = state
         self.state = Overlay(state)          # handlers write here; flushed on the loop thread
         self.offload = offload               # apply heavy batches in a worker thread
@@ -127,8 +138,21 @@ class Processor:
             h = kind(config.kind)(config, self.rng, self.state)
             h.load(head)
             h.stored = h.live()
+            self._units(h)
             self._handlers[model_id] = h
         return h
+
+    def _units(self, h: Handler) -> None:
+        """A bounded model's handler, loaded or created: the trace, and the epoch of its last
+        committed head (``unit_floor``, agents/units.py): the one this process recorded at
+        its last commit, else the loaded head's (a first load reads committed state)."""
+        if h.bound is None:
+            return
+        h.unit_trace = self.unit_trace
+        floor = self._unit_floors.get(h.model_id)
+        if floor is None:
+            floor = self._unit_floors[h.model_id] = h.unit_slot()[0]
+        h.unit_floor = floor
 
     async def handle_batch(self, records: list[RawRecord]) -> None:
         """Apply ``records`` (in log order); with ``fetch``, first re-read the records of
@@ -169,6 +193,7 @@ class Processor:
         for model_id, (handler, p) in dirty.items():
             if not self.owns(p):          # partition revoked meanwhile: the new owner writes
                 self._handlers.pop(model_id, None)
+                self._unit_floors.pop(model_id, None)
                 continue
             self._set_partition(p)
             handler.save()
@@ -176,6 +201,9 @@ class Processor:
             self._set_partition(p)
             self.state[f"log/{p}"] = position
         self._flush()
+        for model_id, (handler, _) in dirty.items():     # their heads are written: committed
+            if handler.bound is not None and model_id in self._handlers:
+                handler.unit_floor = self._unit_floors[model_id] = handler.unit_slot()[0]
 
     @staticmethod
     async def _call(offload: bool, fn, *args) -> None:
@@ -333,13 +361,19 @@ class Processor:
         self._set_partition(todo[0].record.partition)
         items = [(e.event, e.source) for e in todo]
         try:
-            prepared = handler.prepare_examples(items)
+            # a bounded model's admissions first (re-deciding one at a time gives the same)
+            runs = handler.admitted_runs(items) if handler.bound is not None else [(True, items)]
+            prepared = [handler.prepare_examples(part) if admitted else None for admitted, part in runs]
         except Exception:           # noqa: BLE001 - nothing changed: one at a time, with dead letters
             for e in run:
                 self._apply(e.record, e, outputs, dirty)
             return
         try:
-            handler.on_examples(items, prepared, outputs)
+            for (admitted, part), ready in zip(runs, prepared):
+                if admitted:
+                    handler.on_examples(part, ready, outputs)
+                else:
+                    handler.pass_over(part, outputs)
         except Exception as err:    # noqa: BLE001 - rolled back; one at a time finds the event
             raise _EventFailed(todo[0].record, handler.model_id) from err
         handler.head_sources.update(sources)
@@ -383,6 +417,7 @@ class Processor:
             self.state[f"model/{e.model_id}/key"] = self.rng.fingerprint()
             handler = kind(config.kind)(config, self.rng, self.state)
             handler.create(outputs)
+            self._units(handler)
         else:
             handler = self._loaded(e.model_id, dirty)
             if handler is None:  # not created here: its registration was dead-lettered
@@ -394,7 +429,10 @@ class Processor:
             if e.already_applied(handler.log_offset, handler.head_sources):
                 return
             if e.is_example:
-                handler.on_example(e.event, e.source, outputs)
+                if handler.bound is None or handler.admit(e.event):
+                    handler.on_example(e.event, e.source, outputs)
+                else:
+                    handler.pass_over([(e.event, e.source)], outputs)
             else:
                 handler.on_query(e.event, e.source, outputs)
         handler.head_sources[e.input_partition] = e.input_offset

@@ -28,6 +28,13 @@ partitions (``dpstream produce`` does). A keyed record on another partition than
 default partitioner gives its key is refused (``MISPLACED``: its model's config and log
 live on that other partition).
 
+The privacy unit: an example of a model whose registration has a ``privacy_unit`` is
+logged with ``unit``, its person's keyed pseudonym (agents/units.py), in place of the raw
+ID (its top-level ``privacy_id``, or the ``id_field`` of its raw features, which the
+featuriser never reads); an example without a usable ID is logged without ``unit`` (it
+will not reach the learner). The raw ID is never logged, and an example of any other
+model is logged without it. The pseudonyms need the key: ``sequence_batch(rng=...)``.
+
 State: ``config/<model>`` (the registered ModelConfig, as JSON-able dict) and
 ``src/<topic>:<partition>`` (the last input offset handled): a record at or before it
 is a re-delivery and is skipped, because its outputs were already produced: the offset
@@ -47,6 +54,7 @@ from dpstream.schemas.features import new_names_problem
 
 from .kinds import BINARY, REAL, kind
 from .records import Emit, Fetch, RawRecord, deliver
+from .units import Pseudonyms, raw_id
 
 # A record keyed by its model id but placed by another partitioner than Kafka's default
 # (unkeyed records are taken wherever they sit, as before: one-partition topics)
@@ -58,6 +66,8 @@ MISPLACED = ("the record sits on another partition than its model's records: pro
              "librdkafka: partitioner=murmur2_random)")
 UNKNOWN_MODEL = ("unknown model: no registration of it was accepted (a refused registration "
                  "has its own dead letter, from the models topic, saying why)")
+NO_KEY = ("not sequenced: this sequencer has no key to pseudonymise the privacy IDs of a model "
+          "with a privacy_unit (a runtime passes sequence_batch its rng)")
 MODEL_EVENTS = "model-events"
 REJECTED = "rejected"
 
@@ -184,6 +194,12 @@ def _checked(event, configs: MutableMapping) -> tuple[dict | None, str | None]:
     # model_dump(mode="json", exclude_none=True) of an example or query (its fields are JSON
     # types already, in field order), without the serializer's per-call cost
     out = {key: v for key, v in event.__dict__.items() if v is not None}
+    # a person's raw ID, kept for ``_sequence`` to pseudonymise (a bounded model's example
+    # only; ``_sequence`` never logs it): the top-level field, or the declared id_field of the
+    # raw features (which the featuriser ignores: no declared feature has its name)
+    out.pop("privacy_id", None)
+    if event.type == "example" and config.privacy_unit is not None:
+        out["privacy_id"] = raw_id(config, event.privacy_id, event.features)
     if event.features is not None:        # raw features: the declared featuriser, bounded
         if config.features is None:
             return None, "raw 'features' need a model that declares its features"
@@ -225,16 +241,20 @@ def _config(model_id: str, cfg: dict) -> ModelConfig:
 
 
 async def sequence_batch(records: list[RawRecord], state: MutableMapping, emit: Emit,
-                         fetch: Fetch | None = None, home: Home | None = None) -> list[RawRecord]:
+                         fetch: Fetch | None = None, home: Home | None = None, *,
+                         rng=None) -> list[RawRecord]:
     """Handle input records in order; with ``fetch``, first re-read any records of their
     partitions the runtime skipped (records.py, Completeness). The outputs of the whole
-    batch are made durable before any input offset is recorded.
+    batch are made durable before any input offset is recorded. ``rng``: the secret key's
+    ``KeyedRandomness``, for the pseudonyms of privacy IDs (module docstring); without it, an
+    example of a model with a ``privacy_unit`` is a dead letter (``NO_KEY``).
 
     Returns the log records it appended whose place in the log the runtime reported
     (``deliver``), in offset order per partition, with their decoded body: a runtime may
     hand them straight to the processor instead of reading them back
     (streams/worker/app.py's bulk path)."""
     set_partition = getattr(state, "set_partition", lambda partition: None)
+    units = _pseudonyms(rng)
     outputs: list[tuple[str, str | None, dict]] = []
     last: dict[tuple[str, int], int] = {}
     for record in records:
@@ -248,7 +268,7 @@ async def sequence_batch(records: list[RawRecord], state: MutableMapping, emit: 
         for r in (*missed, record):
             if r.offset > last.get(where, done):
                 set_partition(r.partition)
-                outputs.append(_sequence(r, state, home))
+                outputs.append(_sequence(r, state, home, units))
                 last[where] = r.offset
     where = await deliver(emit, outputs)
     for (topic, partition), offset in last.items():    # only once the outputs are durable
@@ -273,8 +293,25 @@ def last_handled(state: MutableMapping, topic: str, partition: int) -> int:
     return state.get(_src_key(topic, partition), -1)
 
 
-def _sequence(record: RawRecord, state: MutableMapping, home: Home | None = None) -> tuple[str, str | None, dict]:
-    """The output for one new input record (registering a valid model's config)."""
+_PSEUDONYMS: dict[str, Pseudonyms] = {}
+
+
+def _pseudonyms(rng) -> Pseudonyms | None:
+    """One ``Pseudonyms`` per key (it caches each model's derived key)."""
+    if rng is None:
+        return None
+    found = _PSEUDONYMS.get(rng.fingerprint())
+    if found is None or found.rng is not rng:
+        if len(_PSEUDONYMS) >= 16:
+            _PSEUDONYMS.clear()
+        found = _PSEUDONYMS[rng.fingerprint()] = Pseudonyms(rng)
+    return found
+
+
+def _sequence(record: RawRecord, state: MutableMapping, home: Home | None = None,
+              units: Pseudonyms | None = None) -> tuple[str, str | None, dict]:
+    """The output for one new input record (registering a valid model's config); a bounded
+    model's example carries its person's pseudonym as ``unit``, never the raw ID."""
     if record.problem is not None:      # a value the runtime could not decode
         return REJECTED, None, Rejected(source=record.source, reason=record.problem).model_dump()
     event, reason = parse(record, state, home)
@@ -282,4 +319,10 @@ def _sequence(record: RawRecord, state: MutableMapping, home: Home | None = None
         return REJECTED, None, Rejected(source=record.source, reason=reason).model_dump()
     if event["type"] == "model":
         state[f"config/{event['model_id']}"] = event
+    elif "privacy_id" in event:         # (only a bounded model's example holds it here)
+        if units is None:
+            return REJECTED, None, Rejected(source=record.source, reason=NO_KEY).model_dump()
+        unit = units.of(event["model_id"], event.pop("privacy_id"))
+        if unit is not None:
+            event["unit"] = unit
     return MODEL_EVENTS, event["model_id"], {"source": record.source, "event": event}

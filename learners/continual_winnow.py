@@ -34,6 +34,15 @@ mechanisms/continual.py). Rows with more active features than allowed are cut to
 limit by a rule that looks at the row alone (``inputs.bounded_active``), so the
 sensitivity holds for every row, and none is refused.
 
+A person as the privacy unit (``max_contributions`` = k > 1): at most k of a person's
+examples per epoch reach the learner, at most one per block (the agents' admission),
+so neighbours differ in at most k blocks' increments, each by at most 2 sqrt(s), and
+the epoch is P_k Delta^2 / (2 sigma2)-zCDP per person with P_k the tree's participation
+norm (mechanisms/participation.py; mechanisms/continual.py, "A person"). sigma2 is
+calibrated on that, so the epoch ledger is in persons; ``epsilon_example`` is what one
+example costs under the same noise. The guarantee is per person and epoch: a person in
+E epochs composes to E epochs' rho.
+
 Ledger: the learner charges each epoch's (epsilon, delta) to a fresh epoch ledger when
 the epoch starts (``ledger``; ``on_charge`` receives each entry).
 
@@ -57,6 +66,8 @@ from dpstream.mechanisms.continual import (TreeNoise, calibrate_tree_sigma2, clo
                                            tree_levels, tree_rho)
 from dpstream.mechanisms.accounting import Ledger, LedgerState
 from dpstream.mechanisms.errors import ParameterError
+from dpstream.mechanisms.factorization import TreeFactorization
+from dpstream.mechanisms.participation import participation_norm2
 from dpstream.mechanisms.randomness import KeyedRandomness
 
 from .inputs import active_matrix
@@ -77,8 +88,9 @@ class ContinualWinnowParameters:
     margin: float              # update when y <A^, x> < margin * u
     sigma2: int                # discrete Gaussian variance per tree node coordinate
     levels: int
-    epsilon: float             # per-example guarantee (one epoch), at delta
+    epsilon: float             # the guarantee per privacy unit (one epoch), at delta
     delta: float
+    max_contributions: int = 1  # k: a person's examples per epoch (1: the unit is one example)
 
     @property
     def s(self) -> int:
@@ -101,8 +113,21 @@ class ContinualWinnowParameters:
         return max(1.0, math.sqrt(self.sigma2 * self.levels / 2.0))
 
     @property
+    def participation(self) -> float | None:
+        """P_k of the epoch's tree for a person (None for one example: ``levels``)."""
+        return continual_winnow_participation(self.blocks, self.max_contributions)
+
+    @property
     def rho(self) -> float:
-        return tree_rho(sigma2=self.sigma2, levels=self.levels, sensitivity=self.sensitivity)
+        """zCDP of one epoch per privacy unit (per person for k > 1)."""
+        return tree_rho(sigma2=self.sigma2, levels=self.levels, sensitivity=self.sensitivity,
+                        participation=self.participation)
+
+    @property
+    def epsilon_example(self) -> float:
+        """The epsilon one example costs under the same noise (= ``epsilon`` for k = 1)."""
+        return tree_epsilon(sigma2=self.sigma2, levels=self.levels, sensitivity=self.sensitivity,
+                            delta=self.delta)
 
 
 def continual_winnow_sensitivity(max_active: int) -> float:
@@ -112,13 +137,25 @@ def continual_winnow_sensitivity(max_active: int) -> float:
     return 2.0 * math.sqrt(max_active + 1)
 
 
+def continual_winnow_participation(blocks: int, max_contributions: int) -> float | None:
+    """The tree's participation norm P_k over ``blocks`` blocks for a person with k =
+    ``max_contributions`` examples per epoch, at most one per block
+    (mechanisms/participation.py); None for k = 1, where the calibration uses ``levels``
+    as it always has."""
+    if max_contributions == 1:
+        return None
+    return participation_norm2(TreeFactorization(), blocks, max_contributions)
+
+
 def continual_winnow_parameters(*, epsilon: float, delta: float, d: int, max_active: int,
                                 horizon: int = 1_000_000, block: int = 100, eta: float = 1.0,
-                                margin: float = 5.0) -> ContinualWinnowParameters:
-    """Parameters that spend (epsilon, delta) per example: the smallest integer noise
-    variance whose tree guarantee fits (``mechanisms.continual.calibrate_tree_sigma2``).
-    ``max_active`` does not count the bias feature. Defaults (block 100, eta 1, margin 5)
-    come from bench/continual_winnow.py."""
+                                margin: float = 5.0, max_contributions: int = 1) -> ContinualWinnowParameters:
+    """Parameters that spend (epsilon, delta) per privacy unit: the smallest integer noise
+    variance whose tree guarantee fits (``mechanisms.continual.calibrate_tree_sigma2``),
+    per example, or per person with at most ``max_contributions`` examples per epoch (one
+    per block: so at most the epoch's blocks; module docstring). ``max_active`` does not
+    count the bias feature. Defaults (block 100, eta 1, margin 5) come from
+    bench/continual_winnow.py."""
     if d < 1:
         raise ParameterError("d", d, ">= 1")
     if not 1 <= max_active <= d:
@@ -129,12 +166,21 @@ def continual_winnow_parameters(*, epsilon: float, delta: float, d: int, max_act
         raise ParameterError("eta", eta, "a finite number > 0")
     if not (margin >= 0 and math.isfinite(margin)):
         raise ParameterError("margin", margin, "a finite number >= 0")
-    levels = tree_levels(horizon // block)
+    blocks = horizon // block
+    if not (isinstance(max_contributions, int) and 1 <= max_contributions <= blocks):
+        raise ParameterError("max_contributions", max_contributions,
+                             f"an integer in [1, {blocks}]: a person has at most one example per "
+                             f"block and an epoch has {blocks} blocks (horizon {horizon} / block "
+                             f"{block}): raise the horizon, lower the block, or lower max_contributions")
+    levels = tree_levels(blocks)
     sens = continual_winnow_sensitivity(max_active)
-    sigma2 = calibrate_tree_sigma2(epsilon=epsilon, delta=delta, levels=levels, sensitivity=sens)
-    spent = tree_epsilon(sigma2=sigma2, levels=levels, sensitivity=sens, delta=delta)
+    participation = continual_winnow_participation(blocks, max_contributions)
+    sigma2 = calibrate_tree_sigma2(epsilon=epsilon, delta=delta, levels=levels, sensitivity=sens,
+                                   participation=participation)
+    spent = tree_epsilon(sigma2=sigma2, levels=levels, sensitivity=sens, delta=delta,
+                         participation=participation)
     return ContinualWinnowParameters(d, max_active, block, horizon, float(eta), float(margin),
-                                     sigma2, levels, spent, delta)
+                                     sigma2, levels, spent, delta, max_contributions)
 
 
 @dataclass

@@ -31,7 +31,8 @@ import numpy as np
 
 from dpstream.mechanisms.accounting import Ledger
 from dpstream.mechanisms.errors import ParameterError
-from dpstream.mechanisms.params import (greedy_cover_advanced_round_epsilon, greedy_cover_basic_round_epsilon,
+from dpstream.mechanisms.params import (GreedyCoverRound, greedy_cover_advanced_round_epsilon,
+                                        greedy_cover_basic_round_epsilon, greedy_cover_person_round,
                                         greedy_cover_round_epsilon)
 from dpstream.mechanisms.randomness import KeyedRandomness
 
@@ -53,18 +54,31 @@ def round_epsilon(accounting: str, epsilon: float, delta: float, n_features: int
     raise ParameterError("accounting", accounting, f"one of {ACCOUNTING}")
 
 
+def round_plan(accounting: str, epsilon: float, delta: float, n_features: int,
+               max_contributions: int = 1) -> GreedyCoverRound:
+    """How the rounds run for the privacy unit: one example (``round_epsilon``, score
+    sensitivity 1), or a person with k = ``max_contributions`` rows of the window
+    (``mechanisms.params.greedy_cover_person_round``); rounds <= |F| + 1."""
+    if max_contributions == 1:
+        return GreedyCoverRound(round_epsilon(accounting, epsilon, delta, n_features), 1, accounting, epsilon)
+    return greedy_cover_person_round(accounting, epsilon, delta, n_features + 1, max_contributions)
+
+
 def private_fit(family: FeatureFamily, X: np.ndarray, y: np.ndarray, *, epsilon: float,
-                delta: float, accounting: str, stream, on_charge=None) -> tuple[DecisionList, Ledger]:
+                delta: float, accounting: str, stream, on_charge=None,
+                max_contributions: int = 1) -> tuple[DecisionList, Ledger]:
     """One DP-GreedyCover run (seed 000 Algorithm 3.1) on rows X (bool) and labels y (0/1),
-    charged first: a fresh ledger pays (epsilon, delta) for the whole run, then the run
-    uses the per-round epsilon the chosen analysis gives (``round_epsilon``). ``on_charge``
-    receives the ledger entry before any rule is chosen."""
+    charged first: a fresh ledger pays (epsilon, delta) for the whole run (per example, or
+    per person with at most ``max_contributions`` rows), then the run uses the rounds the
+    chosen analysis gives (``round_plan``). ``on_charge`` receives the ledger entry before
+    any rule is chosen."""
     ledger = Ledger.create(epsilon=epsilon, delta=delta, rule="basic")
     if on_charge is not None:
         ledger.on_entry.append(on_charge)
-    eps_round = round_epsilon(accounting, epsilon, delta, len(family))
+    plan = round_plan(accounting, epsilon, delta, len(family), max_contributions)
     ledger.charge(f"dp_greedy_cover[{accounting}]", epsilon, delta)
-    return dp_greedy_cover(family, X, y, epsilon_round=eps_round, stream=stream), ledger
+    return dp_greedy_cover(family, X, y, epsilon_round=plan.epsilon, stream=stream,
+                           sensitivity=plan.sensitivity), ledger
 
 
 class DPDecisionListClassifier:

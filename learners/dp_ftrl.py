@@ -23,6 +23,15 @@ that rho meets the epoch's (epsilon, delta) (``dp_ftrl_parameters``). An epoch i
 examples, so the per-example guarantee is one epoch's (epsilon, delta), forever, as for
 continual Winnow (mechanisms/continual.py, "Epochs on disjoint examples").
 
+A person as the privacy unit (``max_contributions`` = k > 1): at most k of a person's
+examples per epoch reach the learner, at most one per block (the agents' admission), so
+neighbours differ in at most k blocks' vectors, each by at most sens, and the release is
+sens^2 P_k / (2 sigma^2)-zCDP per person, P_k the factorization's participation norm
+(mechanisms/participation.py: X = C^T C >= 0, the packed set for BLT's Toeplitz C, a
+dynamic program for the tree). sigma is calibrated on P_k, so the epoch ledger is in
+persons; ``epsilon_example`` is what one example costs under the same noise (P_1). The
+guarantee is per person and epoch: a person in E epochs composes to E epochs' rho.
+
 The intercept and the answer before the first release (issue 45). A unit row's bias
 coordinate is 1/||(x, 1)||, so an intercept of a few log-odds (a stream with 4% positives
 needs about -3.2) takes the bias weight many blocks of gradients to reach, and before the
@@ -135,6 +144,7 @@ from dpstream.mechanisms.accounting import (ZCDP_ORDERS, Ledger, LedgerState, zc
 from dpstream.mechanisms.errors import InfeasibleParameters, ParameterError
 from dpstream.mechanisms.factorization import (BLT, TABLE_MAX, TREE, BLTNoise, BLTParams,
                                                TreeNoiseF, factorization, optimal_blt)
+from dpstream.mechanisms.participation import participation_norm2
 from dpstream.mechanisms.randomness import KeyedRandomness
 
 from .protocol import BlockReleases, Step
@@ -183,9 +193,9 @@ class DPFTRLParameters:
     mechanism: str             # "blt" or "tree"
     sigma: float               # Gaussian noise std per coordinate and step
     sensitivity: float         # replace-one l2 sensitivity of a block sum
-    strategy_norm2: float      # max_j ||C e_j||^2 of the factorization
-    rho: float
-    epsilon: float             # per-example guarantee (one epoch), at delta
+    strategy_norm2: float      # max_j ||C e_j||^2 of the factorization (P_1)
+    rho: float                 # zCDP of one epoch per privacy unit
+    epsilon: float             # the guarantee per privacy unit (one epoch), at delta
     delta: float
     blt: tuple | None = None   # (theta, omega) of the BLT
     clip: float = 0.25         # l2 bound on one example's gradient
@@ -193,10 +203,18 @@ class DPFTRLParameters:
     prior_weight: float = 0.0  # weight of the released positives count (0: none released)
     decision: str = "error"    # DECISIONS: +1 iff P(y = +1 | x) >= 1/2, or >= the prior
     class_weight: str = "none"  # CLASS_WEIGHTS: the plain loss, or each class as half the stream
+    max_contributions: int = 1  # k: a person's examples per epoch (1: the unit is one example)
+    participation_norm2: float | None = None  # P_k the noise is calibrated on (None: P_1)
 
     @property
     def blocks(self) -> int:
         return self.horizon // self.block
+
+    @property
+    def epsilon_example(self) -> float:
+        """The epsilon one example costs under the same noise (P_1 for P_k; = ``epsilon``
+        for k = 1)."""
+        return zcdp_epsilon(release_rho(self.sensitivity, self.strategy_norm2, self.sigma), self.delta)
 
     @property
     def released_dim(self) -> int:
@@ -245,6 +263,14 @@ def default_eta(sigma: float, strategy_norm2: float) -> float:
     return 1.0 / max(1.0, sigma * math.sqrt(strategy_norm2))
 
 
+def release_rho(sensitivity: float, norm2: float, sigma: float) -> float:
+    """zCDP of one epoch's release for a unit whose participation norm is ``norm2``:
+    sens^2 norm2 / (2 sigma^2), with norm2 = P_1 = ||C e_1||^2 for one example and P_k for
+    a person with k examples in distinct blocks (mechanisms/participation.py; Gaussian
+    mechanism, Bun and Steinke 2016, Prop. 1.6)."""
+    return sensitivity * sensitivity * norm2 / (2 * sigma * sigma)
+
+
 def smallest_epsilon(delta: float) -> float:
     """The smallest epsilon > 0 dp-accounting certifies for a rho-zCDP release at ``delta``
     (``zcdp_epsilon`` just above the rho its KL bound certifies as epsilon 0: every smaller
@@ -257,10 +283,13 @@ def dp_ftrl_parameters(*, epsilon: float, delta: float, d: int, horizon: int, bl
                        eta: float | None = None, loss: str = "logistic", mechanism: str = BLT,
                        clip: float = CLIP, prior: float | None = None,
                        prior_weight: float | None = None, decision: str = "error",
-                       class_weight: str = "none") -> DPFTRLParameters:
-    """Parameters that spend (epsilon, delta) per example (one epoch): rho from dp-accounting
-    (``zcdp_rho``), sigma = sens ||C e_1|| / sqrt(2 rho). ``horizon`` (examples per epoch)
-    is rounded up to a multiple of the block.
+                       class_weight: str = "none", max_contributions: int = 1) -> DPFTRLParameters:
+    """Parameters that spend (epsilon, delta) per privacy unit (one epoch): rho from
+    dp-accounting (``zcdp_rho``), sigma = sens sqrt(P_k) / sqrt(2 rho), P_k the
+    factorization's participation norm for k = ``max_contributions`` examples of a person
+    per epoch in distinct blocks (so k is at most the epoch's blocks), P_1 = ||C e_1||^2
+    for one example (module docstring). ``horizon`` (examples per epoch) is rounded up to
+    a multiple of the block.
 
     The class prior: ``prior`` declares a public P(y = +1) in (0, 1) (nothing released
     about it); otherwise the positives count is released with weight ``prior_weight``
@@ -289,10 +318,16 @@ def dp_ftrl_parameters(*, epsilon: float, delta: float, d: int, horizon: int, bl
     if not (clip > 0 and math.isfinite(clip)):
         raise ParameterError("clip", clip, "a finite number > 0")
     n = horizon // block
+    if not (isinstance(max_contributions, int) and 1 <= max_contributions <= n):
+        raise ParameterError("max_contributions", max_contributions,
+                             f"an integer in [1, {n}]: a person has at most one example per block "
+                             f"and an epoch has {n} blocks (horizon {horizon} / block {block}): "
+                             "raise the horizon, lower the block, or lower max_contributions")
     fac = factorization(mechanism, n)
     norm2 = fac.sensitivity_squared(n)
     if not math.isfinite(norm2):
         raise ParameterError("mechanism", mechanism, "a factorization with finite sensitivity")
+    unit_norm2 = participation_norm2(fac, n, max_contributions)      # norm2 itself for k = 1
     if prior is not None and not (0 < prior < 1):
         raise ParameterError("prior", prior, "a public P(y = +1) in (0, 1), or None to estimate it privately")
     if prior_weight is None:
@@ -304,12 +339,12 @@ def dp_ftrl_parameters(*, epsilon: float, delta: float, d: int, horizon: int, bl
     q = float(np.rint(prior_weight * SCALE)) / SCALE          # the count's step, as summed
     sens = math.hypot(2.0 * clip + math.sqrt(d + 1) / SCALE, q)
     rho = zcdp_rho(epsilon, delta)
-    sigma = sens * math.sqrt(norm2) / math.sqrt(2 * rho)
+    sigma = sens * math.sqrt(unit_norm2) / math.sqrt(2 * rho)
     eta = default_eta(sigma, norm2) if eta is None else eta
     if not (eta > 0 and math.isfinite(eta)):
         raise ParameterError("eta", eta, "a finite number > 0")
     blt = (fac.params.theta, fac.params.omega) if mechanism == BLT else None
-    spent = zcdp_epsilon(sens * sens * norm2 / (2 * sigma * sigma), delta)
+    spent = zcdp_epsilon(release_rho(sens, unit_norm2, sigma), delta)
     if not spent > 0:
         # dp-accounting certifies a rho this small as (0, delta)-DP (its KL bound, delta^2 >
         # 1 - e^-rho): the epoch ledger takes a charge of epsilon > 0 only, and a model whose
@@ -321,7 +356,8 @@ def dp_ftrl_parameters(*, epsilon: float, delta: float, d: int, horizon: int, bl
             + (f" to at least {least:.3g} at this delta" if (least := smallest_epsilon(delta)) > 0 else ""))
     return DPFTRLParameters(d, block, horizon, float(eta), loss, mechanism, sigma, sens, norm2,
                             rho, spent, delta, blt, float(clip),
-                            None if prior is None else float(prior), q, decision, class_weight)
+                            None if prior is None else float(prior), q, decision, class_weight,
+                            max_contributions, unit_norm2)
 
 
 @dataclass

@@ -27,6 +27,11 @@ Departures, each on purpose:
   4 eta each, 2 eta^2-zCDP, per re-sample, see ``mechanisms.params.dp_winnow_guarantee``), each
   made before what it pays for can be released. A refused charge freezes the model
   (fail closed); the predictions stay available as post-processing.
+* A person as the privacy unit (``params.max_contributions`` = k > 1): the mechanism
+  runs at eps^ and eta (the person's divided by k) and each piece is charged k times its
+  epsilon (``mechanisms.params.dp_winnow_charges``: k eps^, 4 k eta, 2 (k eta)^2-zCDP), so
+  the ledger is in persons. DP-Winnow has one epoch: k bounds a person's examples over
+  the whole stream.
 """
 from __future__ import annotations
 
@@ -39,7 +44,7 @@ from dpstream.mechanisms.above_threshold import AboveThreshold, AboveThresholdSt
 from dpstream.mechanisms.accounting import Ledger, LedgerState
 from dpstream.mechanisms.categorical import sample_groups
 from dpstream.mechanisms.errors import BudgetExhausted, ParameterError
-from dpstream.mechanisms.params import DPWinnowParameters, dp_winnow_draw_rho
+from dpstream.mechanisms.params import DPWinnowParameters
 from dpstream.mechanisms.randomness import KeyedRandomness
 
 from .inputs import BinaryInput, active_matrix, embed, project, sign
@@ -145,7 +150,7 @@ class DPWinnow:
                                   np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64),
                                   AboveThresholdState(instance=0), self.ledger.state)
             self.state = state
-            self._charge_or_freeze("above_threshold", params.eps_hat, 1)
+            self._charge_or_freeze("above_threshold", params.charges().above_threshold, 1)
         else:
             self.state = state
             self.ledger = Ledger(state.ledger, on_entry=[on_charge] if on_charge else [])
@@ -282,8 +287,8 @@ class DPWinnow:
         if not self._at.step(s.mistakes):
             return Step(yhat, version)
         # AboveThreshold fired (k < K holds while not frozen): update, re-sample, restart.
-        if not self._charge_or_freeze("weight_draw", 4 * self.params.eta, self.params.m,
-                                      dp_winnow_draw_rho(self.params.eta)):
+        charge = self.params.charges()
+        if not self._charge_or_freeze("weight_draw", charge.draw, self.params.m, charge.draw_rho):
             return Step(yhat, version)
         if s.cache_x is not None:
             s.u = s.u + s.cache_y * embed(BinaryInput.from_record(s.cache_x, s.d), s.signed)
@@ -294,7 +299,7 @@ class DPWinnow:
             s.frozen = True
         else:
             s.at = AboveThresholdState(instance=s.k)
-            if self._charge_or_freeze("above_threshold", self.params.eps_hat, 1):
+            if self._charge_or_freeze("above_threshold", charge.above_threshold, 1):
                 self._at = self._make_at()
         if s.frozen:
             self._at = None

@@ -472,7 +472,12 @@ class NearestNeighbours(Generator):
     number of hard queries it took (a block refitted after the t-th hard query takes all
     t, so it is always a prefix), and ``bind`` gives the generator the epoch's blocks and
     hard queries. Votes cost O(k m d) per query: the epoch's whole sample is read once
-    per query (numpy, no Python loop over blocks)."""
+    per query (numpy, no Python loop over blocks). Blocks of unequal sizes (a person's
+    rows share a block, learners/predictor.py) are held as one array of all the epoch's
+    points with each point's block, so a query still reads each point once (padding to
+    the largest block would read k times the largest, which one person with many rows
+    could make much more than the sample); an empty block answers +1 (or its nearest
+    hard query, if it took any)."""
     oblivious = True
     width = 1
     dense = True
@@ -484,13 +489,21 @@ class NearestNeighbours(Generator):
         self._blocks = None
         self._P = np.zeros((0, 0, d))
         self._Y = np.zeros((0, 0), dtype=np.int64)
+        self._flat: tuple | None = None        # unequal blocks: points, labels, owner, starts
         self._hx, self._hy = np.zeros((0, d)), np.zeros(0, dtype=np.int64)
 
     def bind(self, blocks, hard_X, hard_y) -> None:
         if blocks is not self._blocks:
             self._blocks = blocks
-            self._P = np.stack([np.asarray(X, float).reshape(-1, self.d) for X, _ in blocks])
-            self._Y = np.stack([np.asarray(y, dtype=np.int64).ravel() for _, y in blocks])
+            Xs = [np.asarray(X, float).reshape(-1, self.d) for X, _ in blocks]
+            ys = [np.asarray(y, dtype=np.int64).ravel() for _, y in blocks]
+            sizes = np.array([y.size for y in ys], dtype=np.int64)
+            if len(set(sizes.tolist())) <= 1:
+                self._P, self._Y, self._flat = np.stack(Xs), np.stack(ys), None
+            else:
+                owner = np.repeat(np.arange(sizes.size), sizes)
+                starts = np.concatenate([[0], np.cumsum(sizes)[:-1]])
+                self._flat = (np.concatenate(Xs), np.concatenate(ys), owner, starts, sizes)
         self._hx = np.asarray(hard_X, float).reshape(-1, self.d)
         self._hy = np.asarray(hard_y, dtype=np.int64).ravel()
 
@@ -504,13 +517,30 @@ class NearestNeighbours(Generator):
     def dump(self, H) -> list:
         return np.asarray(H).tolist()
 
+    def _nearest(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(squared distance, label) of each block's nearest example to x; ties: the
+        block's earlier example; an empty block: (inf, +1)."""
+        if self._flat is None:
+            diff = self._P - x
+            d2 = np.einsum("kmd,kmd->km", diff, diff)
+            rows = np.arange(d2.shape[0])
+            j = np.argmin(d2, axis=1)
+            return d2[rows, j], self._Y[rows, j]
+        P, Y, owner, starts, sizes = self._flat
+        diff = P - x
+        d2 = np.einsum("nd,nd->n", diff, diff)
+        own = np.full(sizes.size, np.inf)
+        label = np.ones(sizes.size, dtype=np.int64)
+        filled = sizes > 0
+        own[filled] = np.minimum.reduceat(d2, starts[filled])
+        at = np.flatnonzero(d2 == own[owner])                   # ascending: earlier first
+        blocks, first = np.unique(owner[at], return_index=True)
+        label[blocks] = Y[at[first]]
+        return own, label
+
     def votes(self, H, x) -> np.ndarray:
         x = np.asarray(x, float).ravel()
-        diff = self._P - x
-        d2 = np.einsum("kmd,kmd->km", diff, diff)
-        rows = np.arange(d2.shape[0])
-        j = np.argmin(d2, axis=1)                      # ties: the block's earlier example
-        own, label = d2[rows, j], self._Y[rows, j]
+        own, label = self._nearest(x)
         t = np.asarray(H, dtype=np.int64)
         if self._hy.size and t.max() > 0:
             dh = np.sum((self._hx - x) ** 2, axis=1)

@@ -98,10 +98,12 @@ def rivest_greedy(family: FeatureFamily, X=None, y=None, *, packed=None) -> Deci
 
 
 def dp_greedy_cover(family: FeatureFamily, X=None, y=None, *, epsilon_round: float,
-                    stream: RandomStream, packed=None) -> DecisionList:
+                    stream: RandomStream, packed=None, sensitivity: int = 1) -> DecisionList:
     """Seed 000 Algorithm 3.1 with per-round exponential-mechanism epsilon
-    ``epsilon_round`` (score sensitivity 1). Charging is the caller's job (one
-    release of the whole list, see ``mechanisms.params.greedy_cover_round_epsilon``)."""
+    ``epsilon_round`` for a score of sensitivity ``sensitivity`` (1 for one example; k for
+    a person with k rows, ``mechanisms.params.greedy_cover_person_round``). Charging is the
+    caller's job (one release of the whole list, see
+    ``mechanisms.params.greedy_cover_round_epsilon``)."""
     cov = _prepare(family, X, y, packed)
     nf = len(family)
     available = np.ones(nf + 1, dtype=bool)         # the last slot is the constant-true rule
@@ -111,7 +113,7 @@ def dp_greedy_cover(family: FeatureFamily, X=None, y=None, *, epsilon_round: flo
         pos = np.append(cov.pos, cov.n_pos)[feats]
         neg = np.append(cov.neg, cov.n_neg)[feats]
         scores = np.concatenate([-pos, -neg])       # first half: (f, b=0); second: (f, b=1)
-        pick = exponential_mechanism(stream, scores, epsilon_round)
+        pick = exponential_mechanism(stream, scores, epsilon_round, sensitivity)
         b = int(pick >= feats.size)
         f = int(feats[pick % feats.size])
         is_true = f == nf

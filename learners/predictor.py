@@ -54,9 +54,27 @@ square and sum of squares exact enough for the LP, Newton's method and the dista
 Regeneration keeps a block's hypothesis when it already satisfies the new hard
 query (oblivious generators): it was the least-error hypothesis over a larger set that
 still contains it, so it is still optimal. The adaptive generator regenerates all.
+
+A person as the privacy unit (``units``: each sample row's pseudonym, agents/units.py).
+Neighbours differ in the contents of one person's rows, at the same positions, with the
+same arrival pattern (which rows share a person is public under this relation). All of a
+person's rows go to one block (``partition_units``), chosen from the pattern and the key
+alone, so the person changes one block's hypothesis, one vote per query: BetweenThresholds
+sees a count of sensitivity 1, and every charge is the per-example one, unchanged (per
+person and epoch; a person in several epochs composes across them). The bound k on a
+person's rows per epoch (the agents' admission) bounds their share of a block: utility,
+not privacy. Why the groups are dealt rather than sent to the block the keyed
+permutation gives a person's first row (the simpler rule, equally private): that rule
+leaves a block empty whenever none of its m positions holds a first row, (1 - 1/g)^m of
+the blocks for persons of g rows (6% at g = 4, m = 10; half at g = 16). Dealt in the order
+of their first rows' places in the same keyed permutation, each to the block with the
+fewest rows so far, the blocks stay within the largest group of each other, and one is
+empty only when there are fewer persons than blocks. Every generator takes blocks of any
+size (an empty block's hypothesis is its generator's fit to no rows).
 """
 from __future__ import annotations
 
+import heapq
 import math
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -321,6 +339,37 @@ def keyed_permutation(rng: KeyedRandomness, model_id: str, epoch: int, n: int) -
     return perm
 
 
+def partition_units(perm: np.ndarray, units, k: int) -> list[np.ndarray]:
+    """The rows of each of k blocks when every person's rows share a block (module
+    docstring, "A person as the privacy unit"): rows with the same unit form a group (a
+    row whose unit is None is a group of its own); groups are taken in the order of their
+    first row's place in ``perm`` (the epoch's keyed permutation), each to the block with
+    the fewest rows so far (the lowest index among equals); a block's rows ascending.
+    A function of the arrival pattern and the key alone."""
+    n = len(units)
+    if perm.shape[0] != n:
+        raise ParameterError("units", f"<{n} units>", f"one per sample row ({perm.shape[0]})")
+    first: dict = {}
+    group = np.empty(n, dtype=np.int64)
+    for i, u in enumerate(units):
+        group[i] = i if u is None else first.setdefault(u, i)
+    place = np.empty(n, dtype=np.int64)
+    place[perm] = np.arange(n)                         # row -> its place in the permutation
+    leaders = np.flatnonzero(group == np.arange(n))
+    order = leaders[np.argsort(place[leaders], kind="stable")]
+    members: dict[int, list[int]] = {}
+    for i in range(n):
+        members.setdefault(int(group[i]), []).append(i)
+    heap = [(0, b) for b in range(k)]                  # (rows so far, block): a valid heap
+    blocks: list[list[int]] = [[] for _ in range(k)]
+    for g in order:
+        size, b = heapq.heappop(heap)
+        rows = members[int(g)]
+        blocks[b].extend(rows)
+        heapq.heappush(heap, (size + len(rows), b))
+    return [np.asarray(sorted(rows), dtype=np.int64) for rows in blocks]
+
+
 class PrivatePredictor:
     """Private prediction by subsample-and-aggregate, BetweenThresholds and shrinkage on hard
     queries (seed 001 Algorithm 2).
@@ -367,8 +416,10 @@ class PrivatePredictor:
         return Ledger(state, on_entry=[self.on_charge] if self.on_charge else [])
 
     # ------------------------------------------------------------ epochs
-    def start_epoch(self, X, y) -> None:
-        """Partition a fresh sample (disjoint from earlier epochs) and generate hypotheses."""
+    def start_epoch(self, X, y, units=None) -> None:
+        """Partition a fresh sample (disjoint from earlier epochs) and generate hypotheses;
+        ``units``: each row's privacy unit (a person's pseudonym, or None for a row of its
+        own) when the privacy unit is a person (``partition``)."""
         X, y = np.asarray(X), np.asarray(y)
         k = self.config.k
         if X.shape[0] != y.shape[0] or X.shape[0] < k:
@@ -391,18 +442,22 @@ class PrivatePredictor:
                                   rule="best", delta_prime=self.config.budget().delta_prime)
         self.ledger = self._ledger(fresh.state)
         s.ledger = fresh.state
-        self.blocks = self.partition(X, y, s.epoch)
+        self.blocks = self.partition(X, y, s.epoch, units)
         self.generator.bind(self.blocks, s.hard_x, s.hard_y)
         self._regenerate(range(k))
         self._start_instance()
 
-    def partition(self, X, y, epoch: int) -> list[tuple[np.ndarray, np.ndarray]]:
-        """The epoch's k disjoint blocks of m examples (keyed permutation), rows as the
-        generator takes them (``_rows``)."""
+    def partition(self, X, y, epoch: int, units=None) -> list[tuple[np.ndarray, np.ndarray]]:
+        """The epoch's k disjoint blocks, rows as the generator takes them (``_rows``):
+        without ``units``, k blocks of m = n // k examples (keyed permutation, the surplus
+        dropped); with them, all of a person's rows in one block (``partition_units``)."""
         X, y = np.asarray(self._rows(X)), np.asarray(y)
         k = self.config.k
+        perm = keyed_permutation(self.rng, self.model_id, epoch, X.shape[0])
+        if units is not None:
+            return [(X[rows], y[rows]) for rows in partition_units(perm, units, k)]
         m = X.shape[0] // k
-        perm = keyed_permutation(self.rng, self.model_id, epoch, X.shape[0])[: k * m]
+        perm = perm[: k * m]
         return [(X[perm[i * m:(i + 1) * m]], y[perm[i * m:(i + 1) * m]]) for i in range(k)]
 
     def restore(self, blocks, H, kept=None, seen=None) -> None:

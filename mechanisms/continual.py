@@ -36,11 +36,21 @@ Privacy (replace-one neighbours, adaptive increments), proved here:
    converted with Canonne-Kamath-Steinke's Proposition 12), in
    ``mechanisms.accounting.zcdp_epsilon``.
 
+A person with at most k examples per epoch, at most one per block (the privacy unit,
+mechanisms/participation.py): neighbours differ in a set S of at most k blocks, each by
+at most Delta. A node v then differs by a sum of |S cap v| such differences (an integer
+vector of norm at most |S cap v| Delta), so by steps 1 and 3 the epoch is
+sum_v |S cap v|^2 Delta^2 / (2 sigma2) <= P_k Delta^2 / (2 sigma2)-zCDP, with P_k the
+tree's participation norm (``participation_norm2``: at most k^2 levels, exactly levels
+for k = 1). ``tree_rho`` takes it as ``participation``.
+
 Epochs on disjoint examples: a new epoch starts a new tree on new examples, from the
 previous epochs' *released* statistics (public). Conditioned on everything released
 before it, an epoch's input does not depend on an example of another epoch, so by the
 same adaptive-composition argument an example costs only its own epoch's rho, however
 many epochs run: the per-example guarantee is the epoch's (epsilon, delta), forever.
+A person is not confined to one epoch: the per-person guarantee is per epoch (k examples
+in it), and a person present in E epochs composes to E times the epoch's rho.
 
 State: for the CSS update only the closed nodes of the current prefix's decomposition
 are needed (one per set bit of t), true sums; their noise is recomputed from the key.
@@ -74,19 +84,27 @@ def tree_levels(n_blocks: int) -> int:
     return (n_blocks - 1).bit_length() + 1
 
 
-def tree_rho(*, sigma2: float, levels: int, sensitivity: float) -> float:
-    """zCDP of one epoch: levels * Delta^2 / (2 sigma2) (module docstring, steps 1-3)."""
+def tree_rho(*, sigma2: float, levels: int, sensitivity: float,
+             participation: float | None = None) -> float:
+    """zCDP of one epoch: levels * Delta^2 / (2 sigma2) for one example (module docstring,
+    steps 1-3); for a person, ``participation`` (P_k, mechanisms/participation.py) in place
+    of levels (module docstring, "A person")."""
     if not sigma2 > 0:
         raise ParameterError("sigma2", sigma2, "> 0")
-    return levels * sensitivity * sensitivity / (2.0 * sigma2)
+    norm2 = levels if participation is None else participation
+    return norm2 * sensitivity * sensitivity / (2.0 * sigma2)
 
 
-def tree_epsilon(*, sigma2: float, levels: int, sensitivity: float, delta: float) -> float:
-    """The epsilon (at delta) one epoch of the tree mechanism guarantees."""
-    return zcdp_epsilon(tree_rho(sigma2=sigma2, levels=levels, sensitivity=sensitivity), delta)
+def tree_epsilon(*, sigma2: float, levels: int, sensitivity: float, delta: float,
+                 participation: float | None = None) -> float:
+    """The epsilon (at delta) one epoch of the tree mechanism guarantees (per example, or
+    per person with ``participation``)."""
+    return zcdp_epsilon(tree_rho(sigma2=sigma2, levels=levels, sensitivity=sensitivity,
+                                 participation=participation), delta)
 
 
-def calibrate_tree_sigma2(*, epsilon: float, delta: float, levels: int, sensitivity: float) -> int:
+def calibrate_tree_sigma2(*, epsilon: float, delta: float, levels: int, sensitivity: float,
+                          participation: float | None = None) -> int:
     """The smallest integer sigma2 with tree_epsilon(...) <= epsilon (bisection on integers;
     epsilon is decreasing in sigma2)."""
     if not (epsilon > 0 and math.isfinite(epsilon)):
@@ -95,7 +113,8 @@ def calibrate_tree_sigma2(*, epsilon: float, delta: float, levels: int, sensitiv
         raise ParameterError("sensitivity", sensitivity, "> 0")
 
     def fits(s2: int) -> bool:
-        return tree_epsilon(sigma2=s2, levels=levels, sensitivity=sensitivity, delta=delta) <= epsilon
+        return tree_epsilon(sigma2=s2, levels=levels, sensitivity=sensitivity, delta=delta,
+                            participation=participation) <= epsilon
 
     hi = 1
     while not fits(hi):
@@ -103,7 +122,10 @@ def calibrate_tree_sigma2(*, epsilon: float, delta: float, levels: int, sensitiv
         if hi > 10**8:
             raise InfeasibleParameters(
                 f"epsilon={epsilon} at delta={delta} needs a noise variance above 1e8 "
-                f"(levels={levels}, sensitivity={sensitivity:.4g}): raise epsilon or block size")
+                f"(levels={levels}, sensitivity={sensitivity:.4g}"
+                + ("): raise epsilon or block size" if participation is None else
+                   f", participation norm {participation:.4g}): raise epsilon or block size, "
+                   "or lower max_contributions"))
     lo = hi // 2                              # fits(lo) is False or lo == 0
     while hi - lo > 1:
         mid = (lo + hi) // 2

@@ -183,6 +183,9 @@ def _strategy_norm2(p: BLTParams, n: int) -> float:
     return value if math.isfinite(value) else math.inf
 
 
+COEF_BLOCK = 1024      # BLT strategy coefficients computed per block (``strategy_coefficients``)
+
+
 @dataclass(frozen=True)
 class BLTFactorization:
     params: BLTParams
@@ -193,6 +196,41 @@ class BLTFactorization:
         if n < 1:
             raise ParameterError("n", n, ">= 1")
         return _strategy_norm2(self.params, n)
+
+    def strategy_coefficients(self, n: int) -> np.ndarray:
+        """x_0, ..., x_{n-1}: the first column of C = (C^{-1})^{-1}, a lower-triangular
+        Toeplitz matrix (``_strategy_norm2``: x_0 = 1, x_t = -omega^T M^(t-1) 1). For the
+        person-level sensitivity (mechanisms/participation.py), which needs them all.
+        Computed a block of COEF_BLOCK at a time: the first block by the recursion, each
+        next one as M^COEF_BLOCK times the last (products by ``np.einsum``: the same bits
+        on every CPU, ``_strategy_norm2``'s reason). Agrees with the inverse of the
+        materialised C^{-1} to ~1e-14 (tests/mechanisms/test_participation.py)."""
+        if n < 1:
+            raise ParameterError("n", n, ">= 1")
+        th, om = np.asarray(self.params.theta, dtype=float), np.asarray(self.params.omega, dtype=float)
+        M = np.diag(th) - np.outer(np.ones_like(th), om)
+        width = min(COEF_BLOCK, max(1, n - 1))
+        states = np.empty((th.size, width))          # s_1, ..., s_width; s_{t+1} = M s_t
+        states[:, 0] = 1.0
+        for t in range(1, width):
+            states[:, t] = np.einsum("ij,j->i", M, states[:, t - 1])
+        step = np.eye(th.size)                        # M^width, by squaring
+        power, e = M, width
+        while e:
+            if e & 1:
+                step = np.einsum("ij,jk->ik", step, power)
+            power, e = np.einsum("ij,jk->ik", power, power), e >> 1
+        out = np.empty(n)
+        out[0] = 1.0
+        t = 1
+        with np.errstate(all="ignore"):
+            while t < n:
+                take = min(width, n - t)
+                out[t:t + take] = -np.einsum("i,it->t", om, states[:, :take])
+                t += take
+                if t < n:
+                    states = np.einsum("ij,jt->it", step, states)
+        return out
 
     def prefix_variance(self, n: int) -> np.ndarray:
         """||B_t||^2 = sum_{j < t} (c_0 + ... + c_j)^2, B = A C^{-1}."""
@@ -241,6 +279,10 @@ class SqrtToeplitz:
     def sensitivity_squared(self, n: int) -> float:
         f = self.coefficients(n)
         return float(f @ f)
+
+    def strategy_coefficients(self, n: int) -> np.ndarray:
+        """C's first column: C = A^(1/2) is its own B."""
+        return self.coefficients(n)
 
     def prefix_variance(self, n: int) -> np.ndarray:
         f = self.coefficients(n)

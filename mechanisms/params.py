@@ -10,6 +10,7 @@ from .accounting import (PrivacyCost, advanced_composition, solve_per_instance_e
                          zcdp_epsilon)
 from .above_threshold import above_threshold_scales
 from .errors import InfeasibleParameters, ParameterError
+from .participation import group_member_budget
 
 
 def _check_eps_delta(epsilon: float, delta: float, *, strict_unit: bool = False) -> None:
@@ -88,9 +89,43 @@ def dp_winnow_draw_rho(eta: float) -> float:
     return 2.0 * eta * eta
 
 
-def dp_winnow_guarantee(*, eps_hat: float, eta: float, m: int, K: int, delta: float) -> PrivacyCost:
-    """The (eps, delta) that DP-Winnow settings guarantee: the better of two valid
-    accountings of the same K AboveThreshold instances and m K weight draws.
+@dataclass(frozen=True)
+class DPWinnowCharges:
+    """What one AboveThreshold instance and one weight draw cost a privacy unit
+    (``dp_winnow_charges``)."""
+    above_threshold: float      # epsilon of one instance (pure DP)
+    draw: float                 # epsilon of one weight draw (pure DP)
+    draw_rho: float             # zCDP of one weight draw (bounded range)
+
+
+def dp_winnow_charges(eps_hat: float, eta: float, max_contributions: int = 1) -> DPWinnowCharges:
+    """The charges of DP-Winnow's pieces run at the mechanism's eps^ and eta, for a unit of
+    k = ``max_contributions`` examples (1: one example).
+
+    * An AboveThreshold instance at eps^ is eps^-DP when its queries (mistake counts)
+      have sensitivity 1. A person's k examples move each count by at most k, so the
+      instance is k eps^-DP for the person (the privacy loss of the Laplace-noised
+      threshold comparisons scales with the shift: group privacy for pure DP, exact).
+    * A weight draw w_j ~ exp(eta u_j): one example is the cached update of at most one
+      round, moving every u_j by at most 2; k examples move them by at most 2k, so the
+      log-probabilities move by eta d_j with d_j in [-2k, 2k] minus a common shift: the
+      draw is 4 k eta-DP and 4 k eta-bounded-range, (4 k eta)^2 / 8 = 2 (k eta)^2-zCDP
+      (``dp_winnow_draw_rho`` at k eta).
+    So the ledger charges k times the mechanism's epsilon, and the person-level parameters
+    are eps^_person = k eps^ and eta_person = k eta: the kind runs the mechanism at the
+    person's parameters divided by k. For k = 1 these are eps^, 4 eta and 2 eta^2, as always."""
+    if not (isinstance(max_contributions, int) and max_contributions >= 1):
+        raise ParameterError("max_contributions", max_contributions, "an integer >= 1")
+    k = max_contributions
+    return DPWinnowCharges(k * eps_hat, 4 * (k * eta), dp_winnow_draw_rho(k * eta))
+
+
+def dp_winnow_guarantee(*, eps_hat: float, eta: float, m: int, K: int, delta: float,
+                        max_contributions: int = 1) -> PrivacyCost:
+    """The (eps, delta) that DP-Winnow settings guarantee per privacy unit (one example, or a
+    person with k = ``max_contributions`` examples: ``dp_winnow_charges``, eps^ and eta the
+    mechanism's): the better of two valid accountings of the same K AboveThreshold
+    instances and m K weight draws, each charged as ``dp_winnow_charges`` says.
 
     1. Seed 000 Theorem 11's proof (its appendix is not in our copy of the seed; this
        reproduces its constants): K instances, each eps^-DP, by advanced composition at
@@ -109,13 +144,15 @@ def dp_winnow_guarantee(*, eps_hat: float, eta: float, m: int, K: int, delta: fl
     if K < 1 or m < 1:
         raise ParameterError("K, m", (K, m), ">= 1 each")
     _check_eps_delta(max(eps_hat, 1e-300), delta)
+    charge = dp_winnow_charges(eps_hat, eta, max_contributions)
+    at = charge.above_threshold
 
     def composed() -> float:
-        return (advanced_composition(eps_hat, 0.0, K, delta / 2).epsilon
-                + advanced_composition(4 * eta, 0.0, m * K, delta / 2).epsilon)
+        return (advanced_composition(at, 0.0, K, delta / 2).epsilon
+                + advanced_composition(charge.draw, 0.0, m * K, delta / 2).epsilon)
 
     def concentrated() -> float:
-        return zcdp_epsilon(K * eps_hat * eps_hat / 2 + m * K * dp_winnow_draw_rho(eta), delta)
+        return zcdp_epsilon(K * at * at / 2 + m * K * charge.draw_rho, delta)
 
     epsilon = min(_within_range(composed), _within_range(concentrated))
     if not math.isfinite(epsilon):
@@ -147,14 +184,21 @@ class DPWinnowParameters:
     rho: float
     T: int
     beta: float
-    epsilon: float          # what the settings guarantee (dp_winnow_guarantee)
+    epsilon: float          # what the settings guarantee per privacy unit (dp_winnow_guarantee)
     delta: float
     source: str             # "theorem-11" or "practical"
     note: str = ""          # a plain warning when the settings cannot learn within T
+    max_contributions: int = 1   # k: a person's examples (1: the unit is one example);
+    # eps_hat and eta above are the mechanism's: a person's are k times them (dp_winnow_charges)
+
+    def charges(self) -> DPWinnowCharges:
+        """What one AboveThreshold instance and one weight draw are charged."""
+        return dp_winnow_charges(self.eps_hat, self.eta, self.max_contributions)
 
 
 def dp_winnow_theorem_settings(*, epsilon: float, delta: float, rho: float, T: int,
-                               beta: float, d: int, c: float = 0.25) -> tuple[float, float, int, int]:
+                               beta: float, d: int, c: float = 0.25,
+                               max_contributions: int = 1) -> tuple[float, float, int, int]:
     """(eps^, eta, m, K) exactly as seed 000 Theorem 11 and Lemma 14 state them, solved jointly.
 
     eps^ = eps / (4 sqrt(2K ln(2/delta))), eta = eps / (8 sqrt(2 m K ln(2/delta))) and
@@ -162,12 +206,22 @@ def dp_winnow_theorem_settings(*, epsilon: float, delta: float, rho: float, T: i
     with a = eps / (8 sqrt(2 m ln(2/delta))); then g(K)/K = ln d / ((1-c) a rho sqrt(K)
     - a^2/2) is decreasing in K, so K = g(K) has one solution K*, found by bisection;
     K = ceil(K*) keeps "k < K never violated" (Lemma 14) since g(K)/K <= 1 there.
+
+    For a person with k = ``max_contributions`` examples the theorem's eps^ and eta are
+    the person's (each piece's charge, ``dp_winnow_charges``) and the mechanism runs at
+    them divided by k; Lemma 9's K counts the updates of the learner that actually runs,
+    so it is solved with the mechanism's eta = a / (k sqrt(K)): the same solve with a / k.
+    Returned: the mechanism's eps^ and eta (k = 1: the theorem's, as always).
     """
     _check_eps_delta(epsilon, delta, strict_unit=True)
     m = dp_winnow_sample_size(T, beta, c, rho)
     if d < 2:
         raise ParameterError("d", d, ">= 2")
+    if not (isinstance(max_contributions, int) and max_contributions >= 1):
+        raise ParameterError("max_contributions", max_contributions, "an integer >= 1")
     a = epsilon / (8 * math.sqrt(2 * m * math.log(2 / delta)))
+    if max_contributions > 1:
+        a /= max_contributions
 
     def excess(K: float) -> float:          # g(K)/K - 1, decreasing in K
         den = (1 - c) * a * rho * math.sqrt(K) - a * a / 2
@@ -186,26 +240,35 @@ def dp_winnow_theorem_settings(*, epsilon: float, delta: float, rho: float, T: i
     eta = a / math.sqrt(K)
     winnow_update_bound(d, eta, rho, c)          # re-checks the denominator
     eps_hat = epsilon / (4 * math.sqrt(2 * K * math.log(2 / delta)))
+    if max_contributions > 1:
+        eps_hat /= max_contributions
     return eps_hat, eta, m, K
 
 
 def dp_winnow_theory_parameters(*, epsilon: float, delta: float, rho: float, T: int,
-                                beta: float, d: int, c: float = 0.25) -> DPWinnowParameters:
+                                beta: float, d: int, c: float = 0.25,
+                                max_contributions: int = 1) -> DPWinnowParameters:
     """Theorem 11's settings (:func:`dp_winnow_theorem_settings`) scaled to spend the whole
     budget. The theorem's constants are loose (asked for eps = 0.99 they compose to
     0.75), so eps^ and eta are multiplied by the largest common factor lam >= 1 whose
     settings, with K re-solved from Lemma 14 for the larger eta, still guarantee eps under
     :func:`dp_winnow_guarantee` (bisection on lam). ``note`` says so plainly when the
     AboveThreshold threshold L exceeds T: then the model cannot update even once.
+
+    ``max_contributions`` = k > 1: epsilon is per person; eps^ and eta are the mechanism's
+    (the person's divided by k), K is solved with the mechanism's eta, and L with its eps^
+    (AboveThreshold's accuracy is the running instance's).
     """
     eps_hat, eta, m, K = dp_winnow_theorem_settings(epsilon=epsilon, delta=delta, rho=rho, T=T,
-                                                    beta=beta, d=d, c=c)
+                                                    beta=beta, d=d, c=c,
+                                                    max_contributions=max_contributions)
 
     def scaled(lam: float):
         e = eta * lam
         k = math.ceil(winnow_update_bound(d, e, rho, c))
         try:
-            spent = dp_winnow_guarantee(eps_hat=eps_hat * lam, eta=e, m=m, K=k, delta=delta).epsilon
+            spent = dp_winnow_guarantee(eps_hat=eps_hat * lam, eta=e, m=m, K=k, delta=delta,
+                                        max_contributions=max_contributions).epsilon
         except InfeasibleParameters:        # no finite bound: more than any budget
             spent = math.inf
         return eps_hat * lam, e, k, spent
@@ -226,24 +289,37 @@ def dp_winnow_theory_parameters(*, epsilon: float, delta: float, rho: float, T: 
     note = "" if L <= T else (
         f"cannot update within T={T}: each update needs about L={L:.3g} mistakes "
         f"(AboveThreshold at eps^={eps_hat:.3g}) and there are only T rounds")
-    return DPWinnowParameters(eps_hat, eta, m, K, L, c, rho, T, beta, spent, delta, "theorem-11", note)
+    return DPWinnowParameters(eps_hat, eta, m, K, L, c, rho, T, beta, spent, delta, "theorem-11", note,
+                              max_contributions)
 
 
 def dp_winnow_practical_parameters(*, eps_hat: float, eta: float, m: int, K: int, L: float,
                                    delta: float, rho: float = 0.1, c: float = 0.25, T: int = 10**6,
-                                   beta: float = 0.01) -> DPWinnowParameters:
-    """User-chosen settings; the returned epsilon is what they actually guarantee."""
+                                   beta: float = 0.01, max_contributions: int = 1) -> DPWinnowParameters:
+    """User-chosen settings; the returned epsilon is what they actually guarantee.
+
+    ``max_contributions`` = k > 1 (a person): the given eps_hat and eta are the person's
+    (what one instance and one draw cost a person, ``dp_winnow_charges``), so the
+    mechanism runs at eps_hat / k and eta / k (and learns at eta / k); the guarantee, per
+    person, is that of the given values."""
     for name, v in (("eps_hat", eps_hat), ("eta", eta), ("L", L)):
         if not (v > 0 and math.isfinite(v)):
             raise ParameterError(name, v, "a finite number > 0")
     if m < 1 or K < 1:
         raise ParameterError("m, K", (m, K), ">= 1 each")
+    if not (isinstance(max_contributions, int) and max_contributions >= 1):
+        raise ParameterError("max_contributions", max_contributions, "an integer >= 1")
+    if max_contributions > 1:
+        eps_hat, eta = eps_hat / max_contributions, eta / max_contributions
     try:                                # AboveThreshold's noise must be one the samplers draw
         above_threshold_scales(eps_hat)
     except ParameterError as err:
-        raise ParameterError("eps_hat", eps_hat, err.allowed) from None
-    g = dp_winnow_guarantee(eps_hat=eps_hat, eta=eta, m=m, K=K, delta=delta)
-    return DPWinnowParameters(eps_hat, eta, m, K, L, c, rho, T, beta, g.epsilon, delta, "practical")
+        raise ParameterError("eps_hat" if max_contributions == 1 else "eps_hat / max_contributions",
+                             eps_hat, err.allowed) from None
+    g = dp_winnow_guarantee(eps_hat=eps_hat, eta=eta, m=m, K=K, delta=delta,
+                            max_contributions=max_contributions)
+    return DPWinnowParameters(eps_hat, eta, m, K, L, c, rho, T, beta, g.epsilon, delta, "practical",
+                              "", max_contributions)
 
 
 # ------------------------------------------------------------------ private predictor
@@ -335,3 +411,56 @@ def greedy_cover_advanced_round_epsilon(epsilon: float, delta: float, rounds: in
     """Advanced composition (Theorem 3 of seed 001) over all rounds, eps-DP each."""
     _check_eps_delta(epsilon, delta)
     return solve_per_instance_epsilon(epsilon, rounds, delta)
+
+
+@dataclass(frozen=True)
+class GreedyCoverRound:
+    """How DP-GreedyCover's rounds run for a privacy unit (``greedy_cover_person_round``):
+    the exponential mechanism picks with weights exp(epsilon score / (2 sensitivity))."""
+    epsilon: float          # per round, at ``sensitivity``
+    sensitivity: int        # the score's sensitivity the analysis assumes (k or 1)
+    analysis: str           # which bound fixed it
+    example_epsilon: float  # what the whole run costs one example (at the run's delta)
+
+    @property
+    def mechanism_epsilon(self) -> float:
+        """The exponential mechanism's epsilon for a score of sensitivity 1 (per example)."""
+        return self.epsilon / self.sensitivity
+
+
+def greedy_cover_person_round(accounting: str, epsilon: float, delta: float, rounds: int,
+                              max_contributions: int) -> GreedyCoverRound:
+    """DP-GreedyCover's rounds for a person with k = ``max_contributions`` > 1 rows of the
+    window, at (epsilon, delta) per person for the whole run.
+
+    A round's score (minus a count of remaining rows) moves by at most k when a person's
+    k rows change, so the exponential mechanism at eps_r with sensitivity k (weights
+    exp(eps_r score / (2k)): its epsilon for one example is eps_r / k) is eps_r-DP for
+    the person, and the ledger's charge for the round is eps_r, k times the mechanism's.
+    The rounds then compose by the plain bounds at the person level ("basic": eps_r =
+    eps / rounds; "advanced": Theorem 3 over the rounds at delta). Theorem 7's set-cover
+    analysis is per example: for "set_cover" the kind takes the larger mechanism epsilon
+    of the plain composition (the better of basic and advanced) and of group privacy
+    over Theorem 7 (``participation.group_member_budget``: Theorem 7 at
+    (eps / k, delta (e^{eps/k} - 1)/(e^eps - 1)) per example is (eps, delta) per person),
+    both valid; the second is larger once |F| is more than a few dozen (d = 500, k = 4,
+    eps 1: 0.0072 against 0.0015 per example)."""
+    if not (isinstance(max_contributions, int) and max_contributions >= 2):
+        raise ParameterError("max_contributions", max_contributions, "an integer >= 2 (a person)")
+    k = max_contributions
+    basic = GreedyCoverRound(greedy_cover_basic_round_epsilon(epsilon, rounds), k,
+                             "basic composition", epsilon / k)
+    if accounting == "basic":
+        return basic
+    eps_r = greedy_cover_advanced_round_epsilon(epsilon, delta, rounds)
+    advanced = GreedyCoverRound(eps_r, k, "advanced composition",
+                                min(epsilon, advanced_composition(eps_r / k, 0.0, rounds, delta).epsilon))
+    if accounting == "advanced":
+        return advanced
+    if accounting != "set_cover":
+        raise ParameterError("accounting", accounting, "'set_cover', 'advanced' or 'basic'")
+    composed = max(basic, advanced, key=lambda r: r.mechanism_epsilon)
+    member = group_member_budget(epsilon, delta, k)
+    group = GreedyCoverRound(greedy_cover_round_epsilon(member.epsilon, member.delta), 1,
+                             "group privacy over the set-cover analysis", member.epsilon)
+    return group if group.mechanism_epsilon > composed.mechanism_epsilon else composed

@@ -31,7 +31,7 @@ from pydantic_core import PydanticCustomError
 
 from . import limits
 from .events import ModelId, Strict
-from .features import FeatureField, check_fields, declared_dimension
+from .features import FeatureField, FieldName, check_fields, declared_dimension
 
 
 # A configuration's numbers are finite: NaN failed ``le=1e6`` with "should be less than or
@@ -61,6 +61,27 @@ class KindParams(Strict):
         return declared_dimension(fields, self.input_form() == "binary")
 
 
+#: where a person's ID sits by default: the example's top-level ``privacy_id`` field
+TOP_LEVEL_ID = "privacy_id"
+MAX_CONTRIBUTIONS = 1_000
+MAX_EPOCHS = 1_000
+
+
+class PrivacyUnit(Strict):
+    """Whom the guarantee protects: one person (a privacy ID), of whose examples at most
+    ``max_contributions`` per epoch reach the learner (the first ones in the model's log
+    order; docs/privacy.md, "The privacy unit"). ``id_field``: where a record's ID is:
+    ``"privacy_id"``, the example's top-level field, or the name of a key of the record's
+    raw ``features`` (a CSV column such as ``customer_id``), which no declared feature
+    may have. ``max_epochs``: in how many epochs at most a person's examples reach the
+    learner (the first ones in which the person has examples): epochs are disjoint in
+    examples, not in people, so a person's guarantee over the model's life is the
+    composition over these epochs, which every surface states."""
+    id_field: FieldName = TOP_LEVEL_ID
+    max_contributions: int = Field(ge=1, le=MAX_CONTRIBUTIONS)
+    max_epochs: int = Field(default=1, ge=1, le=MAX_EPOCHS)
+
+
 _PARAMS: dict[str, type[KindParams]] = {}
 
 
@@ -83,7 +104,29 @@ class ModelConfig(Strict):
     budget: Budget
     params: SerializeAsAny[KindParams]
     features: list[FeatureField] | None = None
+    # None: the unit is one example (replace-one); else one person (``PrivacyUnit``)
+    privacy_unit: PrivacyUnit | None = None
     model_config = ConfigDict(json_schema_extra=limits.document)   # its record's limits too
+
+    @model_validator(mode="after")
+    def _unit_field(self):
+        u = self.privacy_unit
+        if u is None:
+            return self
+        if self.features is not None and any(f.name == u.id_field for f in self.features):
+            raise ValueError("privacy_unit.id_field names a declared feature: a person's ID is not a "
+                             "feature (it would be learned from); drop that feature, or name another field")
+        if u.id_field != TOP_LEVEL_ID and self.features is None:
+            raise ValueError(f"privacy_unit.id_field other than '{TOP_LEVEL_ID}' names a key of raw "
+                             "'features', which only a model that declares its features takes: declare "
+                             f"the features, or leave id_field at '{TOP_LEVEL_ID}' (the example's own field)")
+        return self
+
+    @property
+    def unit(self) -> str:
+        """The privacy unit as the ledger names it: "example", or "person<=k/epoch,<=E epochs"."""
+        u = self.privacy_unit
+        return "example" if u is None else f"person<={u.max_contributions}/epoch,<={u.max_epochs} epochs"
 
     @model_validator(mode="after")
     def _dimension(self):
@@ -170,7 +213,8 @@ def config_error_text(err: ValidationError, raw: object = None) -> str:
         # a feature's name is never quoted: its error names the character at fault, and
         # what it cannot show (schemas/features.py FieldName) must not reach a terminal
         shown = e["type"] != "missing" and all(str(p) in known for p in loc) and \
-            isinstance(value, (int, float, str, bool)) and not (loc[:1] == ["features"] and loc[-1:] == ["name"])
+            isinstance(value, (int, float, str, bool)) and not (loc[:1] == ["features"] and loc[-1:] == ["name"]) \
+            and loc != ["privacy_unit", "id_field"]
         parts.append(f"{where}: {text}" + (f" (got {_echoed(value)})" if shown else ""))
     return "; ".join(dict.fromkeys(parts))
 
@@ -190,7 +234,7 @@ def _echoed(value) -> str:
 
 
 def _schema_fields() -> set[str]:
-    names = set(ModelConfig.model_fields) | set(Budget.model_fields)
+    names = set(ModelConfig.model_fields) | set(Budget.model_fields) | set(PrivacyUnit.model_fields)
     for cls in params_schemas().values():
         names |= set(cls.model_fields)
     return names
@@ -202,6 +246,8 @@ def _fields_at(loc: tuple, kind) -> list[str]:
         return list(ModelConfig.model_fields)
     if loc == ("budget",):
         return list(Budget.model_fields)
+    if loc == ("privacy_unit",):
+        return list(PrivacyUnit.model_fields)
     if loc == ("params",) and kind in params_schemas():
         return list(params_schemas()[kind].model_fields)
     if len(loc) == 2 and loc[0] == "features":

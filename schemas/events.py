@@ -115,11 +115,30 @@ class Features(Strict):
         return None
 
 
+def _whole_id(v):
+    """An ID written as a whole double (``123.0``: what Jackson writes for a Double) as the
+    integer it equals, as labels are (``_whole_label``): the exported JSON Schema's
+    "integer" takes it. Anything else as it is, for the strict check (1.5, true, lists
+    are refused, not coerced)."""
+    return int(v) if type(v) is float and math.isfinite(v) and v.is_integer() else v
+
+
+# A person's ID (a model with a ``privacy_unit``): text or a whole number, of any length
+# within the record's structural limits (the sequencer bounds it: its pseudonym is computed
+# from at most agents/units.py ``ID_BYTES`` of its text). Private: it never leaves the
+# sequencer, which logs a keyed pseudonym in its place; errors name the field, never its value.
+PrivacyId = Annotated[str | int, BeforeValidator(_whole_id),
+                      WithJsonSchema({"anyOf": [{"type": "string"}, {"type": "integer"}]})]
+
+
 class LabeledExample(Features):
-    """A labelled example (the ``examples`` topic): features and a label y of -1 or +1."""
+    """A labelled example (the ``examples`` topic): features and a label y of -1 or +1.
+    ``privacy_id``: whose example it is, for a model whose privacy unit is a person (a
+    model without one ignores it); it is never logged or published."""
     type: Literal["example"] = "example"
     model_id: ModelId
     y: Label
+    privacy_id: PrivacyId | None = None
 
 
 class Query(Features):
@@ -173,6 +192,9 @@ class LedgerEntryEvent(Strict):
     # public, non-invertible id of the noise key (KeyedRandomness.fingerprint; replay checks it)
     key_fingerprint: str = Field(default="", pattern=r"^([0-9a-f]{16})?$")
     rho: float | None = None          # zCDP of one invocation, when the ledger composes in zCDP
+    # whom the charge protects: one example, or one person with at most k examples per epoch
+    # (the registration's ``privacy_unit``; ModelConfig.unit)
+    unit: str = Field(default="example", pattern=r"^(example|person<=[0-9]{1,4}/epoch,<=[0-9]{1,4} epochs)$")
 
 
 class Release(Strict):

@@ -30,22 +30,34 @@ changelog partition (one producer, one request in flight per partition: aiokafka
 deletion also finds that head; a restart from an older head finds every record the
 older head reads (none was deleted before the newer head). Deletions are a function of
 the head and the log, so re-applying a batch after a crash deletes the same records.
+
+The privacy unit (agents/units.py). For a model whose registration has a
+``privacy_unit``, every example passes ``admit`` before the kind's ``on_example`` /
+``prepare_examples`` / ``on_examples`` see it; one that is not admitted (past its
+person's bound, or without an ID) does not reach the learner, and its record is the one
+any example gets while the model does not move (``pass_over``). Each kind says where its
+next example would land (``unit_slot``: the epoch the bound counts in, and the block for
+a kind that releases per block) and what that record is (``resting_record``).
 """
 from __future__ import annotations
 
+import re
 from typing import ClassVar
 
 from dpstream.learners.features import Featuriser
 from dpstream.mechanisms.accounting import Ledger, LedgerEntry, LedgerState, spent
 from dpstream.mechanisms.errors import DPStreamError
+from dpstream.mechanisms.participation import over_epochs
 from dpstream.mechanisms.randomness import KeyedRandomness
 from dpstream.schemas import LedgerEntryEvent, ModelConfig
 from dpstream.schemas.config import KindParams
 from dpstream.schemas.events import Features
 
+from ..units import Decision, decide, unit_key
 from .storage import BIT_BYTES, FLOAT_BYTES, chunk_keys, model_key, rows_per_record
 
 BINARY, REAL = "binary", "real"
+_UNIT = re.compile(r"[0-9a-f]{32}")      # a pseudonym as the sequencer writes it (agents/units.py)
 #: the registration check's key: public, for dry runs whose outputs are discarded
 _CHECK_RNG = KeyedRandomness(b"dpstream registration check, public key")
 _FEATURISERS: dict[str, tuple[ModelConfig, Featuriser]] = {}
@@ -59,6 +71,15 @@ def _featuriser(model_id: str, config: ModelConfig) -> Featuriser:
             _FEATURISERS.clear()
         hit = _FEATURISERS[model_id] = (config, Featuriser(config.features))
     return hit[1]
+
+
+def max_contributions(config: ModelConfig) -> int:
+    """k: the most examples of one privacy ID that reach the learner per epoch, from the
+    registration's ``privacy_unit`` (``max_contributions``); 1 when the unit is one example
+    (no ``privacy_unit``). Each kind calibrates and charges for it (the ledger is in the
+    registration's unit)."""
+    unit = config.privacy_unit
+    return 1 if unit is None else int(unit.max_contributions)
 
 
 class Outputs:
@@ -135,6 +156,38 @@ class Handler:
         return []
 
     @classmethod
+    def lifetime(cls, config: ModelConfig):
+        """The guarantee per privacy unit over the model's life: the budget for one example
+        (an example lies in one epoch); for a person, the epoch's guarantee composed over the
+        ``max_epochs`` epochs their examples may reach the learner in (one for a kind with a
+        single epoch) (mechanisms/participation.py ``over_epochs``). A kind whose epochs are
+        zCDP composes them in zCDP (``_epoch_rho``)."""
+        b, unit = config.budget, config.privacy_unit
+        epochs = 1 if unit is None or not cls.epochs_on_fresh_examples else unit.max_epochs
+        return over_epochs(b.epsilon, b.delta, epochs, cls._epoch_rho(config) if epochs > 1 else None)
+
+    @classmethod
+    def _epoch_rho(cls, config: ModelConfig) -> float | None:
+        """One epoch's zCDP per privacy unit, for a kind that accounts in zCDP (else None)."""
+        return None
+
+    @classmethod
+    def unit_note(cls, config: ModelConfig, per_unit: float, per_example: float) -> list[str]:
+        """The registration's one line on its privacy unit (none for one example): epsilon per
+        person and epoch (the budget's unit) and per example, as the kind computed them, and
+        a person's guarantee over the model's life (``lifetime``)."""
+        if config.privacy_unit is None:
+            return []
+        k, e = max_contributions(config), config.privacy_unit.max_epochs
+        life = cls.lifetime(config)
+        epochs = (f", in at most {e} epoch{'s' if e > 1 else ''}" if cls.epochs_on_fresh_examples
+                  else " (the model has one epoch)")
+        return [f"privacy unit: a person with at most {k} example{'s' if k > 1 else ''} per epoch"
+                f"{epochs}: epsilon {per_unit:.4g} per person and epoch, {per_example:.4g} per example, "
+                f"at delta {config.budget.delta:g}; over the model's life epsilon {life.epsilon:.4g} per "
+                f"person at delta {life.delta:.3g}"]
+
+    @classmethod
     def input_problem(cls, config: ModelConfig, features: Features) -> str | None:
         """Why well-shaped features are outside this kind's domain (None when inside)."""
         return None
@@ -168,6 +221,10 @@ class Handler:
         self.stored: set[str] = set()       # cold records written or read since the last head
         self._put_since_head = False
         self.chunk = self.buffer_chunk(config)
+        unit = config.privacy_unit
+        self.bound = None if unit is None else unit.max_contributions   # k; None: unit one example
+        self.unit_floor: int | None = None  # the epoch of the last committed head (units.py)
+        self.unit_trace: dict | None = None  # (model, seq) -> units.Decision, when asked (replay)
 
     def key(self, *parts) -> str:
         return model_key(self.model_id, *parts)
@@ -207,6 +264,68 @@ class Handler:
         internal audit report only); None for kinds that do not learn online."""
         return None
 
+    # ------------------------------------------------------------ the privacy unit
+    def unit_slot(self) -> tuple[int, int | None]:
+        """(epoch, block) of the next example that would reach the learner: the epoch a
+        person's bound counts in, and, for a kind whose learner releases once per block, the
+        block it enters (at most one example of a person per block); None for other kinds."""
+        raise NotImplementedError
+
+    def unit_slots(self, n: int) -> list[tuple[int, int | None]]:
+        """The slots of the next ``n`` examples that would reach the learner with nothing
+        between them (a run for ``on_examples``). This default repeats ``unit_slot``: right
+        for a kind whose slot a run of examples does not move, or that takes examples one
+        at a time (``batch_from`` None); a kind whose slot moves within a run overrides it."""
+        return [self.unit_slot()] * n
+
+    def resting_record(self) -> tuple[str, int]:
+        """(status, version) of an example's record while the model does not move: what an
+        example that does not reach the learner gets, the same as any example then."""
+        raise NotImplementedError
+
+    def admit(self, event: dict, seq: int | None = None, slot: tuple[int, int | None] | None = None) -> bool:
+        """Whether a bounded model's example (at ``seq``, default the next event's, entering
+        ``slot``, default ``unit_slot()``) reaches the learner: its ``unit`` had fewer than
+        k examples admitted this epoch before it, none in its block (agents/units.py).
+        Writes the unit's record when admitted; records the decision in ``unit_trace`` when
+        the runtime keeps one. An example without a (well-formed) unit is not admitted."""
+        seq = self.events if seq is None else seq
+        epoch, block = self.unit_slot() if slot is None else slot
+        unit = event.get("unit")
+        if not (isinstance(unit, str) and _UNIT.fullmatch(unit)):
+            unit, admitted = None, False
+        else:
+            key = unit_key(self.model_id, unit)
+            admitted, record = decide(self.state.get(key), seq=seq, epoch=epoch, block=block,
+                                      k=self.bound, floor=epoch if self.unit_floor is None else self.unit_floor,
+                                      epochs=self.config.privacy_unit.max_epochs)
+            if record is not None:
+                self.state[key] = record
+        if self.unit_trace is not None:
+            self.unit_trace[(self.model_id, seq)] = Decision(self.model_id, seq, unit, epoch, block, admitted)
+        return admitted
+
+    def admitted_runs(self, items: list[tuple[dict, str]]) -> list[tuple[bool, list]]:
+        """A run of examples (event, source) cut into consecutive stretches that are all
+        admitted or all not, in order, each example decided as ``admit`` decides it one at a
+        time (its seq, and the slot after the admitted examples before it)."""
+        slots = self.unit_slots(len(items))
+        runs: list[tuple[bool, list]] = []
+        taken = 0
+        for i, item in enumerate(items):
+            ok = self.admit(item[0], self.events + i, slots[taken])
+            taken += ok
+            if runs and runs[-1][0] == ok:
+                runs[-1][1].append(item)
+            else:
+                runs.append((ok, [item]))
+        return runs
+
+    def pass_over(self, items: list[tuple[dict, str]], outputs: Outputs) -> None:
+        """The records of examples that do not reach the learner: each the record any example
+        gets while the model does not move (``resting_record``)."""
+        self._predict_rows(outputs, items, *self.resting_record())
+
     # ------------------------------------------------------------ outputs
     def charge_epoch(self) -> int:
         """The epoch a charge being made belongs to (kinds whose learner starts epochs
@@ -224,7 +343,7 @@ class Handler:
         b = self.config.budget
         self._out.add("ledger", self.model_id, LedgerEntryEvent(
             model_id=self.model_id, seq=self.event_seq, epoch=self.epoch,
-            budget_epsilon=b.epsilon, budget_delta=b.delta,
+            budget_epsilon=b.epsilon, budget_delta=b.delta, unit=self.config.unit,
             key_fingerprint=self.rng.fingerprint(), **entry.as_dict()).model_dump())
 
     def _begin(self, outputs: Outputs) -> None:
@@ -360,6 +479,10 @@ class BlockReleaseKind(Handler):
         raise NotImplementedError
 
     @classmethod
+    def _epoch_rho(cls, config) -> float:
+        return cls.parameters(config).rho
+
+    @classmethod
     def parameters_problem(cls, config) -> str | None:
         """Why the first event of this config would fail (None when it would not): the
         handler's own ``create`` (the learner's calibration, the learner built, the epoch
@@ -389,6 +512,25 @@ class BlockReleaseKind(Handler):
         return self.model.state.mistakes
 
     row = "active"      # the event field a learner's row is in ("x" for dense rows)
+
+    def unit_slot(self) -> tuple[int, int | None]:
+        """The learner's epoch and the index of the block the next example enters."""
+        return self.unit_slots(1)[0]
+
+    def unit_slots(self, n: int) -> list[tuple[int, int | None]]:
+        """Blocks of ``params.block`` examples, a new epoch every ``params.horizon``
+        (a multiple of the block), as ``learners.protocol.BlockReleases`` counts them."""
+        p, s = self.model.params, self.model.state
+        epoch, t, out = s.epoch, s.t, []
+        for _ in range(n):
+            out.append((epoch, t // p.block))
+            t += 1
+            if t >= p.horizon:
+                epoch, t = epoch + 1, 0
+        return out
+
+    def resting_record(self) -> tuple[str, int]:
+        return "learning", self.model.version
 
     def on_example(self, event, source, outputs) -> None:
         self._begin(outputs)

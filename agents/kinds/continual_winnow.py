@@ -17,9 +17,10 @@ from dpstream.learners.continual_winnow import (TREE_MECHANISM, ContinualWinnow,
                                                 ContinualWinnowParameters, ContinualWinnowState,
                                                 continual_winnow_parameters)
 from dpstream.mechanisms.continual import closed_nodes
+from dpstream.mechanisms.errors import DPStreamError
 from dpstream.schemas.config import KindParams
 
-from .base import BlockReleaseKind
+from .base import BlockReleaseKind, max_contributions
 from .storage import RECORD_BYTES, VECTOR_COLUMNS, read_vector, vector_records
 
 MAX_ROW_ENTRIES = 20_000_000     # dimension x (max_active + 1) kept per block at most: see config_problem
@@ -49,7 +50,8 @@ def parameters(config) -> ContinualWinnowParameters:
     return continual_winnow_parameters(
         epsilon=b.epsilon, delta=b.delta, d=config.dimension,
         max_active=ContinualWinnowKind.max_active(config),
-        horizon=p.horizon, block=p.block, eta=p.eta, margin=p.margin)
+        horizon=p.horizon, block=p.block, eta=p.eta, margin=p.margin,
+        max_contributions=max_contributions(config))
 
 
 class ContinualWinnowKind(BlockReleaseKind):
@@ -89,9 +91,20 @@ class ContinualWinnowKind(BlockReleaseKind):
         return cls.parameters_problem(config)
 
     @classmethod
+    def registration_notes(cls, config) -> list[str]:
+        """A person as the privacy unit: epsilon per person and per example, one line."""
+        try:
+            c = parameters(config)
+        except DPStreamError:
+            return []
+        return cls.unit_note(config, c.epsilon, c.epsilon_example)
+
+    @classmethod
     def parameter_rows(cls, config):
         c = parameters(config)
         src = "registration"
+        if config.privacy_unit is not None:
+            return cls._person_rows(c)
         return [("block B, horizon T per epoch", f"{c.block}, {c.horizon}", src),
                 ("max active (bias not counted), s", f"{c.max_active}, {c.s}", src),
                 ("sensitivity 2 sqrt(s)", f"{c.sensitivity:.4g}", "replace-one (learners/continual_winnow.py)"),
@@ -101,6 +114,26 @@ class ContinualWinnowKind(BlockReleaseKind):
                 ("rho (zCDP) per epoch", f"{c.rho:.4g}", "levels * Delta^2 / (2 sigma^2)"),
                 ("guaranteed eps per example", f"{c.epsilon:.4g}",
                  "dp-accounting RDP conversion; epochs on disjoint examples compose in parallel"),
+                ("eta, margin (noise units)", f"{c.eta:g}, {c.margin:g}", src)]
+
+    @staticmethod
+    def _person_rows(c) -> list[tuple[str, str, str]]:
+        """The rows of a registration whose privacy unit is a person (k = max_contributions)."""
+        src = "registration"
+        return [("block B, horizon T per epoch", f"{c.block}, {c.horizon}", src),
+                ("max active (bias not counted), s", f"{c.max_active}, {c.s}", src),
+                ("sensitivity 2 sqrt(s)", f"{c.sensitivity:.4g}",
+                 "replace-one, per block (learners/continual_winnow.py)"),
+                ("privacy unit", f"a person: at most {c.max_contributions} examples per epoch, one per block",
+                 "registration (the agents admit a person's first k in log order)"),
+                ("tree levels, participation norm P_k", f"{c.levels}, {c.participation or c.levels:.6g}",
+                 "sum over nodes of |S cap node|^2, max over k blocks (mechanisms/participation.py)"),
+                ("noise variance sigma^2", str(c.sigma2),
+                 "smallest integer meeting the budget (mechanisms.continual.calibrate_tree_sigma2)"),
+                ("rho (zCDP) per person and epoch", f"{c.rho:.4g}", "P_k * Delta^2 / (2 sigma^2)"),
+                ("guaranteed eps per person and epoch, per example",
+                 f"{c.epsilon:.4g}, {c.epsilon_example:.4g}",
+                 "dp-accounting RDP conversion; a person in several epochs composes across them"),
                 ("eta, margin (noise units)", f"{c.eta:g}, {c.margin:g}", src)]
 
     # ------------------------------------------------------------ one model

@@ -15,14 +15,14 @@ import numpy as np
 from pydantic import Field
 
 from dpstream.learners.decision_list import DecisionList, FeatureFamily
-from dpstream.learners.decision_list_classifier import private_fit, round_epsilon
+from dpstream.learners.decision_list_classifier import private_fit, round_plan
 from dpstream.mechanisms.accounting import LedgerState
 from dpstream.mechanisms.errors import DPStreamError
 from dpstream.mechanisms.exponential import exact_epsilon
 from dpstream.schemas import Release
 from dpstream.schemas.config import KindParams
 
-from .base import Handler
+from .base import Handler, max_contributions
 from .storage import BIT_BYTES, RECORD_BYTES, rows_per_record
 
 MAX_FEATURES = 200_000
@@ -77,10 +77,28 @@ class DecisionListKind(Handler):
             return problem
         rules = feature_count(d, p.max_conjunction, p.negations)   # |F|, without building F
         try:          # a round's epsilon the exponential mechanism's sampler can use
-            exact_epsilon(round_epsilon(p.accounting, b.epsilon, b.delta, rules))
+            exact_epsilon(round_plan(p.accounting, b.epsilon, b.delta, rules,
+                                     max_contributions(config)).epsilon)
         except DPStreamError as err:
             return str(err)
         return None
+
+    @classmethod
+    def registration_notes(cls, config) -> list[str]:
+        """A person as the privacy unit: epsilon per person (the budget, for a window's run)
+        and per example, one line."""
+        try:
+            plan = cls._plan(config)
+        except DPStreamError:
+            return []
+        return cls.unit_note(config, config.budget.epsilon, plan.example_epsilon)
+
+    @staticmethod
+    def _plan(config):
+        p, b = config.params, config.budget
+        return round_plan(p.accounting, b.epsilon, b.delta,
+                          feature_count(config.dimension, p.max_conjunction, p.negations),
+                          max_contributions(config))
 
     @classmethod
     def status(cls, config, head):
@@ -89,11 +107,18 @@ class DecisionListKind(Handler):
 
     @classmethod
     def parameter_rows(cls, config):
-        p, b = config.params, config.budget
-        eps_r = round_epsilon(p.accounting, b.epsilon, b.delta,
-                              feature_count(config.dimension, p.max_conjunction, p.negations))
-        return [("window", str(p.window), "registration"),
-                ("per-round eps", f"{eps_r:.4g}", f"{p.accounting} analysis (mechanisms.params)")]
+        p = config.params
+        plan = cls._plan(config)
+        rows = [("window", str(p.window), "registration"),
+                ("per-round eps", f"{plan.epsilon:.4g}", f"{p.accounting} analysis (mechanisms.params)")]
+        if config.privacy_unit is None:
+            return rows
+        k = max_contributions(config)
+        return rows + [("privacy unit", f"a person: at most {k} rows per window",
+                        "registration (the agents admit a person's first k in log order)"),
+                       ("round: score sensitivity, eps per example",
+                        f"{plan.sensitivity}, {plan.mechanism_epsilon:.4g}",
+                        f"{plan.analysis} at the person level (mechanisms.params.greedy_cover_person_round)")]
 
     # ------------------------------------------------------------ one model
     def create(self, outputs) -> None:
@@ -125,6 +150,13 @@ class DecisionListKind(Handler):
     def ledger_record(self):
         return self.ledger_state
 
+    def unit_slot(self) -> tuple[int, None]:
+        """The window being collected: a person's bound counts per training window."""
+        return self.epoch, None
+
+    def resting_record(self) -> tuple[str, int]:
+        return "learning", self.version
+
     def _row(self, event) -> np.ndarray:
         """The 0/1 row of a binary input (dense x in {-1, +1}^d or active indices)."""
         if "x" in event:
@@ -147,7 +179,8 @@ class DecisionListKind(Handler):
         stream = self.rng.stream(self.model_id, "dp_greedy_cover", self.epoch)
         dl, ledger = private_fit(self.family, rows[:, :-1].astype(bool), rows[:, -1],
                                  epsilon=b.epsilon, delta=b.delta, accounting=p.accounting,
-                                 stream=stream, on_charge=self._charged)
+                                 stream=stream, on_charge=self._charged,
+                                 max_contributions=max_contributions(self.config))
         self.ledger_state = ledger.state
         self.version += 1
         rec = dl.to_record()

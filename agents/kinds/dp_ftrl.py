@@ -20,7 +20,7 @@ from dpstream.mechanisms.factorization import BLT, BUFFERS, TREE
 from dpstream.mechanisms.errors import DPStreamError
 from dpstream.schemas.config import KindParams
 
-from .base import BlockReleaseKind
+from .base import BlockReleaseKind, max_contributions
 
 MAX_DIMENSION = 10_000   # the noise buffers of one block, (buffers + 1) x (d + 1) floats, in one record
 
@@ -68,7 +68,7 @@ def parameters(config) -> DPFTRLParameters:
                               horizon=p.horizon, block=p.block, eta=p.eta, loss=p.loss,
                               mechanism=p.mechanism, clip=p.clip, prior=p.prior,
                               prior_weight=p.prior_weight, decision=p.decision,
-                              class_weight=p.class_weight)
+                              class_weight=p.class_weight, max_contributions=max_contributions(config))
 
 
 class DPFTRLKind(BlockReleaseKind):
@@ -92,10 +92,11 @@ class DPFTRLKind(BlockReleaseKind):
             p = parameters(config)
         except DPStreamError:
             return []
+        notes = cls.unit_note(config, p.epsilon, p.epsilon_example)
         if p.horizon != config.params.horizon:
-            return [f"horizon {config.params.horizon:,} is rounded up to {p.horizon:,}, a multiple of "
-                    f"its block of {p.block:,} examples: each epoch is {p.horizon:,} examples"]
-        return []
+            notes.append(f"horizon {config.params.horizon:,} is rounded up to {p.horizon:,}, a multiple of "
+                         f"its block of {p.block:,} examples: each epoch is {p.horizon:,} examples")
+        return notes
 
     @classmethod
     def config_problem(cls, config) -> str | None:
@@ -111,6 +112,7 @@ class DPFTRLKind(BlockReleaseKind):
     def parameter_rows(cls, config):
         q = parameters(config)
         src = "registration" if config.params.block else "rule (learners/dp_ftrl.py)"
+        person, k = config.privacy_unit, q.max_contributions
         return [("mechanism", f"{q.mechanism}", "registration (mechanisms/factorization.py)"),
                 ("block B, horizon T per epoch", f"{q.block}, {q.horizon}", src),
                 ("clip, sensitivity", f"{q.clip:g}, {q.sensitivity:.4g}",
@@ -120,13 +122,28 @@ class DPFTRLKind(BlockReleaseKind):
                  else "none (intercept 0)", "registration" if config.params.prior is not None
                  or config.params.prior_weight is not None else "rule (learners/dp_ftrl.py)"),
                 ("max ||C e_j||^2", f"{q.strategy_norm2:.4g}", f"{q.mechanism} factorization of {q.blocks} blocks"),
-                ("noise sigma per coordinate", f"{q.sigma:.4g}", "sens ||C e_1|| / sqrt(2 rho)"),
+                ("noise sigma per coordinate", f"{q.sigma:.4g}", "sens ||C e_1|| / sqrt(2 rho)" if k == 1
+                 else "sens sqrt(P_k) / sqrt(2 rho)"),
                 ("rho (zCDP) per epoch", f"{q.rho:.4g}", "dp-accounting: the largest rho meeting the budget"),
-                ("guaranteed eps per example", f"{q.epsilon:.4g}", "epochs on disjoint examples compose in parallel"),
+                ("guaranteed eps per example", f"{q.epsilon:.4g}", "epochs on disjoint examples compose in parallel")
+                if person is None else ("guaranteed eps per person and epoch", f"{q.epsilon:.4g}",
+                                        "a person in several epochs composes across them"),
                 ("eta", f"{q.eta:.4g}", "registration" if config.params.eta else "rule: 1 / (sigma ||C e_1||)"),
                 ("decision, class weight, rows", f"{q.decision}, {q.class_weight}, {config.params.rows}",
                  "registration (post-processing, weights <= 1 after the clip, featurisation: "
-                 "no privacy parameter)")]
+                 "no privacy parameter)")] + cls._unit_rows(config, q)
+
+    @staticmethod
+    def _unit_rows(config, q) -> list[tuple[str, str, str]]:
+        """A person as the privacy unit: its bound, P_k and the per-example epsilon (none
+        for one example, whose rows above are the numbers they always were)."""
+        if config.privacy_unit is None:
+            return []
+        return [("privacy unit", f"a person: at most {q.max_contributions} examples per epoch, one per block",
+                 "registration (the agents admit a person's first k in log order)"),
+                ("participation norm P_k", f"{q.participation_norm2:.6g}",
+                 "max over k blocks S of 1_S^T C^T C 1_S (mechanisms/participation.py)"),
+                ("eps per example (same noise)", f"{q.epsilon_example:.4g}", "sens^2 P_1 / (2 sigma^2) as zCDP")]
 
     # ------------------------------------------------------------ one model
     def on_query(self, event, source, outputs) -> None:

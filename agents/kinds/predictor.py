@@ -11,7 +11,9 @@ fitted), ``hard/<epoch>/<chunk>`` (the epoch's hard queries, [x, label] each). T
 queries were in the head before: v_max rows of d values made it grow past a record's
 budget (d = 1,000, v_max 64: 1.3 MB, over Kafka's 1 MiB; the changelog write failed and
 the model could not load after a restart: an attacker's pass). A head written before
-keeps them inline and still loads.
+keeps them inline and still loads. With a person as the privacy unit,
+``rowunit/<epoch>/<chunk>`` holds each buffered row's pseudonym, in the buffer's order: the
+partition puts a person's rows in one block (learners/predictor.py).
 """
 from __future__ import annotations
 
@@ -33,7 +35,7 @@ from dpstream.learners.predictor import (EPOCH_MECHANISM, EXHAUSTED, HARD, NO_EP
 from dpstream.mechanisms.errors import DPStreamError, InfeasibleParameters, ThresholdsTooClose
 from dpstream.schemas.config import KindParams
 
-from .base import REAL, Handler
+from .base import REAL, Handler, max_contributions
 from .decision_list import rules_problem
 from .storage import FLOAT_BYTES, RECORD_BYTES, rows_per_record
 
@@ -175,6 +177,17 @@ def _too_few_blocks(config) -> str:
             f"per epoch with it), raise epsilon{lower_v_max(v_max)}")
 
 
+def _unit_rows(config) -> list[tuple[str, str, str]]:
+    """A person as the privacy unit: one person, one block, one vote (no row for one example)."""
+    if config.privacy_unit is None:
+        return []
+    k, m, _ = shape(config)
+    return [("privacy unit", f"a person: at most {max_contributions(config)} examples per epoch's sample, "
+             f"all in one block", "registration (learners/predictor.py partition_units)"),
+            ("eps per person and epoch = per example", f"{config.budget.epsilon:g}",
+             "a person changes one block's hypothesis: one vote per query, the same charges")]
+
+
 def predictor_config(config) -> PredictorConfig:
     p, b = config.params, config.budget
     k, _, v_max = shape(config)
@@ -227,6 +240,23 @@ class PredictorKind(Handler):
 
     @classmethod
     def registration_notes(cls, config) -> list[str]:
+        """The privacy unit's line (a person: one vote, so epsilon per person is the
+        per-example one), then ``_advice``."""
+        notes = cls.unit_note(config, config.budget.epsilon, config.budget.epsilon)
+        if config.privacy_unit is not None:
+            try:
+                k, m, _ = shape(config)
+            except DPStreamError:
+                return notes + cls._advice(config)
+            if max_contributions(config) > m:
+                notes.append(f"a person may have {max_contributions(config)} examples in an epoch's sample, "
+                             f"more than a block's {m}: one person can make a block's hypothesis alone "
+                             "(and with fewer persons than blocks, a block is empty): lower "
+                             "max_contributions or give more examples per epoch")
+        return notes + cls._advice(config)
+
+    @classmethod
+    def _advice(cls, config) -> list[str]:
         """Advice on defaults a registration left as they are (fields it did not give; a
         stored registration gives them all, so a worker's restart says nothing). The
         defaults stay the seed's and what running models were registered with: a worker
@@ -350,7 +380,7 @@ class PredictorKind(Handler):
                        ("noise scale b", f"{float(cal.scale):.4g}", f"{p.accounting} calibration"),
                        ("gap k/4 in noise scales", f"{(k / 4) / float(cal.scale):.3g}",
                         f">= {pc.gap:g} (learners.predictor.size_predictor)" if p.accounting == "epoch"
-                        else ">= 3 (single-instance calibration)")]
+                        else ">= 3 (single-instance calibration)")] + _unit_rows(config)
 
     # ------------------------------------------------------------ one model
     @property
@@ -392,8 +422,8 @@ class PredictorKind(Handler):
             per = self.hyp_chunk
             for j in range((shape(self.config)[0] + per - 1) // per):
                 H.extend(self.state[self.key("hyp", s.epoch, s.version, j)])
-            self.model.restore(self.model.partition(X, y, s.epoch), H, self._kept("kept", s.epoch, s.kept),
-                               self._kept("seen", s.epoch, s.seen))
+            self.model.restore(self.model.partition(X, y, s.epoch, self._units(s.epoch, self.epoch_n)), H,
+                               self._kept("kept", s.epoch, s.kept), self._kept("seen", s.epoch, s.seen))
 
     def _keep(self, name: str, epoch: int, n: int, row: list) -> None:
         """Store the n-th row kept for the student (``kept``: a released answer (x, label);
@@ -409,6 +439,11 @@ class PredictorKind(Handler):
         for chunk in range((n + self.chunk - 1) // self.chunk):
             rows.extend(self.state[self.key(name, epoch, chunk)])
         return rows[:n]
+
+    def _units(self, epoch: int, n: int) -> list | None:
+        """The privacy units (pseudonyms) of an epoch's n sample rows, in order; None when
+        the unit is one example (learners/predictor.py ``partition``)."""
+        return None if self.config.privacy_unit is None else self._kept("rowunit", epoch, n)
 
     def _sample(self, epoch: int, n: int):
         rows = np.asarray(self._load_rows(epoch, n), dtype=float)
@@ -437,6 +472,10 @@ class PredictorKind(Handler):
         """The epoch's sample and hypotheses, and the next epoch's buffer (``load``)."""
         s = self.model.state
         keys = self._chunks("buffer", s.epoch + 1, n=self.buffer_n, per=self.chunk)
+        if self.config.privacy_unit is not None:
+            keys |= self._chunks("rowunit", s.epoch + 1, n=self.buffer_n, per=self.chunk)
+            if s.epoch >= 0:
+                keys |= self._chunks("rowunit", s.epoch, n=self.epoch_n, per=self.chunk)
         if s.epoch >= 0:
             keys |= self._chunks("buffer", s.epoch, n=self.epoch_n, per=self.chunk)
             keys |= self._chunks("hyp", s.epoch, s.version, n=shape(self.config)[0],
@@ -448,6 +487,14 @@ class PredictorKind(Handler):
 
     def ledger_record(self):
         return self.model.state.ledger
+
+    def unit_slot(self) -> tuple[int, None]:
+        """The epoch whose sample the next example joins: the one after the current
+        (``on_example`` buffers for ``state.epoch + 1``)."""
+        return self.model.state.epoch + 1, None
+
+    def resting_record(self) -> tuple[str, int]:
+        return "learning", self.model.state.version
 
     def charge_epoch(self) -> int:
         """The learner charges an epoch as it starts it (``start_epoch``): the new epoch."""
@@ -464,13 +511,15 @@ class PredictorKind(Handler):
             self.epoch = s.epoch + 1                  # the epoch's charge carries its number
             X, y = self._sample(self.epoch, self.buffer_n)
             self.epoch_n = self.buffer_n
-            self.model.start_epoch(X, y)
+            self.model.start_epoch(X, y, self._units(self.epoch, self.epoch_n))
             self.buffer_n = 0
 
     def on_example(self, event, source, outputs) -> None:
         self._begin(outputs)
         self.epoch = self.model.state.epoch
         if self.buffer_n < self._need():          # surplus examples of a full buffer are dropped
+            if self.config.privacy_unit is not None:  # the person's pseudonym beside the row
+                self._keep("rowunit", self.model.state.epoch + 1, self.buffer_n, event.get("unit"))
             self.buffer_n = self._append_row(self.model.state.epoch + 1, self.buffer_n,
                                              [*self._x(event), event["y"]])
         self._maybe_start_epoch()

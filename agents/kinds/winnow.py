@@ -15,11 +15,11 @@ from dpstream.learners.inputs import active_matrix
 from dpstream.mechanisms.above_threshold import above_threshold_scales
 from dpstream.mechanisms.accounting import Ledger
 from dpstream.mechanisms.errors import BudgetExhausted, DPStreamError
-from dpstream.mechanisms.params import (DPWinnowParameters, dp_winnow_draw_rho,
+from dpstream.mechanisms.params import (DPWinnowParameters, dp_winnow_draw_rho, dp_winnow_guarantee,
                                         dp_winnow_practical_parameters, dp_winnow_theory_parameters)
 from dpstream.schemas.config import KindParams
 
-from .base import Handler, Outputs
+from .base import Handler, Outputs, max_contributions
 from .storage import RECORD_BYTES
 
 
@@ -48,13 +48,18 @@ class WinnowParams(KindParams):
 
 
 def winnow_parameters(config) -> DPWinnowParameters:
-    p, b = config.params, config.budget
+    """The registration's DP-Winnow parameters, in its privacy unit: for a person with k
+    examples (``privacy_unit``), theory mode's epsilon and practical mode's eps_hat and eta
+    are the person's, and the mechanism runs at them divided by k (mechanisms/params.py
+    ``dp_winnow_charges``)."""
+    p, b, k = config.params, config.budget, max_contributions(config)
     if p.mode == "theory":
         return dp_winnow_theory_parameters(epsilon=b.epsilon, delta=b.delta, rho=p.rho, T=p.T,
                                            beta=p.beta, d=2 * config.dimension if p.signed
-                                           else config.dimension, c=p.c)
+                                           else config.dimension, c=p.c, max_contributions=k)
     return dp_winnow_practical_parameters(eps_hat=p.eps_hat, eta=p.eta, m=p.m, K=p.K, L=p.L,
-                                          delta=b.delta, rho=p.rho, c=p.c, T=p.T, beta=p.beta)
+                                          delta=b.delta, rho=p.rho, c=p.c, T=p.T, beta=p.beta,
+                                          max_contributions=k)
 
 
 def active_of(event: dict) -> list[int]:
@@ -101,12 +106,12 @@ class WinnowKind(Handler):
         # The first AboveThreshold instance, one update's draws and the next instance must
         # fit the budget (charged as the learner will charge them), or the model is
         # exhausted before it can learn anything.
-        b = config.budget
+        b, charge = config.budget, w.charges()
         ledger = Ledger.create(epsilon=b.epsilon, delta=b.delta)
         try:
-            ledger.charge("above_threshold", w.eps_hat)
-            ledger.charge("weight_draw", 4 * w.eta, 0.0, w.m, dp_winnow_draw_rho(w.eta))
-            ledger.charge("above_threshold", w.eps_hat)
+            ledger.charge("above_threshold", charge.above_threshold)
+            ledger.charge("weight_draw", charge.draw, 0.0, w.m, charge.draw_rho)
+            ledger.charge("above_threshold", charge.above_threshold)
         except BudgetExhausted:
             return (f"the budget eps={b.epsilon:g} cannot pay for one update: these settings "
                     f"(eps^={w.eps_hat:g}, eta={w.eta:g}, m={w.m}) need more, and certify "
@@ -123,10 +128,24 @@ class WinnowKind(Handler):
                 "exhausted": s["exhausted"]}, s["ledger"]
 
     @classmethod
+    def registration_notes(cls, config) -> list[str]:
+        """A person as the privacy unit: what the guarantee is per person and per example."""
+        try:
+            w = winnow_parameters(config)
+        except DPStreamError:
+            return []
+        if w.max_contributions == 1:
+            return cls.unit_note(config, w.epsilon, w.epsilon)
+        per_example = dp_winnow_guarantee(eps_hat=w.eps_hat, eta=w.eta, m=w.m, K=w.K, delta=w.delta)
+        return cls.unit_note(config, w.epsilon, per_example.epsilon)
+
+    @classmethod
     def parameter_rows(cls, config):
         w = winnow_parameters(config)
         theory = w.source == "theorem-11"
         src = "seed 000 Thm 11 + Lemma 14 (solved jointly)" if theory else "user (practical mode)"
+        if w.max_contributions > 1:
+            return cls._person_rows(w, src)
         return [("eps^ (AboveThreshold)", f"{w.eps_hat:.4g}", src), ("eta", f"{w.eta:.4g}", src),
                 ("m (draws per w~)", str(w.m), "Hoeffding (mechanisms/params.py)" if theory else src),
                 ("K (update cap)", f"{w.K:.4g}", src),
@@ -134,6 +153,26 @@ class WinnowKind(Handler):
                 ("draw zCDP 2 eta^2", f"{dp_winnow_draw_rho(w.eta):.4g}", "bounded range (Cesar-Rogers)"),
                 ("guaranteed eps", f"{w.epsilon:.4g}",
                  "Thm 11 composition (mechanisms.params.dp_winnow_guarantee)")]
+
+    @staticmethod
+    def _person_rows(w, src: str) -> list[tuple[str, str, str]]:
+        """The rows of a registration whose privacy unit is a person with k examples."""
+        k, charge = w.max_contributions, w.charges()
+        return [("privacy unit", f"a person: at most {k} examples over the stream",
+                 "registration (the agents admit a person's first k in log order)"),
+                ("eps^ per person, AboveThreshold runs at", f"{charge.above_threshold:.4g}, {w.eps_hat:.4g}",
+                 f"{src}; the mechanism at the person's / k (mechanisms.params.dp_winnow_charges)"),
+                ("eta per person, the learner runs at", f"{k * w.eta:.4g}, {w.eta:.4g}", src),
+                ("m (draws per w~)", str(w.m), "Hoeffding (mechanisms/params.py)" if w.source == "theorem-11" else src),
+                ("K (update cap)", f"{w.K:.4g}", src if w.source != "theorem-11" else
+                 "Lemma 14 with the learner's eta"),
+                ("L (threshold)", f"{w.L:.4g}", "8 ln(2T^2/beta)/eps^ at the mechanism's eps^"
+                 if w.source == "theorem-11" else src),
+                ("charges per instance, per draw (person)", f"{charge.above_threshold:.4g}, {charge.draw:.4g}",
+                 "k times the mechanism's epsilon (group privacy, pure DP: exact)"),
+                ("draw zCDP per person 2 (k eta)^2", f"{charge.draw_rho:.4g}", "bounded range (Cesar-Rogers)"),
+                ("guaranteed eps per person", f"{w.epsilon:.4g}",
+                 "Thm 11 composition of the person's charges (mechanisms.params.dp_winnow_guarantee)")]
 
     # ------------------------------------------------------------ one model
     def create(self, outputs: Outputs) -> None:
@@ -169,6 +208,13 @@ class WinnowKind(Handler):
 
     def internal_mistakes(self) -> int:
         return self.model.state.total_mistakes
+
+    def unit_slot(self) -> tuple[int, None]:
+        """One epoch, 0, for the whole stream: a person's bound counts over all of it."""
+        return 0, None
+
+    def resting_record(self) -> tuple[str, int]:
+        return self._example_status(), self.model.state.k
 
     def _status(self) -> str:
         s = self.model.state

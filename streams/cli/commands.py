@@ -260,7 +260,8 @@ def _input_rows(args, path: str, topic: str, configs: dict, report, *, labels: b
                                                   read_rows)
     model_id = args.model_id or (next(iter(configs)) if len(configs) == 1 and args.cmd == "run" else None)
     spec = TableSpec(topic, model_id, args.label_column, args.id_column,
-                     "--model-id" if args.model_id else "the one model of --models")
+                     "--model-id" if args.model_id else "the one model of --models",
+                     args.privacy_id_column)
     name = "standard input" if path == "-" else path
     try:
         rows, left_out = read_rows(path, file_format(path, args.format), spec, configs)
@@ -778,10 +779,13 @@ def cmd_worker(args) -> int:
     from dpstream.streams.worker.faust_seam import contract
     from dpstream.streams.worker.observe import (quiet_startup_logs, token_middleware, web_bind, web_port_problem,
                                                  web_token, web_warning)
-    from dpstream.streams.worker.topics import ensure_topics
+    from dpstream.streams.worker.topic_admin import TopicsRefused, start_check
+    from dpstream.streams.worker.topic_plan import PlanError
     from dpstream.streams.worker.tuning import hold_full_collections, shorten_thread_switches
     from dpstream.streams.tools.acls import check_names
     from dpstream.streams.tools.outdir import UnsafeOut, private_dir
+
+    from .topics import tools as topic_fixes
     rng = _key()
     bind = web_bind(args.web_bind)
     app_id = args.app_id or args.prefix + "dpstream"
@@ -813,11 +817,21 @@ def cmd_worker(args) -> int:
     preload()                             # not on the loop at the first registration
     kafka = _kafka(args)
     keep_secrets_from_children()          # read: the processes it starts need none of them
-    created = _broker_call(kafka, ensure_topics(kafka, prefix=args.prefix, partitions=args.partitions),
-                           "Describe and Create the topics" + (f" {args.prefix}*" if args.prefix else ""))
-    if created:
-        print(f"dpstream worker: created {len(created)} topic(s) with {args.partitions} partitions",
+    # the fixes it names run as an admin: a placeholder for the admin's config
+    fixes = topic_fixes(args, args.broker or kafka.bootstrap, "ADMIN.properties" if kafka.sasl or kafka.tls else None)
+    try:
+        checked = _broker_call(kafka, start_check(kafka, fixes, prefix=args.prefix, app_id=app_id,
+                                                  partitions=args.partitions, replication=args.replication_factor,
+                                                  min_insync=args.min_insync_replicas),
+                               "Describe and Create the topics" + (f" {args.prefix}*" if args.prefix else ""),
+                               passing=(TopicsRefused, PlanError))
+    except (TopicsRefused, PlanError) as err:
+        raise Failed(str(err), 2 if isinstance(err, PlanError) else 1) from None
+    if checked.created:
+        print(f"dpstream worker: created {len(checked.created)} topic(s) as planned (`dpstream topics plan`)",
               file=sys.stderr)
+    for line in checked.warnings:
+        print(f"dpstream worker: {line}", file=sys.stderr)
 
     class Worker(faust.Worker):
         def on_setup_root_logger(self, logger, level) -> None:
@@ -843,12 +857,15 @@ def cmd_worker(args) -> int:
             if args.web_port and (warning := web_warning(bind, args.web_port, bool(web_options))):
                 logging.getLogger("dpstream").warning(warning)
 
-    worker_app = WorkerApp(kafka=kafka, rng=rng, partitions=args.partitions,
+    worker_app = WorkerApp(kafka=kafka, rng=rng, partitions=args.partitions, replication=checked.replication,
                            app_id=app_id,
                            data_dir=data_dir, web_port=args.web_port, web_bind=bind,
                            prefix=args.prefix,
                            latency_metrics=args.latency_metrics, consumer_thread=args.consumer_thread,
-                           faust_settings={"web_application_options": web_options} if web_options else None)
+                           # every topic exists as planned (start_check): faust declares none, which
+                           # without Create rights would crash on a topic its metadata had not listed yet
+                           faust_settings={"topic_allow_declare": False,
+                                           **({"web_application_options": web_options} if web_options else {})})
     worker = Worker(worker_app.app, loglevel=args.loglevel, quiet=True)
     worker.execute_from_commandline()
     return 0
@@ -1191,6 +1208,11 @@ def cmd_models(args) -> int:
                 else f"eps 0 of {cfg.budget.epsilon:g} (nothing charged yet)")
         print(f"{mid:24s} {cfg.kind:16s} d={cfg.dimension:<8d} {used}")
         if args.action == "show":
+            from dpstream.agents.kinds import kind
+            from dpstream.agents.units import describe
+            life = kind(cfg.kind).lifetime(cfg) if cfg.privacy_unit is not None else None
+            print(f"privacy unit: {describe(cfg)}" + ("" if life is None else
+                  f"; over the model's life epsilon {life.epsilon:.4g} per person at delta {life.delta:.3g}"))
             print(json.dumps(cfg.model_dump(mode="json", exclude_none=True), indent=1))
     for r in refused:               # dead-lettered by the worker: not in force
         print(f"{r.model_id if r.model_id is not None else '(no model id)':24s} {'refused':16s} "
@@ -1534,6 +1556,8 @@ class _CommandParser(argparse.ArgumentParser):
 def build_parser() -> argparse.ArgumentParser:
     """Every command and flag (each with its help: tests/streams/test_cli_contract.py)."""
     from dpstream.streams.tools.userfiles import FORMATS, LABEL_COLUMN
+
+    from . import topics as topics_command
     ap = argparse.ArgumentParser(
         prog="dpstream", description="Differentially private online learning and private "
         "prediction over Kafka streams. The secret key comes from $DPSTREAM_SECRET_KEY or the "
@@ -1566,6 +1590,10 @@ def build_parser() -> argparse.ArgumentParser:
         parser.add_argument("--id-column", default="query_id", metavar="NAME",
                             help="CSV/Parquet: the queries' id column, if any, published as query_id on "
                                  "answers (default: %(default)s)")
+        parser.add_argument("--privacy-id-column", metavar="NAME",
+                            help="CSV/Parquet: the examples' person ID column, for a model whose privacy "
+                                 "unit is a person (default: the registration's privacy_unit.id_field); "
+                                 "never sent as a feature, never published")
         parser.add_argument("--strict", action="store_true",
                             help="refuse the records (nothing sent or run) when a value has the wrong "
                                  "type for its declared field or a record's field is not declared (a "
@@ -1602,8 +1630,10 @@ def build_parser() -> argparse.ArgumentParser:
                        "the outputs until stopped.")
     broker(p)
     p.add_argument("--partitions", type=int, default=4,
-                   help="partitions of topics it creates; fixes how many workers can share "
-                        "the load (default: %(default)s)")
+                   help="partitions of every topic, created or found (the inputs, model-events and the "
+                        "changelogs must have them); fixes how many workers can share the load "
+                        "(default: %(default)s)")
+    topics_command.replication_flags(p)
     p.add_argument("--app-id", help="faust app id / consumer group, also the prefix of its changelogs "
                    "(default: the topic prefix + 'dpstream')")
     p.add_argument("--data-dir", metavar="DIR",
@@ -1720,6 +1750,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--remove", action="store_true", help="delete them through the admin API")
     p.add_argument("--print", dest="print_only", action="store_true", help="only print them (the default)")
     p.set_defaults(fn=cmd_acls)
+    topics_command.add_parser(sub, broker)
     p = sub.add_parser("features", help="suggest a feature declaration from a public sample",
                        description="Print a declaration for a registration's \"features\"; on "
                        "stderr, every field left out and why. The declaration is public: make it "

@@ -228,7 +228,7 @@ class EmbeddedRuntime:
             keep(self.log[log_from:], {t: v[outputs_from.get(t, 0):] for t, v in self.outputs.items()})
 
     async def _sequence_and_process(self, records: list[RawRecord]) -> None:
-        await sequence_batch(records, self.state, self._emit)
+        await sequence_batch(records, self.state, self._emit, rng=self.rng)
         appended = []
         for mkey, value in self._pending:
             self.log_offset += 1

@@ -13,6 +13,10 @@ the declaration does not have; it prints them on stderr, never to a topic.
 
 The counts come from the worker's own featuriser (learners/features.py: the slot each
 value takes), so they are what the model will see, not a second opinion.
+
+For a model whose privacy unit is a person, the ID field is not a feature (never counted
+as undeclared), and the examples without a usable ID are counted: they will not reach the
+learner. No ID is ever printed.
 """
 from __future__ import annotations
 
@@ -76,8 +80,12 @@ class OwnerReport:
                  notes: list[str] | None = None):
         self.featurisers = {mid: Featuriser(c.features) for mid, c in configs.items()
                             if c.features is not None}
-        self.declared = {mid: {f.name for f in c.features} for mid, c in configs.items()
-                         if c.features is not None}
+        # a person's ID field is not a feature, nor an undeclared name
+        self.declared = {mid: {f.name for f in c.features} | (
+                             {c.privacy_unit.id_field} if c.privacy_unit is not None else set())
+                         for mid, c in configs.items() if c.features is not None}
+        self.units = {mid: c for mid, c in configs.items() if c.privacy_unit is not None}
+        self.without_id: Counter = Counter()     # a bounded model's examples without a usable ID
         self.counts: dict[str, dict[str, Counter]] = {}
         self.undeclared: dict[str, Counter] = {}
         self.records: Counter = Counter()
@@ -86,6 +94,13 @@ class OwnerReport:
 
     def add(self, record) -> None:
         """Count one example or query (anything else passes)."""
+        if isinstance(record, dict) and "y" in record and record.get("model_id") in self.units:
+            from dpstream.agents.units import id_text, raw_id
+            features = record.get("features")
+            found = raw_id(self.units[record["model_id"]], record.get("privacy_id"),
+                           features if isinstance(features, dict) else None)
+            if id_text(found) is None:
+                self.without_id[record["model_id"]] += 1
         if not isinstance(record, dict) or not isinstance(record.get("features"), dict):
             return
         model_id = record.get("model_id")
@@ -136,6 +151,10 @@ class OwnerReport:
         """The report, one line per finding (none for a model whose records had nothing
         to say beyond a one-line all-clear)."""
         out = [f"dpstream {command}: {note}" for note in self.notes]
+        for model_id, n in sorted(self.without_id.items()):
+            field = self.units[model_id].privacy_unit.id_field
+            out.append(f"dpstream {command}: model {model_id}: {n:,} examples have no usable ID in "
+                       f"'{field}' (text or a whole number): they will not reach the learner")
         for model_id, n in sorted(self.records.items()):
             fields = self.featurisers[model_id].fields
             counts = self.counts.get(model_id, {})

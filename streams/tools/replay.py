@@ -21,6 +21,11 @@ for the same place (a prediction or answer's (model, seq), a ledger charge's (mo
 epoch, charge counter), a release's (model, seq, version)) that differ are a discrepancy,
 whichever comes first (``distinct``). Before, the later one silently replaced the
 earlier, so a forged record placed before the honest one passed.
+
+The privacy unit: when the log has models whose unit is a person, the processor keeps its
+private trace of admission decisions, and replay checks from the log that no person gave
+a model more examples than its bound allows, and that every refusal was due
+(streams/tools/unitcheck.py); a violation fails the replay, named by model and epoch.
 """
 from __future__ import annotations
 
@@ -36,13 +41,15 @@ from dpstream.schemas import LedgerEntryEvent, Prediction, Rejected, Release
 from dpstream.streams.worker.topics import (ANSWERS, EXAMPLES, LEDGER, MODEL_EVENTS, PREDICTIONS, QUERIES,
                                            REJECTED, RELEASES, copies)
 
+from .unitcheck import UnitCheck, bounded_models, check_units
+
 COMPARED = (PREDICTIONS, ANSWERS, LEDGER, RELEASES)
 SCHEMAS = {PREDICTIONS: Prediction, ANSWERS: Prediction, LEDGER: LedgerEntryEvent, RELEASES: Release,
            REJECTED: Rejected}
 EVENT_TYPES = ("model", "example", "query")
 BATCH = 500                      # log records applied at a time (as the worker's batches)
 DIGITS = re.compile(r"[0-9]{1,18}")
-DECLARED = ("rule", "budget_epsilon", "budget_delta", "key_fingerprint")   # fixed per model
+DECLARED = ("rule", "budget_epsilon", "budget_delta", "key_fingerprint", "unit")   # fixed per model
 
 
 class WrongKeyError(Exception):
@@ -273,10 +280,11 @@ class ReplayReport:
     events: int
     topics: dict
     invalid: list = field(default_factory=list)      # Invalid: records skipped, unreplayed
+    units: UnitCheck = field(default_factory=UnitCheck)   # the privacy unit's bound (unitcheck.py)
 
     @property
     def ok(self) -> bool:
-        return not self.invalid and all(t.ok for t in self.topics.values())
+        return not self.invalid and all(t.ok for t in self.topics.values()) and self.units.ok
 
     def summary(self) -> str:
         lines = [f"replayed {self.events:,} model events"]
@@ -295,6 +303,7 @@ class ReplayReport:
             for label, items in (("missing", t.missing), ("extra", t.extra)):
                 if items:
                     lines.append(f"    first {label}: model {items[0][0]!r} seq {items[0][1]}")
+        lines += self.units.lines()
         lines.append("OK: every release reproduced" if self.ok else "FAILED: see above")
         return "\n".join(lines)
 
@@ -362,9 +371,9 @@ async def replay(rng: KeyedRandomness, log: list[dict], published: dict[str, lis
         if copies(topic, value):
             recomputed[ANSWERS].append(value)
 
-    processor = Processor(rng, {}, emit)
     selected = [r for r in sorted(log, key=lambda r: (r["partition"], r["offset"]))
                 if models is None or r["value"]["event"]["model_id"] in models]
+    processor = Processor(rng, {}, emit, trace=bool(bounded_models(selected)))
     for a in range(0, len(selected), BATCH):
         chunk = selected[a:a + BATCH]
         await processor.handle_batch([
@@ -385,7 +394,10 @@ async def replay(rng: KeyedRandomness, log: list[dict], published: dict[str, lis
     for topic in COMPARED:
         if topic == ANSWERS and topic not in published:
             continue                     # an export from before the answers topic existed
-        pub = [v for v in published.get(topic, []) if models is None or v["model_id"] in models]
+        # a field a record leaves out is its schema's default (a ledger entry of before the
+        # ``unit`` field is the unit "example" it names now)
+        pub = _with_defaults(topic, [v for v in published.get(topic, [])
+                                     if models is None or v["model_id"] in models])
         (got, conflicts), (want, _) = distinct(pub, _key), distinct(recomputed[topic], _key)
         report = TopicReport(conflicting=[(k[0], k[1], one, other) for k, one, other in conflicts])
         twice = {k for k, _, _ in conflicts}
@@ -402,7 +414,8 @@ async def replay(rng: KeyedRandomness, log: list[dict], published: dict[str, lis
             else:
                 report.extra.append(k)
         topics[topic] = report
-    return ReplayReport(n, topics, invalid)
+    units = check_units(selected, processor.unit_trace or {}, recomputed[PREDICTIONS])
+    return ReplayReport(n, topics, invalid, units)
 
 
 def verify_public(published: dict[str, list[dict]]) -> list[str]:
@@ -488,23 +501,30 @@ def _public_problems(published: dict[str, list[dict]]) -> list[str]:
 
 def _check_budgets(log: list[dict], published: dict[str, list[dict]]) -> list[str]:
     """Each ledger entry's ``budget_epsilon`` and ``budget_delta`` are the budget of its
-    model's registration in the log (valid records, ``screen_log``: one config per model):
-    the report shows the registration's budget beside the ledger's spend. One line per
-    model (its first entry that differs and how many)."""
+    model's registration in the log (valid records, ``screen_log``: one config per model),
+    and its ``unit`` is the registration's privacy unit: the report shows the registration's
+    budget beside the ledger's spend, and whom it protects. One line per model (its first
+    entry that differs and how many)."""
     from dpstream.schemas import ModelConfig
-    budgets = {}
+    budgets, units = {}, {}
     for r in log:
         event = r["value"]["event"]
         if event["type"] == "model" and event["model_id"] not in budgets:
-            b = ModelConfig.model_validate(event).budget
-            budgets[event["model_id"]] = (b.epsilon, b.delta)
+            config = ModelConfig.model_validate(event)
+            budgets[event["model_id"]] = (config.budget.epsilon, config.budget.delta)
+            units[event["model_id"]] = config.unit
     first: dict[str, str] = {}
     count: dict[str, int] = defaultdict(int)
-    for e in sorted(published.get(LEDGER, []), key=lambda e: (e["model_id"], e["epoch"], e["charges"])):
+    for e in sorted(_with_defaults(LEDGER, published.get(LEDGER, [])),
+                    key=lambda e: (e["model_id"], e["epoch"], e["charges"])):
         model = e["model_id"]
         if model in budgets and (e["budget_epsilon"], e["budget_delta"]) != budgets[model]:
             first.setdefault(model, f"ledger {model} epoch {e['epoch']} charge {e['charges']}: budget "
                                     "differs from the model's registration in the log")
+            count[model] += 1
+        elif model in units and e["unit"] != units[model]:
+            first.setdefault(model, f"ledger {model} epoch {e['epoch']} charge {e['charges']}: unit "
+                                    f"{e['unit']!r} is not the registration's ({units[model]!r}, in the log)")
             count[model] += 1
     return [line + (f" ({count[m]} such entries of the model)" if count[m] > 1 else "")
             for m, line in sorted(first.items())]

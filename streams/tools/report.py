@@ -56,6 +56,7 @@ def _matplotlib():
 plt = _matplotlib()
 
 from dpstream.agents.kinds import kind  # noqa: E402
+from dpstream.agents.units import describe  # noqa: E402
 from dpstream.schemas import ModelConfig  # noqa: E402
 from dpstream.schemas.features import quoted  # noqa: E402
 from dpstream.streams.tools.replay import LISTED, Verdict  # noqa: E402
@@ -73,6 +74,7 @@ def parameter_rows(config: ModelConfig) -> list[tuple[str, str, str]]:
     """(parameter, value, where it comes from): the budget, then the kind's own rows."""
     b = config.budget
     return [("budget (eps, delta)", f"({b.epsilon:g}, {b.delta:g})", "model registration"),
+            ("privacy unit", config.unit, "model registration (privacy_unit; the ledger's unit)"),
             *kind(config.kind).parameter_rows(config)]
 
 
@@ -235,12 +237,25 @@ def build_report(log: list[dict], outputs: dict, out, verdict: Verdict | None = 
             after = html.escape(kind(cfg.kind).after_stop[final])
             notice = (f"<p class='notice' data-final-status='{final}'><strong>This model stopped "
                       f"learning ({final.replace('_', ' ')}): {after}.</strong></p>")
-        meaning = (f"<p class='meaning'>What the budget means: replacing any one example of this "
-                   f"model by another changes the probability of anything it released by at most a "
+        u = cfg.privacy_unit
+        changed = ("replacing any one example of this model by another" if u is None else
+                   "changing everything the records of any one person say (their features and "
+                   "labels, at the same positions; of their examples at most "
+                   f"{u.max_contributions} per epoch reach the learner)")
+        handler = kind(cfg.kind)
+        life = handler.lifetime(cfg)
+        span = ""
+        if handler.epochs_on_fresh_examples:
+            span = (" per epoch, each epoch on its own examples; an example lies in one epoch" if u is None else
+                    f" per epoch; a person's examples reach the learner in at most {u.max_epochs} "
+                    f"epoch{'s' if u.max_epochs > 1 else ''}, so over the model's life the factor is at "
+                    f"most e^{life.epsilon:.4g}, except with probability {life.delta:.3g}")
+        meaning = (f"<p class='unit' data-privacy-unit='{html.escape(cfg.unit)}'>Privacy unit: "
+                   f"{html.escape(describe(cfg))}.</p>"
+                   f"<p class='meaning'>What the budget means: {changed} changes the probability of "
+                   f"anything it released by at most a "
                    f"factor e^{cfg.budget.epsilon:g} = {math.exp(min(cfg.budget.epsilon, 700)):,.3g}, "
-                   f"except with probability {cfg.budget.delta:g}"
-                   + (" (per example, each epoch on its own examples)"
-                      if kind(cfg.kind).epochs_on_fresh_examples else "") + ".</p>")
+                   f"except with probability {cfg.budget.delta:g}" + span + ".</p>")
         img = lambda data, alt: (f'<img alt="{alt}" class="figure" '  # noqa: E731
                                  f'src="data:image/png;base64,{base64.b64encode(data).decode()}">')
         sections.append(f"""

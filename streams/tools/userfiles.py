@@ -6,7 +6,8 @@ Formats: ``--format``, else the file's extension (``.csv``, ``.parquet``/``.pq``
 JSONL. A JSONL line is sent as it is unless its label is mapped (below). A CSV or
 Parquet row becomes one record: the model id from ``--model-id`` (or a ``model_id``
 column), the label from the label column (``y`` unless named), a query's id from
-``query_id`` (or the named column), and every other column under ``"features"``. A CSV
+``query_id`` (or the named column), a person's ID (below), and every other column under
+``"features"``. A CSV
 cell is text, so it is typed by the model's declaration (schemas/features.py): a
 numeric field's cell as a number, a boolean's ``true``/``false``/``1``/``0``/``yes``/``no``
 as a boolean, a categorical's as the text itself (a zip code stays ``"01234"``); an
@@ -16,6 +17,14 @@ the feature columns, in order, as its dense ``x``. Without a declaration at hand
 (``produce --no-check``, ``features --sample``), a column is typed as a whole
 (``column_kinds``): numbers if every cell reads as one, booleans if every cell is
 true/false/yes/no (or 0/1 beside them), else text.
+
+A person's ID, for a model whose privacy unit is a person (``privacy_unit``): the column
+``--privacy-id-column`` names, else the column named as the registration's ``id_field``
+(``privacy_id`` by default). Its cell is sent as text where the registration reads the
+ID: the top-level ``privacy_id``, or that key of ``"features"`` (never a declared feature:
+the featuriser does not read it). An examples file without the column is refused (no
+example would reach the learner); a query carries no ID, so the column is not sent with
+queries. The sequencer replaces the ID by a keyed pseudonym before anything is logged.
 
 Labels (docs/python-api.md, "Labels, answers, clones"): dpstream's records carry
 -1/+1; a file may use -1/+1, 0/1 or true/false (one convention per file), read as -1/+1
@@ -291,6 +300,30 @@ class TableSpec:
     label_column: str = LABEL_COLUMN
     id_column: str = "query_id"
     model_from: str = "--model-id"          # where model_id comes from, for messages
+    privacy_id_column: str | None = None    # a person's ID (default: the registration's id_field)
+
+
+def _person_column(path: str, spec: TableSpec, columns: list[str], configs: dict) -> dict[str, tuple]:
+    """For each model of the file whose privacy unit is a person: (the ID column, where the
+    ID goes: "privacy_id" for the top-level field, else the raw feature of that name).
+    FileError when an examples file has no such column (no example would reach the
+    learner), or when the named column is a feature the model declares."""
+    out = {}
+    for model_id, config in configs.items():
+        unit = getattr(config, "privacy_unit", None)
+        if unit is None:
+            continue
+        column = spec.privacy_id_column or unit.id_field
+        if spec.topic == "examples" and column not in columns:
+            how = (f"--privacy-id-column {column[:64]!r} names no column" if spec.privacy_id_column
+                   else f"it has no column {column[:64]!r} (model {model_id}'s privacy_unit.id_field)")
+            raise FileError(f"{path}: {how}, so no example would reach model {model_id}, whose privacy "
+                            "unit is a person: name the ID column with --privacy-id-column")
+        if config.features is not None and any(f.name == column for f in config.features):
+            raise FileError(f"{path}: --privacy-id-column {column[:64]!r} is a feature model {model_id} "
+                            "declares: a person's ID is not a feature; name the column that holds the ID")
+        out[model_id] = (column, unit.id_field)
+    return out
 
 
 def _id_not_a_feature(path: str, spec: TableSpec, table: list[dict], configs: dict) -> None:
@@ -326,7 +359,13 @@ def table_rows(path: str, fmt: str, spec: TableSpec, configs: dict) -> tuple[lis
                         f"{', '.join(columns)[:300]}): name it with --id-column")
     if spec.topic == "queries" and spec.id_column in columns:
         _id_not_a_feature(path, spec, table, configs)
-    skip = {"model_id", spec.label_column, spec.id_column}
+    ids = {spec.model_id} if spec.model_id is not None else {r.get("model_id") for r in table}
+    persons = _person_column(path, spec, columns, {m: configs[m] for m in ids
+                                                   if isinstance(m, str) and m in configs})
+    # a person's ID column is never a feature; without a registration at hand, the column
+    # named privacy_id (or --privacy-id-column) is the top-level field
+    person_columns = {c for c, _ in persons.values()} | {spec.privacy_id_column or "privacy_id"}
+    skip = {"model_id", spec.label_column, spec.id_column} | person_columns
     guessed = column_kinds(table)
     rows, left_out = [], {}
     for n, row in enumerate(table, 2 if fmt == "csv" else 1):
@@ -367,10 +406,31 @@ def table_rows(path: str, fmt: str, spec: TableSpec, configs: dict) -> tuple[lis
             record["features"] = features
         if label is not None:
             record["y"] = label_cell(row[label])
+            # a bounded model's ID where it reads it; with no registration at hand, the
+            # top-level field (a model without a privacy unit gets none: it needs none)
+            column, into = persons[model_id] if model_id in persons else \
+                (spec.privacy_id_column or "privacy_id", "privacy_id") if config is None else (None, None)
+            person = _id_cell(row.get(column)) if column is not None else None
+            if person is not None and into == "privacy_id":
+                record["privacy_id"] = person
+            elif person is not None and isinstance(record.get("features"), dict):
+                record["features"][into] = person
         elif spec.topic == "queries" and row.get(spec.id_column) not in (None, ""):
             record["query_id"] = str(row[spec.id_column])
         rows.append(Row(f"row {n}", json.dumps(record).encode(), record))
     return rows, list(left_out)
+
+
+def _id_cell(value):
+    """A person's ID cell as sent: text (stripped; a Parquet integer stays one), None when
+    empty (the example then has no ID)."""
+    if isinstance(value, str):
+        return value.strip() or None
+    if isinstance(value, bool) or value is None:
+        return None
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return value if isinstance(value, (int, str)) else None
 
 
 def read_rows(path: str, fmt: str, spec: TableSpec, configs: dict) -> tuple[list[Row], list[str]]:

@@ -35,8 +35,9 @@ dropped straight from the broker (streams/worker/logread.py; counted in
 
 Settings (faust facts: docs/architecture.md, "The faust seam"): ``web_tables_enabled=False`` (the
 default /table view would serve private state over HTTP); ``at_least_once`` with
-idempotent agents, since correctness must not depend on exactly-once; replication
-factor 1 for a one-broker dev cluster (raise it in production).
+idempotent agents, since correctness must not depend on exactly-once; each topic's
+replication, retention and partitions come from the topic plan (streams/worker/topic_plan.py),
+which ``dpstream worker`` checks, and creates where it may, before the app starts.
 """
 from __future__ import annotations
 
@@ -353,7 +354,7 @@ class WorkerApp:
                             await self.processor.handle_batch(chunk)
                             continue
                         appended = await sequence_batch(chunk, self.sequencer_view, self.emit,
-                                                        self.fetch, self.home)
+                                                        self.fetch, self.home, rng=self.rng)
                         mine = self.assigned_log_partitions()
                         appended = [r for r in appended if r.partition in mine
                                     and self.owns(r.partition) and self.state.is_ready(r.partition)]

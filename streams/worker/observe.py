@@ -160,7 +160,8 @@ def status_of(config: dict, head: dict) -> dict:
     cfg = ModelConfig.model_validate(config)
     budget = cfg.budget
     out = {"kind": cfg.kind, "dimension": cfg.dimension, "events": head.get("n", 0),
-           "budget_epsilon": budget.epsilon, "budget_delta": budget.delta}
+           "budget_epsilon": budget.epsilon, "budget_delta": budget.delta,
+           "privacy_unit": cfg.unit}
     fields, ledger = kind(cfg.kind).status(cfg, head)
     out.update(fields)
     total = spent(ledger)

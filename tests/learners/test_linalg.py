@@ -1,5 +1,6 @@
 """learners/linalg.py: products and solves whose bits do not depend on the CPU, and what
-rests on them (the logistic fits, the BLT noise's calibration), checked under several
+rests on them (the logistic fits, the BLT noise's calibration, per example and per
+person), checked under several
 OpenBLAS kernels and numpy's CPU-feature dispatch switched down."""
 import os
 import subprocess
@@ -61,6 +62,10 @@ calibration = [repr(factorization("blt", 600).sensitivity_squared(600)).encode()
 cfg = ModelConfig.model_validate({"model_id": "m", "dimension": 4, "budget": {"epsilon": 2.0, "delta": 1e-6},
                                   "params": {"kind": "dp_ftrl", "horizon": 5000}})
 calibration.append(repr(parameters(cfg)).encode())
+for horizon in (5000, 30000):       # a person: P_k over BLT's coefficients (30,000: the envelope)
+    person = ModelConfig.model_validate({**cfg.model_dump(), "params": {"kind": "dp_ftrl", "horizon": horizon},
+                                         "privacy_unit": {"max_contributions": 16}})
+    calibration.append(repr(parameters(person)).encode())
 print(hashlib.sha256(b"".join(out)).hexdigest(), hashlib.sha256(b"".join(calibration)).hexdigest())
 """
 

@@ -31,7 +31,7 @@ CASES = {"demo": "test_demo", "run": "test_run_replay_and_audit_report",
          "acls": "test_acls", "features": "test_features", "schemas": "test_schemas",
          "worker": "test_worker_models_and_produce", "models": "test_worker_models_and_produce",
          "produce": "test_worker_models_and_produce", "consume": "test_consume",
-         "export": "test_export_and_replay_of_the_topics"}
+         "export": "test_export_and_replay_of_the_topics", "topics": "test_topics"}
 
 
 def dpstream(*args, input=None, timeout=180, key=True) -> subprocess.CompletedProcess:
@@ -153,7 +153,10 @@ def test_worker_models_and_produce(deployment):
            "5.0 here)" in one_line(d.cli("models", "register", str(d.tmp / "other.json")), 1)
     listed = ok(d.cli("models", "list"))
     assert re.search(r"^card-fraud\s+continual_winnow\s+d=138\b", listed, re.M), listed
-    assert json.loads(ok(d.cli("models", "show", "card-fraud")).split("\n", 1)[1])["model_id"] == "card-fraud"
+    shown = ok(d.cli("models", "show", "card-fraud"))
+    assert shown.split("\n")[1] == "privacy unit: one example: the guarantee covers the contents " \
+        "(features and label) of any one example"
+    assert json.loads(shown[shown.index("\n{") + 1:])["model_id"] == "card-fraud"
     assert "no registration of 'nope' in force" in one_line(d.cli("models", "show", "nope"), 1)
 
     records = [json.loads(line) for line in (EX / "card-fraud.examples.jsonl").read_text().splitlines()[:N_EXAMPLES]]
@@ -210,6 +213,13 @@ def test_export_and_replay_of_the_topics(deployment):
     d = deployment
     ok(d.cli("export", "--out", str(d.tmp / "audit")), "model events")
     ok(dpstream("replay", "--dir", str(d.tmp / "audit")), "OK: every release reproduced")
+
+
+def test_topics(deployment):
+    """The worker made its topics as planned: ``plan`` lists them, ``check`` finds no difference."""
+    out = ok(deployment.cli("topics", "plan", "--app-id", f"{deployment.prefix}app"))
+    assert f"{deployment.prefix}ledger " in out and "kafka-topics.sh --bootstrap-server" in out
+    ok(deployment.cli("topics", "check", "--app-id", f"{deployment.prefix}app"), "as planned", out="stderr")
 
 
 def test_an_interrupted_produce_says_how_to_resume_and_the_resumed_one_sends_each_record_once(kafka_bootstrap, tmp_path):
