@@ -12,9 +12,10 @@ Pseudonym. The sequencer replaces the raw ID by ``unit`` = HMAC-SHA256 under key
 derived from the secret key for the model (``KeyedRandomness.stream_key(model, PURPOSE,
 0)``) of the ID's text, cut to 16 bytes, in hex, before anything is written to
 ``model-events``: the raw ID is never in the log, state, changelogs or outputs. The text
-is an integer's decimal digits or a string itself, so ``123`` and ``"123"`` are one person
-(a CSV column is text where a JSONL file may hold numbers: two units for one person would
-let them contribute 2k), at most ``ID_BYTES`` of its UTF-8 (a longer ID is bounded, not
+is a whole number's decimal digits (written as a JSON integer, a whole double or text
+such as ``"123.0"``) or a string stripped of surrounding white space, so ``123``, ``123.0``,
+``"123"`` and ``" 123"`` are one person (a CSV column is text where a JSONL file may hold
+numbers: two units for one person would let them contribute 2k; ``id_text``), at most ``ID_BYTES`` of its UTF-8 (a longer ID is bounded, not
 refused; two IDs equal in those bytes are one unit, which only bounds them more).
 
 Bounding state: one record per (model, unit), ``model/<id>/unit/<unit>`` ->
@@ -46,6 +47,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import math
+import re
 from dataclasses import dataclass
 
 PURPOSE = "privacy-unit"
@@ -53,24 +55,39 @@ ID_BYTES = 256          # the most bytes of an ID's text its pseudonym is comput
 UNIT_BYTES = 16         # a pseudonym's length before hex
 
 
+_WHOLE = re.compile(r"[+-]?[0-9]{1,300}(\.0*)?")     # a decimal integer, maybe written "42.0"
+
+
 def id_text(value) -> bytes | None:
     """The bytes an ID's pseudonym is computed from (module docstring); None for a value
-    that is no usable ID (missing, empty text, a boolean, a fraction, a list, an object). A
-    whole double (``123.0``, as Jackson writes a Double) is the integer it equals."""
+    that is no usable ID (missing, empty text, a boolean, a fraction, a list, an object).
+
+    One person must not become two units through the way a file writes their ID: the
+    same column reaches dpstream as JSON numbers, JSON strings and CSV text (pandas writes
+    an integer column with a missing value as floats, ``42.0``, in both formats). So text
+    is stripped of surrounding white space (the CSV reader strips cells), and a whole
+    number, whether a JSON integer, a whole double (``42.0``, as Jackson writes a Double)
+    or text that spells one (``"42"``, ``"42.0"``, ``"+042"``), is its decimal digits
+    without sign or leading zeros (``"-0"`` and ``"0"`` alike). Merging spellings only
+    bounds people more (two IDs that become one unit share one bound)."""
     if isinstance(value, bool):
         return None
     if isinstance(value, float):
         if not (math.isfinite(value) and value.is_integer()):
             return None
         value = int(value)
+    if isinstance(value, str):
+        text = value.strip()
+        if _WHOLE.fullmatch(text):
+            value = int(text.split(".")[0])
     if isinstance(value, int):
         try:
             text = str(value)
         except ValueError:     # beyond Python's int/str limit (the record limit keeps it out)
             text = hex(value)
-    elif isinstance(value, str):
-        text = value
-    else:
+        if text == "-0":
+            text = "0"
+    elif not isinstance(value, str):
         return None
     if not text:
         return None

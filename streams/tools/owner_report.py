@@ -94,7 +94,8 @@ class OwnerReport:
 
     def add(self, record) -> None:
         """Count one example or query (anything else passes)."""
-        if isinstance(record, dict) and "y" in record and record.get("model_id") in self.units:
+        model_id = record.get("model_id") if isinstance(record, dict) else None
+        if isinstance(model_id, str) and "y" in record and model_id in self.units:
             from dpstream.agents.units import id_text, raw_id
             features = record.get("features")
             found = raw_id(self.units[record["model_id"]], record.get("privacy_id"),
