@@ -54,6 +54,65 @@
 # Facts relied on (docs/development.md): node id 1 with roles broker,controller; PLAINTEXT on
 # 9092 and CONTROLLER on 9093; quorum voter 1@localhost:9093; replication factor 1 and min ISR 1
 # for the offsets and transaction-state topics; storage formatted once with a cluster id.
+#
+# A three-node cluster on this machine, for fault drills (docs/development.md, "A
+# three-node cluster"):
+#   scripts/kafka.sh cluster start        fetch, format (once), start the nodes not running,
+#                                         and wait until each answers a metadata request
+#                                         listing all 3 brokers
+#   scripts/kafka.sh cluster stop         SIGTERM to every node at once, wait (a node still
+#                                         running after 20 s is killed, and said so)
+#   scripts/kafka.sh cluster status       one line per node, key=value (node=N running=yes|
+#                                         starting|no pid=PID|- client=127.0.0.1:PORT
+#                                         controller=...), then bootstrap=... and state=...;
+#                                         exits 0 when all three run, else 1
+#   scripts/kafka.sh cluster bootstrap    the client bootstrap servers, comma-separated
+#   scripts/kafka.sh cluster kill N       kill -9 of node N's JVM; returns once it is gone
+#   scripts/kafka.sh cluster stop-node N  SIGTERM to node N (a controlled shutdown), wait
+#                                         (killed, and said so, if still running after 60 s)
+#   scripts/kafka.sh cluster start-node N start node N on its own storage; returns once it
+#                                         answers a metadata request listing itself (its
+#                                         replicas then rejoin the ISRs by themselves)
+#   scripts/kafka.sh cluster reset        stop, then delete the cluster's state directory
+# Each of kill, stop-node and start-node is idempotent (a node already down or up is
+# left as it is, and says so) and takes one node, 1, 2 or 3. With KAFKA_SECURE=1 also
+# `cluster clients`, `cluster users NAME...`, `cluster rotate NAME` and `cluster remove
+# NAME`, as for the secured broker; they also make, change or delete the user's PLAIN
+# password and client certificate, which the nodes read at start: a rolling restart
+# follows (each running node started with an older configuration in turn: stopped,
+# started, back in the cluster, every partition fully replicated again), about a minute.
+#
+# Every node has the roles broker and controller (combined mode), in one static quorum
+# of the three: controller.quorum.voters lists every controller, the same on each node,
+# and each node's storage is formatted with the one cluster id (no --standalone or
+# --initial-controllers: those bootstrap a KIP-853 dynamic quorum; Kafka 4.0's KRaft
+# operations docs, "Static versus Dynamic KRaft Quorums" and "Provisioning Nodes").
+# Every topic gets replication factor 3 and min.insync.replicas 2, the offsets and
+# transaction-state topics too (transaction.state.log.min.isr 2), and
+# unclean.leader.election.enable=false. Each node's JVM is the broker's (512 MiB heap,
+# KAFKA_GC_OPTS), so the three take at most 1.5 GiB. Ports: a base, KAFKA_CLUSTER_PORT
+# (default 19092; 29092 secured), plus 0 for node 1's client listener, 1 and 2 for
+# nodes 2 and 3, and plus 100 for their controller listeners (19192-19194); secured,
+# also the internal (+200), PLAIN (+300) and mTLS (+400) listeners. The state directory,
+# DPSTREAM_KAFKA_CLUSTER_STATE (default ~/.local/state/dpstream/kafka-cluster-<base>),
+# is judged like the broker's (safe_dir, 0700) and holds node1/, node2/ and node3/ (each
+# node's server.properties, data, logs and kafka.pid) and what the cluster was made with
+# (cluster.env, cluster.id): a later command given only that directory acts on the same
+# ports, and one whose KAFKA_CLUSTER_PORT or KAFKA_SECURE differs is refused.
+# Secured (KAFKA_SECURE=1): each node as the secured broker (SASL_SSL with SCRAM for
+# clients, TLS with client certificates on the internal and controller listeners, the
+# StandardAuthorizer, no ACL no access, super users User:admin and the broker
+# certificate, which covers all three nodes: they all listen on 127.0.0.1), and two more
+# client listeners in the shapes managed Kafka services give: SASL_SSL with PLAIN
+# (an API key and secret, Confluent Cloud's shape) and SSL with a client certificate
+# required (Amazon MSK's and Aiven's), whose subject CN=<user>,OU=<tag> becomes
+# User:<user> (ssl.principal.mapping.rules), so the same ACLs apply to all three shapes.
+# Each user's client configs, 0600 in $DPSTREAM_KAFKA_CLUSTER_STATE/clients:
+# <user>.properties (SCRAM), <user>.plain.properties (PLAIN, a password of its own) and
+# <user>.mtls.properties (its certificate and key beside it), with the property names
+# dpstream reads (--command-config). The PLAIN passwords are in the 0600 JAAS file
+# tls/plain.jaas, never on a command line; the cluster keeps its CA's key (tls/ca.key,
+# 0600) to sign the users' certificates.
 set -euo pipefail
 umask 077
 # Python never imports from the current directory (or the script's): `python -` and
@@ -95,6 +154,7 @@ DEPS="org.apache.kafka:kafka_2.13:$VERSION org.apache.logging.log4j:log4j-slf4j-
 LIBS_NAME="libs-$(echo "$DEPS" | cksum | cut -d ' ' -f 1)"
 LIBS="$HOME_DIR/$LIBS_NAME"      # both set again from the checked path by check_cache
 
+KRAFT_NODE=""; KRAFT_VOTERS=""; KRAFT_REPLICAS=""    # a cluster node's (base_properties); none from the environment
 die() { echo "kafka.sh: $*" >&2; exit 1; }
 [[ "$REAUTH_MS" =~ ^[1-9][0-9]{3,8}$ ]] || die "KAFKA_REAUTH_MS=$REAUTH_MS: give milliseconds, from 1000 to 999999999"
 
@@ -342,23 +402,42 @@ holds_port() {
 }
 
 metadata_ok() {
-  # A metadata request through aiokafka when the interpreter has it (as admin over
-  # SASL_SSL on a secured broker); else the open port.
-  "$PY" -P -c "import aiokafka" 2>/dev/null || { port_open "$PORT"; return; }
+  # This broker answers a metadata request (brokers_answer).
   local client=""
   [ "$SECURE" = 1 ] && client="$STATE/clients/admin.properties"
-  "$PY" -P - "$PORT" "$client" <<'PYEOF' 2>/dev/null
+  brokers_answer count=1 "$client" "127.0.0.1:$PORT"
+}
+
+brokers_answer() {
+  # Each address $3... answers a metadata request of its own, as the client config $2
+  # (none: plaintext), and that answer lists, by $1, count=N: at least N live brokers;
+  # node=N: node N among them (a KRaft broker lists only the registered, unfenced
+  # ones). Through aiokafka when the interpreter has it, else only the open ports.
+  local expect="$1" client="$2" address; shift 2
+  if ! "$PY" -P -c "import aiokafka" 2>/dev/null; then
+    for address in "$@"; do port_open "${address##*:}" || return 1; done
+    return 0
+  fi
+  "$PY" -P - "$expect" "$client" "$@" <<'PYEOF' 2>/dev/null
 import asyncio, sys
+from aiokafka.client import AIOKafkaClient
 from dpstream.streams.worker.kafka import Kafka
-async def main():
-    kafka = Kafka.from_settings(f"127.0.0.1:{sys.argv[1]}", sys.argv[2] or None, environ={})
-    admin = kafka.admin(request_timeout_ms=5000)
-    await admin.start()
+what, number = sys.argv[1].split("=")
+async def answers(address):
+    # one bootstrap address: the client's first metadata request goes to that node
+    kafka = Kafka.from_settings(address, sys.argv[2] or None, environ={})
+    client = AIOKafkaClient(**kafka.client_args(), request_timeout_ms=5000)
     try:
-        await admin.list_topics()
+        await client.bootstrap()
+        brokers = client.cluster.brokers()
     finally:
-        await admin.close()
-asyncio.run(main())
+        await client.close()
+    if what == "count":
+        return len(brokers) >= int(number)
+    return any(b.nodeId == int(number) for b in brokers)
+async def main():
+    return all(await asyncio.gather(*(answers(a) for a in sys.argv[3:])))
+sys.exit(0 if asyncio.run(main()) else 1)
 PYEOF
 }
 
@@ -375,11 +454,15 @@ broker_error() {
 make_secrets() {
   # A CA and a broker certificate (CN=dpstream-broker, its host names as subject
   # alternative names), once per directory; the CA's key is thrown away, so no other
-  # certificate can ever be signed by it. $1: TLS directory, $2...: the broker's host names.
+  # certificate can ever be signed by it, unless the first argument is --keep-ca-key
+  # (the cluster's, which signs its users' client certificates: ca.key, 0600).
+  # Then: $1 TLS directory, $2...: the broker's host names.
+  local keep=""
+  [ "$1" = --keep-ca-key ] && { keep=1; shift; }
   local tls="$1"; shift
   [ -f "$tls/broker.pem" ] && return 0
   mkdir -p "$tls"
-  "$PY" -P - "$tls" "$BROKER_CN" "$*" <<'PYEOF' || die "could not make the TLS material (needs the cryptography package)"
+  "$PY" -P - "$tls" "$BROKER_CN" "$*" "$keep" <<'PYEOF' || die "could not make the TLS material (needs the cryptography package)"
 import datetime, ipaddress, os, sys, tempfile
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
@@ -414,6 +497,9 @@ def write(path, data, mode):
     os.chmod(new, mode)
     os.replace(new, path)
 write(f"{tls}/ca.pem", pem(ca), 0o644)
+if sys.argv[4]:
+    write(f"{tls}/ca.key", ca_key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+          serialization.NoEncryption()), 0o600)
 write(f"{tls}/broker.pem", key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
       serialization.NoEncryption()) + pem(cert) + pem(ca), 0o600)
 PYEOF
@@ -424,10 +510,11 @@ new_password() { head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n'; }
 
 write_client() {
   # A user's client config with a fresh random password (0600). $1 directory, $2 user,
-  # $3 bootstrap servers, $4 the CA path written into it. printf is a shell builtin: the
-  # password is never an argument of a process.
-  printf 'bootstrap.servers=%s\nsecurity.protocol=SASL_SSL\nsasl.mechanism=SCRAM-SHA-512\nsasl.username=%s\nsasl.password=%s\nssl.ca.location=%s\n' \
-    "$3" "$2" "$(new_password)" "$4" | write_new "$1/$2.properties"
+  # $3 bootstrap servers, $4 the CA path written into it, $5 the SASL mechanism (default
+  # SCRAM-SHA-512) and $6 the file's name (default <user>.properties). printf is a shell
+  # builtin: the password is never an argument of a process.
+  printf 'bootstrap.servers=%s\nsecurity.protocol=SASL_SSL\nsasl.mechanism=%s\nsasl.username=%s\nsasl.password=%s\nssl.ca.location=%s\n' \
+    "$3" "${5:-SCRAM-SHA-512}" "$2" "$(new_password)" "$4" | write_new "$1/${6:-$2.properties}"
 }
 
 password_of() { sed -n 's/^sasl.password=//p' "${2:-$STATE/clients}/$1.properties"; }
@@ -465,6 +552,10 @@ need_secure_broker() {
 write_config() {
   mkdir -p "$STATE/data"
   if [ "$SECURE" = 1 ]; then write_secure_config; else write_plain_config; fi
+  write_log_config
+}
+
+write_log_config() {
   # Warnings and errors, refused logins (org.apache.kafka.common.network.Selector, INFO)
   # and every denied operation (the StandardAuthorizer's kafka.authorizer.logger, INFO for
   # a denial, as in Kafka's own config/log4j2.yaml) are logged; errors also go, one line
@@ -542,13 +633,18 @@ PROPS
 }
 
 base_properties() {
-  # What every broker here shares: one KRaft node, replication factor 1 for the internal
-  # topics. $1 controller port, $2 listeners, $3 advertised listeners, $4 protocol map,
-  # $5 inter-broker listener, $6 log directory.
+  # What every broker here shares: a KRaft node with the roles broker and controller.
+  # $1 controller port, $2 listeners, $3 advertised listeners, $4 protocol map, $5
+  # inter-broker listener, $6 log directory. One broker: node 1, a quorum of itself,
+  # replication factor 1 for every topic. A cluster node sets KRAFT_NODE, KRAFT_VOTERS
+  # (every controller, the same on each node: a static quorum) and KRAFT_REPLICAS (3,
+  # and so min.insync.replicas 2) first (cluster_node_properties).
+  local node="${KRAFT_NODE:-1}" voters="${KRAFT_VOTERS:-1@127.0.0.1:$1}" rf="${KRAFT_REPLICAS:-1}"
+  local isr=$(( rf > 1 ? rf - 1 : 1 ))
   cat <<PROPS
 process.roles=broker,controller
-node.id=1
-controller.quorum.voters=1@127.0.0.1:$1
+node.id=$node
+controller.quorum.voters=$voters
 listeners=$2
 advertised.listeners=$3
 listener.security.protocol.map=$4
@@ -556,10 +652,12 @@ controller.listener.names=CONTROLLER
 inter.broker.listener.name=$5
 log.dirs=$6
 num.partitions=4
-offsets.topic.replication.factor=1
-transaction.state.log.replication.factor=1
-transaction.state.log.min.isr=1
-min.insync.replicas=1
+default.replication.factor=$rf
+offsets.topic.replication.factor=$rf
+transaction.state.log.replication.factor=$rf
+transaction.state.log.min.isr=$isr
+min.insync.replicas=$isr
+unclean.leader.election.enable=false
 group.initial.rebalance.delay.ms=0
 PROPS
 }
@@ -577,7 +675,8 @@ secure_server_properties() {
   local tls="$1" data="$2" cport="$3" listeners="$4" advertised="$5" map="$6" l
   base_properties "$cport" "$listeners" "$advertised" "$map" BROKER "$data"
   echo "sasl.enabled.mechanisms=SCRAM-SHA-512,SCRAM-SHA-256"
-  for l in $(echo "$map" | tr ',' '\n' | sed -n 's/:SASL_SSL$//p' | tr 'A-Z' 'a-z'); do
+  # (the cluster's PLAIN listener, SASL_SSL too, takes PLAIN only: cluster_node_properties)
+  for l in $(echo "$map" | tr ',' '\n' | sed -n 's/:SASL_SSL$//p' | grep -vx PLAIN | tr 'A-Z' 'a-z'); do
     cat <<PROPS
 listener.name.$l.scram-sha-512.sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required;
 listener.name.$l.scram-sha-256.sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required;
@@ -606,6 +705,32 @@ write_plain_config() {
 }
 
 # ----------------------------------------------------------------- commands
+format_storage() {
+  # Format $STATE/data for the KRaft cluster id $1, once (a formatted one is kept as it is).
+  [ -f "$STATE/data/meta.properties" ] && return 0
+  java -cp "$LIBS/*" -Dlog4j2.configurationFile="$STATE/log4j2.properties" kafka.tools.StorageTool \
+    format -t "$1" -c "$STATE/server.properties" >"$STATE/format.log" 2>&1 \
+    || die "storage format failed: $(grep -v '^\s*$' "$STATE/format.log" | tail -n 1)"
+}
+
+launch() {
+  # Start the broker of $STATE/server.properties in the background, its pid in
+  # $STATE/kafka.pid; $@: more JVM options (system properties). Returns at once.
+  : > "$STATE/errors.log"
+  # The broker's collector is ZGC (pauses of ~0.01 ms). G1's young pauses (10-18 ms every
+  # few seconds here) were in flight for most of the worker's slowest 1% in many bench
+  # runs; in an interleaved A/B at fixed rates (docs/performance.md, "The broker's collector") every
+  # one of 8 ZGC runs had a lower p99 than its G1 counterpart. All of it, pauses and
+  # concurrent phases, is logged (gc, gc+phases): bench/trace_worker.py lines it up with
+  # the worker's slowest events.
+  # shellcheck disable=SC2086  # KAFKA_GC_OPTS is a list of JVM options
+  nohup java -Xmx512m -Xms256m ${KAFKA_GC_OPTS:--XX:+UseZGC} \
+    -Xlog:gc,gc+phases:file="$STATE/gc.log":time,uptime -cp "$LIBS/*" \
+    -Dlog4j2.configurationFile="$STATE/log4j2.properties" "$@" \
+    kafka.Kafka "$STATE/server.properties" >"$STATE/stdout.log" 2>&1 &
+  echo $! > "$STATE/kafka.pid"
+}
+
 start() {
   check_state create
   if running; then
@@ -619,27 +744,8 @@ start() {
   fetch
   need_tools
   write_config
-  local cp="$LIBS/*"
-  if [ ! -f "$STATE/data/meta.properties" ]; then
-    local cid
-    cid=$(cluster_ids)
-    java -cp "$cp" -Dlog4j2.configurationFile="$STATE/log4j2.properties" kafka.tools.StorageTool \
-      format -t "$cid" -c "$STATE/server.properties" >"$STATE/format.log" 2>&1 \
-      || die "storage format failed: $(grep -v '^\s*$' "$STATE/format.log" | tail -n 1)"
-  fi
-  : > "$STATE/errors.log"
-  # The broker's collector is ZGC (pauses of ~0.01 ms). G1's young pauses (10-18 ms every
-  # few seconds here) were in flight for most of the worker's slowest 1% in many bench
-  # runs; in an interleaved A/B at fixed rates (docs/performance.md, "The broker's collector") every
-  # one of 8 ZGC runs had a lower p99 than its G1 counterpart. All of it, pauses and
-  # concurrent phases, is logged (gc, gc+phases): bench/trace_worker.py lines it up with
-  # the worker's slowest events.
-  # shellcheck disable=SC2086  # KAFKA_GC_OPTS is a list of JVM options
-  nohup java -Xmx512m -Xms256m ${KAFKA_GC_OPTS:--XX:+UseZGC} \
-    -Xlog:gc,gc+phases:file="$STATE/gc.log":time,uptime -cp "$cp" \
-    -Dlog4j2.configurationFile="$STATE/log4j2.properties" \
-    kafka.Kafka "$STATE/server.properties" >"$STATE/stdout.log" 2>&1 &
-  echo $! > "$STATE/kafka.pid"
+  format_storage "$(cluster_ids)"
+  launch
   local users_set=0
   for _ in $(seq 1 120); do
     running || die "the broker exited during start: $(broker_error) (log: $STATE/server.log)"
@@ -769,6 +875,537 @@ PROPS
   echo "kafka.sh: compose secrets in $out (your client configs: $out/clients/<user>.properties)"
 }
 
+# ----------------------------------------------------------------- the three-node cluster
+# `scripts/kafka.sh cluster VERB` (the header lists the verbs). Each node is a broker of
+# its own as above (its STATE a directory node<N> in the cluster's state directory,
+# running, holds_port, broker_error and launch act on it after on_node), all three in
+# one static KRaft quorum. Ports: the base (KAFKA_CLUSTER_PORT) plus the listener's
+# offset plus N-1.
+NODES="1 2 3"
+declare -A OFFSET=([client]=0 [controller]=100 [internal]=200 [plain]=300 [mtls]=400)
+CBASE=""
+CSTATE=""
+
+cluster_setup() {
+  # CBASE, SECURE and CSTATE (the checked, resolved state directory; $1=create: made when
+  # missing) for the cluster verbs. A cluster keeps what it was made with (cluster.env):
+  # a later command given only DPSTREAM_KAFKA_CLUSTER_STATE acts on the nodes as they were
+  # started, and one whose KAFKA_CLUSTER_PORT or KAFKA_SECURE says otherwise is refused.
+  local default=19092 base secure
+  [ "$SECURE" = 1 ] && default=29092
+  CBASE="${KAFKA_CLUSTER_PORT:-$default}"
+  CSTATE="${DPSTREAM_KAFKA_CLUSTER_STATE:-${XDG_STATE_HOME:-$HOME/.local/state}/dpstream/kafka-cluster-$CBASE}"
+  safe_dir "$CSTATE" "the cluster's state directory" \
+    "remove it or set DPSTREAM_KAFKA_CLUSTER_STATE to a new one (mkdir -m 700 DIR) under a directory of yours" "${1:-}" private || true
+  CSTATE="$SAFE_DIR"
+  [ -f "$CSTATE/server.properties" ] \
+    && die "$CSTATE is a single broker's state directory: give the cluster its own (DPSTREAM_KAFKA_CLUSTER_STATE)"
+  if [ -f "$CSTATE/cluster.env" ]; then
+    base=$(sed -n 's/^base=//p' "$CSTATE/cluster.env"); secure=$(sed -n 's/^secure=//p' "$CSTATE/cluster.env")
+    [ -z "${KAFKA_CLUSTER_PORT:-}" ] || [ "$KAFKA_CLUSTER_PORT" = "$base" ] \
+      || die "the cluster of $CSTATE was made with KAFKA_CLUSTER_PORT=$base, not $KAFKA_CLUSTER_PORT"
+    [ -z "${KAFKA_SECURE:-}" ] || [ "$SECURE" = "$secure" ] \
+      || die "the cluster of $CSTATE was made with KAFKA_SECURE=$secure, not $SECURE"
+    CBASE="$base"; SECURE="$secure"
+  fi
+  [[ "$CBASE" =~ ^[1-9][0-9]{3,4}$ ]] && [ "$CBASE" -ge 1024 ] && [ "$CBASE" -le 65000 ] \
+    || die "KAFKA_CLUSTER_PORT=$CBASE: give a port from 1024 to 65000 (the nodes use it and up to 402 above it)"
+}
+
+need_cluster() {
+  # The verbs that act on an existing cluster: its state directory holds one.
+  cluster_setup
+  [ -f "$CSTATE/cluster.env" ] || die "no cluster in $CSTATE: start one (scripts/kafka.sh cluster start)"
+}
+
+port_of() { echo $((CBASE + OFFSET[$2] + $1 - 1)); }          # node $1's listener $2
+
+addresses() {     # the three nodes' addresses of listener $1, comma-separated
+  local n out=""
+  for n in $NODES; do out="${out:+$out,}127.0.0.1:$(port_of "$n" "$1")"; done
+  echo "$out"
+}
+
+kinds() { if [ "$SECURE" = 1 ]; then echo client controller internal plain mtls; else echo client controller; fi; }
+
+on_node() {
+  # The single-broker functions act on node $1 from here: its STATE, PORT, CPORT, IPORT.
+  STATE="$CSTATE/node$1"; PORT=$(port_of "$1" client); CPORT=$(port_of "$1" controller); IPORT=""
+  [ "$SECURE" = 1 ] && IPORT=$(port_of "$1" internal)
+  return 0
+}
+
+node_arg() {
+  [[ "${1:-}" =~ ^[1-3]$ ]] || die "give a node: 1, 2 or 3 (scripts/kafka.sh cluster $VERB N)"
+}
+
+alive() {
+  # Whether process $1 still runs: its command line is readable and not empty (a zombie's
+  # is empty, and kill -0 would still find it until its parent reaps it).
+  local cmd
+  cmd=$(tr -d '\0' 2>/dev/null < "/proc/$1/cmdline") && [ -n "$cmd" ]
+}
+
+admin_config() { if [ "$SECURE" = 1 ]; then echo "$CSTATE/clients/admin.properties"; fi; }
+
+node_in_cluster() {
+  # Node $1 answers a metadata request, and its answer lists node $1 itself as a live broker.
+  on_node "$1"
+  holds_port "$PORT" && brokers_answer "node=$1" "$(admin_config)" "127.0.0.1:$PORT"
+}
+
+# ----------------------------------------------------------------- the cluster's configuration
+cluster_node_properties() {
+  # Node $1's server.properties on stdout (after on_node $1). A static quorum of the three
+  # controllers, the same controller.quorum.voters on every node (Kafka 4.0's KRaft docs,
+  # "Static versus Dynamic KRaft Quorums"); replication factor 3 and min ISR 2 for every
+  # topic, the internal ones included.
+  local n="$1" m voters=""
+  for m in $NODES; do voters="${voters:+$voters,}$m@127.0.0.1:$(port_of "$m" controller)"; done
+  local KRAFT_NODE="$n" KRAFT_VOTERS="$voters" KRAFT_REPLICAS=3
+  if [ "$SECURE" != 1 ]; then
+    base_properties "$CPORT" "PLAINTEXT://127.0.0.1:$PORT,CONTROLLER://127.0.0.1:$CPORT" \
+      "PLAINTEXT://127.0.0.1:$PORT" "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT" PLAINTEXT "$STATE/data"
+    echo "auto.create.topics.enable=true"
+    return
+  fi
+  local plain="127.0.0.1:$(port_of "$n" plain)" mtls="127.0.0.1:$(port_of "$n" mtls)"
+  secure_server_properties "$CSTATE/tls" "$STATE/data" "$CPORT" \
+    "SASL_SSL://127.0.0.1:$PORT,PLAIN://$plain,MTLS://$mtls,BROKER://127.0.0.1:$IPORT,CONTROLLER://127.0.0.1:$CPORT" \
+    "SASL_SSL://127.0.0.1:$PORT,PLAIN://$plain,MTLS://$mtls,BROKER://127.0.0.1:$IPORT" \
+    "SASL_SSL:SASL_SSL,PLAIN:SASL_SSL,MTLS:SSL,BROKER:SSL,CONTROLLER:SSL"
+  # Two more client listeners, in the shapes managed Kafka services give: PLAIN (an API key
+  # and secret, Confluent Cloud's shape), its users and passwords in the JAAS file
+  # tls/plain.jaas (0600; its section plain.KafkaServer, Kafka's listener-prefixed JAAS
+  # context), and TLS with a client certificate (Amazon MSK's and Aiven's), whose subject
+  # CN=<user>,OU=<tag> becomes User:<user> by one rule per user (mtls_rules). Any other
+  # certificate, the brokers' own included, matches no rule and is refused there.
+  cat <<PROPS
+listener.name.plain.sasl.enabled.mechanisms=PLAIN
+listener.name.mtls.ssl.client.auth=required
+listener.name.mtls.ssl.principal.mapping.rules=$(mtls_rules)
+PROPS
+}
+
+mtls_rules() {
+  # ssl.principal.mapping.rules (KIP-371): for each user of tls/mtls-users ("<user> <tag>"
+  # lines), its current certificate's exact subject to its name. A certificate a user
+  # held before `rotate` (another tag), or after `remove`, maps to nothing. A '.' in a
+  # name is matched as [.], without the backslash a properties file would eat.
+  local u tag rules=""
+  while read -r u tag; do
+    rules="${rules:+$rules,}RULE:^CN=${u//./[.]},OU=$tag\$/$u/"
+  done < "$CSTATE/tls/mtls-users"
+  echo "$rules"
+}
+
+client_certs() {
+  # $1 issue|revoke, $2... users: a new client certificate (CN=<user>, OU=a fresh random
+  # tag; signed by the cluster's CA) and key in clients/<user>.mtls.crt and .key (0600),
+  # or both removed; tls/mtls-users lists each user's current tag.
+  "$PY" -P - "$CSTATE/tls" "$CSTATE/clients" "$@" <<'PYEOF' || die "could not $1 the client certificates (needs the cryptography package)"
+import datetime, os, secrets, sys, tempfile
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+tls, clients, action, users = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4:]
+def write(path, data):
+    fd, new = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".new-")
+    with os.fdopen(fd, "wb") as fh:
+        fh.write(data)
+    os.replace(new, path)
+listed = f"{tls}/mtls-users"
+tags = dict(line.split() for line in open(listed)) if os.path.exists(listed) else {}
+if action == "issue":
+    ca = x509.load_pem_x509_certificate(open(f"{tls}/ca.pem", "rb").read())
+    ca_key = serialization.load_pem_private_key(open(f"{tls}/ca.key", "rb").read(), None)
+    now = datetime.datetime.now(datetime.timezone.utc)
+for user in users:
+    if action == "revoke":
+        tags.pop(user, None)
+        for ext in ("crt", "key"):
+            if os.path.exists(f"{clients}/{user}.mtls.{ext}"):
+                os.remove(f"{clients}/{user}.mtls.{ext}")
+        continue
+    tags[user] = secrets.token_hex(6)
+    key = ec.generate_private_key(ec.SECP256R1())
+    subject = x509.Name([x509.NameAttribute(NameOID.ORGANIZATIONAL_UNIT_NAME, tags[user]),
+                         x509.NameAttribute(NameOID.COMMON_NAME, user)])   # RFC 2253: CN=<user>,OU=<tag>
+    cert = (x509.CertificateBuilder().subject_name(subject).issuer_name(ca.subject)
+            .public_key(key.public_key()).serial_number(x509.random_serial_number())
+            .not_valid_before(now - datetime.timedelta(minutes=5)).not_valid_after(now + datetime.timedelta(days=365))
+            .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False)
+            .sign(ca_key, hashes.SHA256()))
+    write(f"{clients}/{user}.mtls.key", key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                                          serialization.NoEncryption()))
+    write(f"{clients}/{user}.mtls.crt", cert.public_bytes(serialization.Encoding.PEM))
+write(listed, "".join(f"{u} {t}\n" for u, t in sorted(tags.items())).encode())
+PYEOF
+}
+
+cluster_clients() {
+  # Each user's ($@) three client configs (0600), those missing made: SCRAM
+  # (<user>.properties), PLAIN (<user>.plain.properties, a password of its own: one who
+  # reads a PLAIN password, which crosses to the broker, learns nothing of the SCRAM one)
+  # and mTLS (<user>.mtls.properties, with its certificate and key). The names are those
+  # dpstream's client config reader takes (streams/worker/kafka.py).
+  local u dir="$CSTATE/clients" ca="$CSTATE/tls/ca.pem" certs=()
+  mkdir -p "$dir"
+  for u in "$@"; do
+    [ -f "$dir/$u.properties" ] || write_client "$dir" "$u" "$(addresses client)" "$ca"
+    if [ ! -f "$dir/$u.plain.properties" ]; then
+      write_client "$dir" "$u" "$(addresses plain)" "$ca" PLAIN "$u.plain.properties"
+    fi
+    [ -f "$dir/$u.mtls.properties" ] || certs+=("$u")
+  done
+  [ ${#certs[@]} -gt 0 ] || return 0
+  client_certs issue "${certs[@]}"
+  for u in "${certs[@]}"; do write_mtls_client "$u"; done
+}
+
+write_mtls_client() {
+  printf 'bootstrap.servers=%s\nsecurity.protocol=SSL\nssl.ca.location=%s\nssl.certificate.location=%s\nssl.key.location=%s\n' \
+    "$(addresses mtls)" "$CSTATE/tls/ca.pem" "$CSTATE/clients/$1.mtls.crt" "$CSTATE/clients/$1.mtls.key" \
+    | write_new "$CSTATE/clients/$1.mtls.properties"
+}
+
+write_plain_jaas() {
+  # The PLAIN listener's users (tls/plain.jaas, 0600), from their 0600 PLAIN client
+  # configs; printf is a shell builtin, so no password is an argument of a process.
+  local f u
+  { echo "plain.KafkaServer {"
+    echo "  org.apache.kafka.common.security.plain.PlainLoginModule required"
+    for f in "$CSTATE"/clients/*.plain.properties; do
+      [ -f "$f" ] || continue
+      u="${f##*/}"; u="${u%.plain.properties}"
+      printf '  user_%s="%s"\n' "$u" "$(password_of "$u.plain" "$CSTATE/clients")"
+    done
+    echo "  ;"
+    echo "};"; } | write_new "$CSTATE/tls/plain.jaas"
+}
+
+write_cluster_config() {
+  # Everything the nodes read, written anew (TLS material, client configs and cluster id
+  # only once): the secured cluster's CA (its key kept: it signs the users' client
+  # certificates) and broker certificate (one for the three nodes, all on 127.0.0.1),
+  # each user's client configs, the PLAIN users, the internal admin's config, and each
+  # node's server.properties and log4j2.properties.
+  local n
+  [ -f "$CSTATE/cluster.id" ] || cluster_ids | write_new "$CSTATE/cluster.id"
+  if [ "$SECURE" = 1 ]; then
+    make_secrets --keep-ca-key "$CSTATE/tls" localhost 127.0.0.1
+    # shellcheck disable=SC2086  # USERS is a list
+    cluster_clients $USERS
+    write_plain_jaas
+    broker_admin_config "$(addresses internal)" "$CSTATE/tls" | write_new "$CSTATE/tls/broker-admin.properties"
+  fi
+  for n in $NODES; do write_node_config "$n"; done
+}
+
+write_node_config() {
+  on_node "$1"
+  mkdir -p "$STATE/data"
+  cluster_node_properties "$1" | write_new "$STATE/server.properties"
+  write_log_config
+}
+
+cluster_scram() {       # scram (above) for the cluster's users, through the internal listeners
+  local STATE="$CSTATE"
+  scram "$@"
+}
+
+launch_node() {
+  # Start node $1 (its storage formatted) in the background.
+  on_node "$1"
+  local -a opts=()
+  [ "$SECURE" = 1 ] && opts=(-Djava.security.auth.login.config="$CSTATE/tls/plain.jaas")
+  launch "${opts[@]}"
+  node_config_sum > "$STATE/launched"
+}
+
+node_config_sum() {   # what node $STATE reads at start (its server.properties, the PLAIN users), as a checksum
+  local files=("$STATE/server.properties")
+  [ "$SECURE" = 1 ] && files+=("$CSTATE/tls/plain.jaas")
+  cat "${files[@]}" | cksum
+}
+
+# ----------------------------------------------------------------- the cluster's verbs
+cluster_start() {
+  cluster_setup create
+  [ -f "$CSTATE/cluster.env" ] || [ -z "$(ls -A "$CSTATE")" ] \
+    || die "$CSTATE is not empty and holds no cluster (no cluster.env): give the cluster a new directory (DPSTREAM_KAFKA_CLUSTER_STATE)"
+  [ -f "$CSTATE/cluster.env" ] || printf 'base=%s\nsecure=%s\n' "$CBASE" "$SECURE" | write_new "$CSTATE/cluster.env"
+  local n kind p pid started=() pids=()
+  for n in $NODES; do
+    on_node "$n"
+    running && continue                        # kept as it runs
+    for kind in $(kinds); do
+      p=$(port_of "$n" "$kind")
+      port_open "$p" && die "127.0.0.1:$p (node $n's $kind listener) is taken by another process: stop it, or give the cluster other ports (KAFKA_CLUSTER_PORT, with a new DPSTREAM_KAFKA_CLUSTER_STATE)"
+    done
+    started+=("$n")
+  done
+  local users_set=0
+  if [ ${#started[@]} -eq 0 ]; then
+    users_set=1                                  # all three run: only wait until they answer
+  else
+    fetch
+    need_tools
+    write_cluster_config
+  fi
+  for n in "${started[@]}"; do
+    ( on_node "$n"; format_storage "$(cat "$CSTATE/cluster.id")" ) & pids+=($!)
+  done
+  for pid in "${pids[@]}"; do wait "$pid" || exit 1; done      # the format's own line said why
+  for n in "${started[@]}"; do launch_node "$n"; done
+  local deadline=$((SECONDS + 180))
+  while [ "$SECONDS" -lt "$deadline" ]; do
+    for n in "${started[@]}"; do
+      on_node "$n"
+      running || { p="node $n exited during start: $(broker_error) (log: $STATE/server.log)"; kill_nodes "${started[@]}"; die "$p"; }
+    done
+    if [ "$SECURE" = 1 ] && [ "$users_set" = 0 ] && all_hold internal; then
+      # shellcheck disable=SC2086  # USERS is a list
+      cluster_scram set $USERS
+      users_set=1
+    fi
+    if { [ "$SECURE" != 1 ] || [ "$users_set" = 1 ]; } && all_hold client \
+        && brokers_answer count=3 "$(admin_config)" $(addresses client | tr , ' '); then
+      echo "kafka.sh: a Kafka $VERSION cluster of 3 nodes ready: bootstrap $(addresses client)$([ "$SECURE" = 1 ] && echo ", SASL_SSL (client configs in $CSTATE/clients)") (state in $CSTATE)"
+      return 0
+    fi
+    sleep 1
+  done
+  kill_nodes "${started[@]}"                    # not left running behind a failed start
+  die "the cluster did not answer within 180 s, each node listing 3 brokers (stopped the nodes it started; see $CSTATE/node*/server.log)"
+}
+
+all_hold() {    # every node's listener $1 is held by that node
+  local n
+  for n in $NODES; do on_node "$n"; holds_port "$(port_of "$n" "$1")" || return 1; done
+}
+
+kill_nodes() {  # kill -9 the nodes $@ that run, and wait until they are gone
+  local n pid
+  for n in "$@"; do
+    on_node "$n"
+    running || { rm -f "$STATE/kafka.pid"; continue; }
+    pid=$(broker_pid)
+    kill -9 "$pid" 2>/dev/null || true
+    while alive "$pid"; do sleep 0.1; done
+    rm -f "$STATE/kafka.pid"
+  done
+}
+
+stop_nodes() {
+  # SIGTERM to the nodes $2... that run, all at once (a controlled shutdown each: their
+  # partitions' leadership moves to the others first), and wait up to $1 s for them; one
+  # still running then is killed (-9), and said so. A node's controlled shutdown waits
+  # for the active controller's approval (Kafka's BrokerServer.shutdown, up to minutes):
+  # when all three stop together, the last one now and then still waits after the other
+  # two took the quorum with them (about 1 stop in 5 here), so `cluster stop` gives
+  # them 20 s (a full stop takes 6-9 s here) and `stop-node` 60.
+  local grace="$1" n pid pids=() nodes=(); shift
+  local deadline=$((SECONDS + grace))
+  for n in "$@"; do
+    on_node "$n"
+    if running; then pid=$(broker_pid); kill "$pid" 2>/dev/null || true; pids+=("$pid"); nodes+=("$n"); fi
+    rm -f "$STATE/kafka.pid"
+  done
+  for i in "${!pids[@]}"; do
+    while alive "${pids[$i]}" && [ "$SECONDS" -lt "$deadline" ]; do sleep 0.2; done
+    if alive "${pids[$i]}"; then
+      kill -9 "${pids[$i]}" 2>/dev/null || true
+      while alive "${pids[$i]}"; do sleep 0.1; done
+      echo "kafka.sh: node ${nodes[$i]} did not stop within $grace s: killed (-9)" >&2
+    fi
+  done
+  [ ${#nodes[@]} -eq 0 ] || echo "kafka.sh: stopped node(s) ${nodes[*]}"
+}
+
+start_node() {
+  # Node $1 again, from its own storage and configuration, back in the cluster: it answers
+  # a metadata request that lists itself as a live broker (registered and unfenced by
+  # the controller). Its replicas then catch up and rejoin the ISRs by themselves.
+  local n="$1" kind p
+  on_node "$n"
+  [ -f "$STATE/data/meta.properties" ] || die "node $n has no storage in $STATE: start the cluster (scripts/kafka.sh cluster start)"
+  if ! running; then
+    for kind in $(kinds); do
+      p=$(port_of "$n" "$kind")
+      port_open "$p" && die "127.0.0.1:$p (node $n's $kind listener) is taken by another process"
+    done
+    fetch
+    launch_node "$n"
+  fi
+  local deadline=$((SECONDS + 120))
+  while [ "$SECONDS" -lt "$deadline" ]; do
+    on_node "$n"
+    running || die "node $n exited during start: $(broker_error) (log: $STATE/server.log)"
+    if node_in_cluster "$n"; then echo "kafka.sh: node $n is in the cluster (pid $(broker_pid), 127.0.0.1:$PORT)"; return 0; fi
+    sleep 0.5
+  done
+  die "node $n did not rejoin the cluster within 120 s (it still runs; see $STATE/server.log)"
+}
+
+cluster_status() {
+  # One line per node (key=value, for scripts), then the bootstrap servers and the state
+  # directory; exit 0 when all three run and hold their client port, else 1.
+  local n pid run all=0 line
+  for n in $NODES; do
+    on_node "$n"
+    pid=-; run=no
+    if running; then
+      pid=$(broker_pid); run=starting
+      holds_port "$PORT" && run=yes
+    fi
+    [ "$run" = yes ] || all=1
+    line="node=$n running=$run pid=$pid client=127.0.0.1:$PORT controller=127.0.0.1:$CPORT"
+    [ "$SECURE" = 1 ] && line="$line internal=127.0.0.1:$IPORT plain=127.0.0.1:$(port_of "$n" plain) mtls=127.0.0.1:$(port_of "$n" mtls)"
+    echo "$line"
+  done
+  echo "bootstrap=$(addresses client)"
+  if [ "$SECURE" = 1 ]; then
+    echo "bootstrap.plain=$(addresses plain)"
+    echo "bootstrap.mtls=$(addresses mtls)"
+    echo "clients=$CSTATE/clients"
+  fi
+  echo "state=$CSTATE"
+  return $all
+}
+
+wait_replicated() {
+  # Every partition of every topic has its full ISR again (up to 120 s): what a rolling
+  # restart waits for before it stops the next node (min ISR 2 of 3 would otherwise refuse
+  # acks=all writes while two replicas are away).
+  "$PY" -P - "$(addresses client)" "$(admin_config)" <<'PYEOF' 2>/dev/null || die "some partitions were still under-replicated after 120 s"
+import asyncio, sys, time
+from dpstream.streams.worker.kafka import Kafka, running
+async def replicated(kafka):
+    async with running(kafka.admin(request_timeout_ms=10000)) as admin:
+        topics = await admin.describe_topics(await admin.list_topics())
+    return all(t["error_code"] == 0 and all(len(p["isr"]) == len(p["replicas"]) for p in t["partitions"])
+               for t in topics)
+async def main():
+    kafka = Kafka.from_settings(sys.argv[1], sys.argv[2] or None, environ={})
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        try:
+            if await replicated(kafka):
+                return 0
+        except Exception:              # a node restarting: asked again
+            pass
+        await asyncio.sleep(1)
+    return 1
+sys.exit(asyncio.run(main()))
+PYEOF
+}
+
+roll() {
+  # A rolling restart with the configuration written anew: each running node that was
+  # started with another one (its "launched" checksum) in turn stopped cleanly, started,
+  # back in the cluster, and every partition fully replicated again before the next.
+  # What makes a changed PLAIN password or client certificate count (the nodes read them
+  # at start); run again, it finishes what an interrupted one left.
+  local n restarted=()
+  write_plain_jaas
+  for n in $NODES; do
+    write_node_config "$n"
+    running || continue
+    [ "$(node_config_sum)" = "$(cat "$STATE/launched" 2>/dev/null)" ] && continue
+    stop_nodes 60 "$n" >/dev/null
+    start_node "$n" >/dev/null
+    wait_replicated
+    restarted+=("$n")
+  done
+  [ ${#restarted[@]} -eq 0 ] || echo "kafka.sh: restarted node(s) ${restarted[*]} so that they take the PLAIN users and client certificates as they are now" >&2
+}
+
+need_secure_cluster() {
+  need_cluster
+  [ "$SECURE" = 1 ] || die "'$VERB' is for the secured cluster: KAFKA_SECURE=1 scripts/kafka.sh cluster $VERB ..."
+  local n
+  for n in $NODES; do on_node "$n"; running && return 0; done
+  die "no node of the cluster of $CSTATE runs: KAFKA_SECURE=1 scripts/kafka.sh cluster start"
+}
+
+cluster_users() {
+  need_secure_cluster
+  [ $# -gt 0 ] || die "usage: KAFKA_SECURE=1 scripts/kafka.sh cluster users NAME..."
+  local u
+  for u in "$@"; do valid_user "$u"; done
+  cluster_clients "$@"
+  cluster_scram set "$@"
+  roll
+  echo "kafka.sh: users $* ready, SCRAM, PLAIN and mTLS (client configs in $CSTATE/clients)"
+}
+
+cluster_rotate() {
+  need_secure_cluster
+  [ $# = 1 ] || die "usage: KAFKA_SECURE=1 scripts/kafka.sh cluster rotate NAME"
+  valid_user "$1"
+  local dir="$CSTATE/clients"
+  [ -f "$dir/$1.properties" ] || die "no user $1 (no $dir/$1.properties)"
+  write_new "$dir/$1.properties.old" < "$dir/$1.properties"
+  write_client "$dir" "$1" "$(addresses client)" "$CSTATE/tls/ca.pem"
+  cluster_scram set "$1"
+  rm -f "$dir/$1.properties.old"
+  write_client "$dir" "$1" "$(addresses plain)" "$CSTATE/tls/ca.pem" PLAIN "$1.plain.properties"
+  client_certs issue "$1"
+  write_mtls_client "$1"
+  roll
+  local STATE="$CSTATE/node1"
+  echo "kafka.sh: new credentials for $1 in $dir/$1.{properties,plain.properties,mtls.properties}; the old ones are refused at their next login, $(live_sessions)"
+}
+
+cluster_remove() {
+  need_secure_cluster
+  [ $# = 1 ] && [ "$1" != admin ] || die "usage: KAFKA_SECURE=1 scripts/kafka.sh cluster remove NAME (not admin)"
+  valid_user "$1"
+  local dir="$CSTATE/clients"
+  [ -f "$dir/$1.properties" ] || die "no user $1 (no $dir/$1.properties)"
+  cluster_scram delete "$1"
+  rm -f "$dir/$1.properties" "$dir/$1.plain.properties" "$dir/$1.mtls.properties"
+  client_certs revoke "$1"
+  roll
+  local STATE="$CSTATE/node1"
+  echo "kafka.sh: user $1 removed (SCRAM, PLAIN, mTLS); its credentials are refused at their next login, $(live_sessions)"
+}
+
+cluster_main() {
+  VERB="${1:-}"
+  case "$VERB" in
+    start) cluster_start ;;
+    stop) need_cluster; stop_nodes 20 $NODES ;;
+    status) need_cluster; cluster_status ;;
+    bootstrap) need_cluster; addresses client ;;
+    reset) cluster_setup
+           if [ -f "$CSTATE/cluster.env" ]; then stop_nodes 20 $NODES
+           elif [ -d "$CSTATE" ] && [ -n "$(ls -A "$CSTATE")" ]; then
+             die "$CSTATE holds no cluster (no cluster.env): not deleting it"
+           fi
+           rm -rf "$CSTATE" ;;
+    kill) node_arg "${2:-}"; need_cluster
+          on_node "$2"
+          if running; then p=$(broker_pid); kill_nodes "$2"; echo "kafka.sh: node $2 killed (kill -9 of pid $p)"
+          else echo "kafka.sh: node $2 is not running"; fi ;;
+    stop-node) node_arg "${2:-}"; need_cluster
+               on_node "$2"
+               if running; then stop_nodes 60 "$2"; else echo "kafka.sh: node $2 is not running"; fi ;;
+    start-node) node_arg "${2:-}"; need_cluster; start_node "$2" ;;
+    clients) need_cluster
+             [ "$SECURE" = 1 ] || die "'clients' is for the secured cluster: KAFKA_SECURE=1 scripts/kafka.sh cluster clients"
+             safe_dir "$CSTATE/clients" "the client configs' directory" "start over in a new state directory (scripts/kafka.sh cluster reset)" "" private \
+               || die "no client configs in $CSTATE/clients: start the secured cluster first (KAFKA_SECURE=1 scripts/kafka.sh cluster start)"
+             echo "$SAFE_DIR" ;;
+    users) shift; cluster_users "$@" ;;
+    rotate) shift; cluster_rotate "$@" ;;
+    remove) shift; cluster_remove "$@" ;;
+    *) echo "usage: $0 cluster start|stop|status|bootstrap|reset|kill N|stop-node N|start-node N|clients|users NAME...|rotate NAME|remove NAME" >&2; exit 2 ;;
+  esac
+}
+
 case "${1:-}" in
   start) start ;;
   compose-secrets) compose_secrets "${2:-}" ;;
@@ -788,5 +1425,6 @@ case "${1:-}" in
           if running && holds_port "$PORT"; then echo "running on 127.0.0.1:$PORT (state in $STATE)"
           else echo "not running (state in $STATE)"; exit 1; fi ;;
   reset) stop; rm -rf "$STATE" ;;
-  *) echo "usage: $0 start|stop|status|fetch|reset|compose-secrets [DIR]|cluster-ids [N]|clients|users NAME...|rotate NAME|remove NAME" >&2; exit 2 ;;
+  cluster) shift; cluster_main "$@" ;;
+  *) echo "usage: $0 start|stop|status|fetch|reset|compose-secrets [DIR]|cluster-ids [N]|clients|users NAME...|rotate NAME|remove NAME|cluster VERB" >&2; exit 2 ;;
 esac

@@ -1,6 +1,8 @@
 """docker-compose.yml is for users (no Docker engine here): check that it parses, that it
-names what the README and the docs (deployment, operations) document, that the secured
-profile mounts exactly what ``scripts/kafka.sh compose-secrets`` makes, and that the
+names what the README and the docs (deployment, operations) document, that the cluster
+profile is three nodes with the replication settings and ports of ``scripts/kafka.sh
+cluster``, that the secured profile mounts exactly what ``scripts/kafka.sh
+compose-secrets`` makes, and that the
 broker configuration it makes runs: a real Kafka started here from those files (paths
 and ports moved to this machine) authenticates every user on both listeners and enforces
 the ACLs."""
@@ -44,6 +46,46 @@ def test_compose_defines_a_single_kraft_broker_and_a_worker_on_the_documented_po
     assert "docker compose --profile secure up -d" in docs and "localhost:9094" in docs
     assert "docker compose --profile plaintext up -d" in docs and "6066" in docs
     assert (ROOT / "Dockerfile").exists()
+
+
+def test_the_cluster_profile_is_three_kraft_nodes_with_replication_3_and_min_isr_2():
+    """The "cluster" profile: kafka-1..3, each broker and controller, one static quorum of
+    all three (the same voters and cluster id on each), every topic replicated 3 times
+    with min ISR 2 and no unclean election, the host's listeners on the loopback ports
+    of ``scripts/kafka.sh cluster`` (19092-19094), a volume per node, and a worker that
+    bootstraps from all three once they are healthy."""
+    services = compose()["services"]
+    cluster = {n: s for n, s in services.items() if s.get("profiles") == ["cluster"]}
+    assert set(cluster) == {"kafka-1", "kafka-2", "kafka-3", "worker-cluster"}
+    base = int(re.search(r"^\s*local default=(\d+) ", Path(SCRIPT).read_text(), re.M).group(1))
+    voters = "1@kafka-1:9093,2@kafka-2:9093,3@kafka-3:9093"
+    ids, volumes = set(), set()
+    for n in (1, 2, 3):
+        node = cluster[f"kafka-{n}"]
+        env = node["environment"]
+        assert env["KAFKA_NODE_ID"] == n and env["KAFKA_PROCESS_ROLES"] == "broker,controller"
+        assert env["KAFKA_CONTROLLER_QUORUM_VOTERS"] == voters
+        assert env["KAFKA_DEFAULT_REPLICATION_FACTOR"] == env["KAFKA_OFFSETS_TOPIC_REPLICATION_FACTOR"] == 3
+        assert env["KAFKA_TRANSACTION_STATE_LOG_REPLICATION_FACTOR"] == 3
+        assert env["KAFKA_MIN_INSYNC_REPLICAS"] == env["KAFKA_TRANSACTION_STATE_LOG_MIN_ISR"] == 2
+        assert env["KAFKA_UNCLEAN_LEADER_ELECTION_ENABLE"] == "false"
+        port = base + n - 1
+        assert node["ports"] == [f"127.0.0.1:{port}:{port}"]
+        assert env["KAFKA_LISTENERS"] == f"PLAINTEXT://0.0.0.0:{port},INTERNAL://0.0.0.0:9092,CONTROLLER://0.0.0.0:9093"
+        assert env["KAFKA_ADVERTISED_LISTENERS"] == f"PLAINTEXT://localhost:{port},INTERNAL://kafka-{n}:9092"
+        assert f"kafka-{n}:9092" in node["healthcheck"]["test"][1]
+        ids.add(env["CLUSTER_ID"])
+        volumes.update(node["volumes"])
+    (cluster_id,) = ids
+    assert re.fullmatch(r"[A-Za-z0-9_][A-Za-z0-9_-]{21}", cluster_id)
+    assert volumes == {f"kafka-{n}-data:/var/lib/kafka/data" for n in (1, 2, 3)}
+    assert {f"kafka-{n}-data" for n in (1, 2, 3)} <= set(compose()["volumes"])
+    worker = cluster["worker-cluster"]
+    assert "kafka-1:9092,kafka-2:9092,kafka-3:9092" in worker["command"]
+    assert worker["depends_on"] == {f"kafka-{n}": {"condition": "service_healthy"} for n in (1, 2, 3)}
+    assert worker["ports"] == ["127.0.0.1:6066:6066"]
+    assert worker["environment"]["DPSTREAM_SECRET_KEY_FILE"].startswith("/run/secrets/")
+    assert "docker compose --profile cluster up -d" in (ROOT / "docs" / "development.md").read_text()
 
 
 @pytest.fixture(scope="module")
