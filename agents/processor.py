@@ -32,10 +32,12 @@ published and counted (conservative, but a ledger entry with no release behind i
 
 The privacy unit: an example of a model with a ``privacy_unit`` reaches its handler's
 learner only if ``Handler.admit`` admits it (agents/units.py); one that is not admitted
-gets the record any example gets while the model does not move. A run of examples is cut
-into stretches of admitted and not admitted ones, in order, so the batch kernels keep
-their runs. With ``trace`` (replay), every decision is kept in memory, by (model, seq):
-the private trace ``dpstream replay`` checks the bound on; it is never published.
+goes to ``Handler.pass_over``: it takes its place in the model's schedule (its block,
+window, sample or round) and teaches nothing, so the public schedule counts arriving
+examples (agents/kinds/base.py). A run of examples is cut into stretches of admitted and
+not admitted ones, in order, so the batch kernels keep their runs. With ``trace``
+(replay), every decision is kept in memory, by (model, seq): the private trace
+``dpstream replay`` checks the bound on; it is never published.
 """
 from __future__ import annotations
 

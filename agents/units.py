@@ -6,7 +6,10 @@ neighbours when they differ in the contents of all records of one privacy ID, at
 positions. Of an ID's examples at most k (``max_contributions``) per epoch reach the
 learner, the first k in the model's log order (its event counter ``seq``, the same in
 every runtime), and for a kind whose learner releases per block at most one per block.
-The charge is derived for those k participations (each kind's calibration).
+The charge is derived for those k participations (each kind's calibration). Epochs and
+blocks are counted in arriving examples, admitted or not: a refused example takes its
+place and teaches nothing (agents/kinds/base.py), so a decision moves no public counter,
+and the slot an example is decided in is a function of the log alone.
 
 Pseudonym. The sequencer replaces the raw ID by ``unit`` = HMAC-SHA256 under key material
 derived from the secret key for the model (``KeyedRandomness.stream_key(model, PURPOSE,

@@ -41,9 +41,10 @@ Configurations, per set and budget (the kinds' own calibration: ``agents.kinds``
   the first k of a person's examples in log order, at most one per block for dp_ftrl
   (``agents.units.decide``, the agents' rule). Each stream is one epoch, so max_epochs 1
   cuts nobody off. ``horizon`` (dp_ftrl) and ``examples`` (the predictor) are the
-  examples that reach the learner: a function of the arrival pattern alone, which the
-  neighbouring relation fixes (docs/privacy.md, "The privacy unit"), and what a user who
-  knows their traffic would register;
+  stream's (labelled) examples, as for (a): blocks, epochs and an epoch's sample count
+  arriving examples, admitted or not (docs/privacy.md, "The privacy unit"), so an example
+  that does not reach the learner still takes its place (a zero gradient in its block; a
+  place in the sample that no block holds);
 * (c) non-private: bench/dp_ftrl.py's River LogisticRegression (and the majority label
   so far); for the predictor, bench/predictor_real.py's majority class of the labelled
   examples, and a 1-nearest-neighbour classifier over them (scikit-learn).
@@ -54,15 +55,16 @@ the released model before it is, or is not, learned; an abstention is wrong), it
 balanced error, the share of examples that reached the learner, the noise sigma per
 coordinate, epsilon per example under that noise, per person and epoch, and per person
 over the model's life (the kind's ``lifetime``). The predictor: the share of queries
-answered, the accuracy on those and on all of them (no answer counts wrong), the sample's
-share of the labelled examples and its k x m. "vs (a)": the error (all queries for the
+answered, the accuracy on those and on all of them (no answer counts wrong), the share
+of the labelled examples that reached the epoch's sample (of its k x m arrivals), and
+its k x m. "vs (a)": the error (all queries for the
 predictor) over (a)'s. (a) bounds no person: its per-person figure (marked +) is what its
 noise gives the heaviest person of this pattern (dp_ftrl: all their rows, counted per
 block, sens^2 ||C~ c||^2 / (2 sigma^2) as zCDP, C~ the factorization's monotone envelope
 as in mechanisms/participation.py; the predictor: group privacy over their rows in the
-sample). Then, unless ``--no-epochs``: shuttle at epsilon 4 in epochs of 5,000 examples
-that reach the learner, with the default max_epochs 1 and with max_epochs 10 (enough for
-every epoch the stream spans).
+sample). Then, unless ``--no-epochs``: shuttle at epsilon 4 in epochs of 5,000 arriving
+examples, with the default max_epochs 1 and with max_epochs 10 (enough for every epoch
+the stream spans).
 
 The learners run as the kinds run them, with the agents' admission rule, from the same
 key and model id, outside the runtime (a query before every example would take the
@@ -116,7 +118,7 @@ PREDICTOR_EPS = 4.0                 # bench/predictor_real.py's budget
 MAX_QUERIES = 3_000                 # bench/predictor_real.py's split
 LOG_SIGMA = 1.2                     # rows per person: discretised log-normal (module docstring)
 MEAN_ROWS = 5.0
-EPOCH_HORIZON = 5_000               # the multi-epoch run: examples per epoch
+EPOCH_HORIZON = 5_000               # the multi-epoch run: arriving examples per epoch
 EPOCH_CAP = 10                      # and its max_epochs
 
 
@@ -179,61 +181,46 @@ def key(seed: int) -> KeyedRandomness:
 # ------------------------------------------------------------------ dp_ftrl
 def ftrl_admitted(ids: np.ndarray, k: int | None, block: int, horizon: int, max_epochs: int = 1) -> np.ndarray:
     """Which positions reach the learner: the agents' rule (``agents.units.decide``) with
-    the slots a block kind gives (``BlockReleaseKind.unit_slots``: the block the next
-    admitted example enters, a new epoch every ``horizon`` admitted)."""
+    the slots a block kind gives (``BlockReleaseKind.unit_slots``: blocks of ``block``
+    arriving examples, admitted or not, a new epoch every ``horizon``)."""
     if k is None:
         return np.ones(ids.size, dtype=bool)
     records: dict[int, dict] = {}
     out = np.zeros(ids.size, dtype=bool)
-    epoch = t = 0
     for i, p in enumerate(ids.tolist()):
-        ok, record = decide(records.get(p), seq=i, epoch=epoch, block=t // block, k=k, floor=epoch,
-                            epochs=max_epochs)
+        epoch = i // horizon
+        ok, record = decide(records.get(p), seq=i, epoch=epoch, block=(i % horizon) // block, k=k,
+                            floor=epoch, epochs=max_epochs)
         if ok:
             records[p], out[i] = record, True
-            t += 1
-            if t >= horizon:
-                epoch, t = epoch + 1, 0
     return out
 
 
 def ftrl_plan(ids, d: int, eps: float, k: int | None, max_epochs: int = 1, horizon: int | None = None):
-    """(config, admitted): ``horizon`` None: the examples that reach the learner, found by
-    running the rule at a trial horizon until it holds them all (one epoch; the block rule
-    may depend on the horizon, learners/dp_ftrl.py ``default_block``): a horizon that
-    holds exactly the examples admitted under it."""
-    if horizon is not None:
-        config = ftrl_config(d, eps, horizon, k, max_epochs)
-        p = ftrl_kind.parameters(config)
-        return config, ftrl_admitted(ids, k, p.block, p.horizon, max_epochs)
-    trial = ids.size
-    for _ in range(8):
-        config = ftrl_config(d, eps, trial, k, max_epochs)
-        p = ftrl_kind.parameters(config)
-        admitted = ftrl_admitted(ids, k, p.block, p.horizon, max_epochs)
-        if int(admitted.sum()) == trial:
-            return config, admitted
-        trial = int(admitted.sum())
-    raise RuntimeError("the horizon did not settle")
+    """(config, admitted): ``horizon`` None: the stream's length, one epoch (the schedule
+    counts arriving examples, admitted or not)."""
+    config = ftrl_config(d, eps, ids.size if horizon is None else horizon, k, max_epochs)
+    p = ftrl_kind.parameters(config)
+    return config, ftrl_admitted(ids, k, p.block, p.horizon, max_epochs)
 
 
 def ftrl_labels(config: ModelConfig, X: np.ndarray, y: np.ndarray, admitted: np.ndarray, seed: int) -> list:
     """The released model's answer for every position before it is (or is not) learned,
     as a query just before each example gets it in the runtime: the model changes only
-    when an admitted example closes a block, so each stretch up to that example is
-    predicted at once, then its admitted rows learned (``learn_many``)."""
+    when a block of arriving examples closes, so each block is predicted at once, then its
+    admitted rows learned (``learn_many``) and the others passed over (``pass_over``:
+    their places, nothing learned; the order within a block changes nothing)."""
     model = DPFTRL(params=ftrl_kind.parameters(config), rng=key(seed), model_id=MODEL)
     labels: list = []
-    where = np.flatnonzero(admitted)
-    a = used = 0
+    a = 0
     while a < y.size:
-        left = model.blocks_left()
-        b = int(where[used + left - 1]) + 1 if used + left <= where.size else y.size
+        b = min(y.size, a + model.blocks_left())
         labels += model.predict_many(X[a:b])
-        rows = where[used:used + left] if used + left <= where.size else where[used:]
+        rows = a + np.flatnonzero(admitted[a:b])
         if rows.size:
             model.learn_many(X[rows], y[rows])
-        used += rows.size
+        if rows.size < b - a:
+            model.pass_over(b - a - rows.size)
         a = b
     return labels
 
@@ -259,7 +246,7 @@ def ftrl_run(X, y, ids, eps, seed, k=None, max_epochs=1, horizon=None) -> FtrlRu
     return FtrlRun(float(np.mean(pred != y)), balanced_error(pred, y), float(admitted.mean()), p.sigma,
                    p.epsilon_example, p.epsilon if person else None,
                    ftrl_kind.DPFTRLKind.lifetime(config).epsilon if person else None,
-                   -(-int(admitted.sum()) // p.horizon))
+                   -(-ids.size // p.horizon))
 
 
 def ftrl_heaviest(config: ModelConfig, ids: np.ndarray, top: int = 10) -> tuple[float, int]:
@@ -283,8 +270,8 @@ def ftrl_heaviest(config: ModelConfig, ids: np.ndarray, top: int = 10) -> tuple[
 
 # ------------------------------------------------------------------ the predictor
 def predictor_sample(ids: np.ndarray, k: int | None) -> np.ndarray:
-    """Positions of the labelled examples that reach the epoch's sample, before the cut to
-    k x m: the first k of each person (the first epoch: nobody is cut off by epochs)."""
+    """Positions of the labelled examples that reach the learner: the first k of each
+    person (the first epoch: nobody is cut off by epochs)."""
     if k is None:
         return np.arange(ids.size)
     seen: dict[int, int] = {}
@@ -297,22 +284,32 @@ def predictor_sample(ids: np.ndarray, k: int | None) -> np.ndarray:
 
 
 def predictor_plan(X, ids, k, eps: float = PREDICTOR_EPS):
-    """(config, sample positions): the sample is the first k x m admitted examples (the
-    epoch starts as the buffer fills: agents/kinds/predictor.py); raises InfeasibleParameters
-    when the examples are too few for the budget."""
-    reach = predictor_sample(ids, k)
-    config = predictor_config(X.shape[1], reach.size, k, eps)
+    """(config, sample positions): the epoch's sample is the first k x m arriving examples
+    (the epoch starts as they fill the buffer: agents/kinds/predictor.py), of which those
+    that reach the learner (the positions returned) are dealt to the blocks, the others
+    dealt as rows of their own and left out; ``examples`` is the labelled examples.
+    Raises InfeasibleParameters when the examples are too few for the budget."""
+    config = predictor_config(X.shape[1], ids.size, k, eps)
     kb, m, _ = predictor_kind.shape(config)
-    return config, reach[:kb * m]
+    reach = predictor_sample(ids, k)
+    return config, reach[reach < kb * m]
 
 
 def predictor_answers(config: ModelConfig, X, y, Q, sample: np.ndarray, ids, seed: int) -> list:
-    """The queries' answers (learners.predictor.Answer) after an epoch on ``sample``."""
+    """The queries' answers (learners.predictor.Answer) after an epoch on ``sample`` of the
+    first k x m arrivals (the kind's ``_sample``: each row's unit, None for one that did not
+    reach the learner)."""
     model = PrivatePredictor(config=predictor_kind.predictor_config(config),
                              generator=predictor_kind.generator(config), rng=key(seed), model_id=MODEL,
                              student=config.params.student)
-    units = None if config.privacy_unit is None else ids[sample].tolist()
-    model.start_epoch(X[sample], y[sample], units)
+    if config.privacy_unit is None:
+        model.start_epoch(X[sample], y[sample])
+    else:
+        kb, m, _ = predictor_kind.shape(config)
+        taught = np.zeros(kb * m, dtype=bool)
+        taught[sample] = True
+        units = [int(p) if t else None for p, t in zip(ids[:kb * m], taught)]
+        model.start_epoch(X[:kb * m], y[:kb * m], units, taught)
     return [model.answer(q) for q in Q]
 
 
@@ -472,15 +469,15 @@ def ftrl_tables(args, streams: dict) -> None:
 
 
 def epochs_table(args, name: str, s, X, ids) -> None:
-    """dp_ftrl in epochs of EPOCH_HORIZON examples reaching the learner: max_epochs 1 (the
-    default) against EPOCH_CAP."""
+    """dp_ftrl in epochs of EPOCH_HORIZON arriving examples: max_epochs 1 (the default)
+    against EPOCH_CAP."""
     t0 = time.perf_counter()
     eps, seeds = 4.0, range(args.seeds)
     y = s.labels
     a = [ftrl_run(X, y, ids, eps, seed, horizon=EPOCH_HORIZON) for seed in seeds]
     ref = median(a, "error")
-    print(f"\n### dp_ftrl over several epochs: {name} ({y.size:,}), epochs of {EPOCH_HORIZON:,} examples "
-          f"reaching the learner, epsilon 4, delta 1e-6 (median of {args.seeds} keys)\n")
+    print(f"\n### dp_ftrl over several epochs: {name} ({y.size:,}), epochs of {EPOCH_HORIZON:,} arriving "
+          f"examples, epsilon 4, delta 1e-6 (median of {args.seeds} keys)\n")
     print("| unit | max_epochs | epochs | reach the learner | eps / person, epoch | eps / person, life | "
           "online error | error vs (a) |")
     print("|---|---|---|---|---|---|---|---|")

@@ -31,6 +31,14 @@ sens^2 P_k / (2 sigma^2)-zCDP per person, P_k the factorization's participation 
 dynamic program for the tree). sigma is calibrated on P_k, so the epoch ledger is in
 persons; ``epsilon_example`` is what one example costs under the same noise (P_1). The
 guarantee is per person and epoch: a person in E epochs composes to E epochs' rho.
+Blocks and epochs count arriving examples: one that does not reach the learner
+(``pass_over``) takes its place in its block with a zero vector, so the release schedule
+is a function of the number of examples alone. Then the examples a released prefix
+holds are not releases x block, so the private prior's estimate divides the positives
+count by a count of the examples that reached the learner, released in one more
+coordinate at the same weight (``count_weight``): which examples reach the learner is a
+function of the arrival pattern, the same in two neighbouring streams, so that
+coordinate adds nothing to the sensitivity; its noise is the positives count's.
 
 The intercept and the answer before the first release (issue 45). A unit row's bias
 coordinate is 1/||(x, 1)||, so an intercept of a few log-odds (a stream with 4% positives
@@ -205,6 +213,8 @@ class DPFTRLParameters:
     class_weight: str = "none"  # CLASS_WEIGHTS: the plain loss, or each class as half the stream
     max_contributions: int = 1  # k: a person's examples per epoch (1: the unit is one example)
     participation_norm2: float | None = None  # P_k the noise is calibrated on (None: P_1)
+    count_weight: float = 0.0  # weight of the released count of examples that reached the
+    # learner (a person as the unit, with the prior estimated; 0: every example reaches it)
 
     @property
     def blocks(self) -> int:
@@ -218,9 +228,10 @@ class DPFTRLParameters:
 
     @property
     def released_dim(self) -> int:
-        """Coordinates of a block's vector: d weights, the bias, and the positives count
-        when the prior is estimated privately."""
-        return self.d + 1 + (self.prior_weight > 0)
+        """Coordinates of a block's vector: d weights, the bias, the positives count when
+        the prior is estimated privately, and then, for a person as the unit, the count of
+        examples that reached the learner."""
+        return self.d + 1 + (self.prior_weight > 0) + (self.count_weight > 0)
 
 
 CLIP = 0.25
@@ -283,7 +294,8 @@ def dp_ftrl_parameters(*, epsilon: float, delta: float, d: int, horizon: int, bl
                        eta: float | None = None, loss: str = "logistic", mechanism: str = BLT,
                        clip: float = CLIP, prior: float | None = None,
                        prior_weight: float | None = None, decision: str = "error",
-                       class_weight: str = "none", max_contributions: int = 1) -> DPFTRLParameters:
+                       class_weight: str = "none", max_contributions: int = 1,
+                       admission: bool = False) -> DPFTRLParameters:
     """Parameters that spend (epsilon, delta) per privacy unit (one epoch): rho from
     dp-accounting (``zcdp_rho``), sigma = sens sqrt(P_k) / sqrt(2 rho), P_k the
     factorization's participation norm for k = ``max_contributions`` examples of a person
@@ -298,7 +310,11 @@ def dp_ftrl_parameters(*, epsilon: float, delta: float, d: int, horizon: int, bl
     rounding (sqrt(d + 1) 2^-30) and q the weight as summed (a multiple of 2^-30).
     ``decision`` (DECISIONS) is post-processing and changes no privacy parameter;
     ``class_weight`` (CLASS_WEIGHTS) neither: its weights are at most 1 and multiply
-    the clipped gradient (module docstring, Class weights)."""
+    the clipped gradient (module docstring, Class weights). ``admission``: not every
+    example reaches the learner (a person as the privacy unit); with the prior estimated,
+    the count of those that do is released beside the positives count, at the same
+    weight, adding nothing to the sensitivity (module docstring, "A person as the privacy
+    unit")."""
     if d < 1:
         raise ParameterError("d", d, ">= 1")
     if not 0 < delta < 1:
@@ -357,7 +373,7 @@ def dp_ftrl_parameters(*, epsilon: float, delta: float, d: int, horizon: int, bl
     return DPFTRLParameters(d, block, horizon, float(eta), loss, mechanism, sigma, sens, norm2,
                             rho, spent, delta, blt, float(clip),
                             None if prior is None else float(prior), q, decision, class_weight,
-                            max_contributions, unit_norm2)
+                            max_contributions, unit_norm2, q if admission else 0.0)
 
 
 @dataclass
@@ -463,7 +479,8 @@ class DPFTRL(BlockReleases):
 
     @property
     def released_examples(self) -> int:
-        """Examples the released model has seen (public: releases x block)."""
+        """Examples that arrived in the blocks released so far (public: releases x block;
+        with a person as the unit, some of them did not reach the learner)."""
         return self.state.epoch * self.params.horizon + self.state.b * self.params.block
 
     def _prior(self) -> tuple[bool, float]:
@@ -477,8 +494,11 @@ class DPFTRL(BlockReleases):
             return False, 0.0
         if p.prior_weight == 0:
             return True, 0.0
+        if p.count_weight:          # the examples that reached the learner: a noisy count
+            n = max(0.0, float(self.released[self.dim + 1]) / p.count_weight)
         a = max(1.0, self._count_noise())
-        pi = min(1 - 1 / (n + 2), max(1 / (n + 2), (self.released[-1] / p.prior_weight + a) / (n + 2 * a)))
+        positives = self.released[self.dim] / p.prior_weight
+        pi = min(1 - 1 / (n + 2), max(1 / (n + 2), (positives + a) / (n + 2 * a)))
         return True, math.log(pi / (1 - pi))
 
     def _count_noise(self) -> float:
@@ -560,7 +580,8 @@ class DPFTRL(BlockReleases):
     def _gradients(self, R: np.ndarray, ys: np.ndarray, margins: np.ndarray) -> np.ndarray:
         """Per example, its block vector as int64 multiples of 2^-30: the clipped gradient
         at the released model's score (class-balanced: at <w, r>, then weighted by its
-        class's weight <= 1), then (private prior) prior_weight x [y = +1]."""
+        class's weight <= 1), then (private prior) prior_weight x [y = +1], then (a person as
+        the unit, private prior) count_weight: the example reached the learner."""
         balanced = self.params.class_weight == "balanced"
         if balanced:
             margins = margins - self.intercept       # the score under equal priors
@@ -579,6 +600,9 @@ class DPFTRL(BlockReleases):
         if self.rdim > self.dim:
             step = int(np.rint(self.params.prior_weight * SCALE))
             out = np.concatenate([out, np.where(ys == 1, step, 0)[:, None].astype(np.int64)], axis=1)
+        if self.params.count_weight:
+            step = np.full((len(ys), 1), int(np.rint(self.params.count_weight * SCALE)), dtype=np.int64)
+            out = np.concatenate([out, step], axis=1)
         return out
 
     def _learn_segment(self, rows: np.ndarray, ys: np.ndarray) -> np.ndarray:

@@ -31,7 +31,8 @@ Departures, each on purpose:
   runs at eps^ and eta (the person's divided by k) and each piece is charged k times its
   epsilon (``mechanisms.params.dp_winnow_charges``: k eps^, 4 k eta, 2 (k eta)^2-zCDP), so
   the ledger is in persons. DP-Winnow has one epoch: k bounds a person's examples over
-  the whole stream.
+  the whole stream. An example past the bound still makes its round (``pass_one``): no
+  mistake, AboveThreshold asked the unchanged q, so the rounds count arriving examples.
 """
 from __future__ import annotations
 
@@ -286,7 +287,32 @@ class DPWinnow:
                 s.cache_x, s.cache_y = x.to_record(), y
         if not self._at.step(s.mistakes):
             return Step(yhat, version)
-        # AboveThreshold fired (k < K holds while not frozen): update, re-sample, restart.
+        return self._update(yhat, version)
+
+    def pass_quiet(self, n: int) -> int:
+        """Rounds of examples that teach nothing (``pass_one``), for as long as
+        AboveThreshold does not fire: how many were applied (all n on a frozen model); the
+        round at which it would fire is left for ``pass_one``, as ``learn_quiet`` does."""
+        s = self.state
+        done = n if s.frozen else self._at.quiet(np.full(n, s.mistakes, dtype=np.int64))
+        s.t += done
+        return done
+
+    def pass_one(self) -> Step:
+        """A round whose example teaches nothing (one that may not reach the learner: a
+        person past their bound, agents/units.py): no prediction, no mistake, so the query
+        q stays as it was, asked all the same. Rounds then count arriving examples, and
+        whether one reached the learner changes only q, under AboveThreshold's noise."""
+        s = self.state
+        version = s.k
+        s.t += 1
+        if s.frozen or not self._at.step(s.mistakes):
+            return Step(None, version)
+        return self._update(None, version)
+
+    def _update(self, yhat: int | None, version: int) -> Step:
+        """AboveThreshold fired (k < K holds while not frozen): update, re-sample, restart."""
+        s = self.state
         charge = self.params.charges()
         if not self._charge_or_freeze("weight_draw", charge.draw, self.params.m, charge.draw_rho):
             return Step(yhat, version)

@@ -521,6 +521,8 @@ class NearestNeighbours(Generator):
         """(squared distance, label) of each block's nearest example to x; ties: the
         block's earlier example; an empty block: (inf, +1)."""
         if self._flat is None:
+            if self._P.shape[1] == 0:           # every block empty (no example reached the learner)
+                return np.full(self._P.shape[0], np.inf), np.ones(self._P.shape[0], dtype=np.int64)
             diff = self._P - x
             d2 = np.einsum("kmd,kmd->km", diff, diff)
             rows = np.arange(d2.shape[0])

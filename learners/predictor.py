@@ -61,9 +61,14 @@ same arrival pattern (which rows share a person is public under this relation). 
 person's rows go to one block (``partition_units``), chosen from the pattern and the key
 alone, so the person changes one block's hypothesis, one vote per query: BetweenThresholds
 sees a count of sensitivity 1, and every charge is the per-example one, unchanged (per
-person and epoch; a person in several epochs composes across them). The bound k on a
-person's rows per epoch (the agents' admission) bounds their share of a block: utility,
-not privacy. Why the groups are dealt rather than sent to the block the keyed
+person and epoch; a person in several epochs composes across them). The sample is the
+rows that reached the learner out of the epoch's k x m arriving examples (the agents'
+admission, a function of the arrival pattern too): the permutation is over all k x m, and
+a row that did not reach the learner is dealt as a row of its own and then left out of its
+block (``taught``), so whether it reached the learner changes its block alone, and the
+blocks may hold fewer than m rows each. The bound c (``max_contributions``) on a
+person's rows per epoch bounds their share of a block: utility, not privacy; and a
+block's size, at most m + c - 1 rows (``largest_block``). Why the groups are dealt rather than sent to the block the keyed
 permutation gives a person's first row (the simpler rule, equally private): that rule
 leaves a block empty whenever none of its m positions holds a first row, (1 - 1/g)^m of
 the blocks for persons of g rows (6% at g = 4, m = 10; half at g = 16). Dealt in the order
@@ -339,20 +344,23 @@ def keyed_permutation(rng: KeyedRandomness, model_id: str, epoch: int, n: int) -
     return perm
 
 
-def partition_units(perm: np.ndarray, units, k: int) -> list[np.ndarray]:
+def partition_units(perm: np.ndarray, units, k: int, taught=None) -> list[np.ndarray]:
     """The rows of each of k blocks when every person's rows share a block (module
     docstring, "A person as the privacy unit"): rows with the same unit form a group (a
     row whose unit is None is a group of its own); groups are taken in the order of their
     first row's place in ``perm`` (the epoch's keyed permutation), each to the block with
     the fewest rows so far (the lowest index among equals); a block's rows ascending.
-    A function of the arrival pattern and the key alone."""
+    ``taught`` (a mask; None: all): a row that did not reach the learner is dealt as a
+    row of its own (its unit None), then left out of its block, so it changes no other
+    row's block. A function of the arrival pattern and the key alone."""
     n = len(units)
     if perm.shape[0] != n:
         raise ParameterError("units", f"<{n} units>", f"one per sample row ({perm.shape[0]})")
     first: dict = {}
     group = np.empty(n, dtype=np.int64)
     for i, u in enumerate(units):
-        group[i] = i if u is None else first.setdefault(u, i)
+        alone = u is None or (taught is not None and not taught[i])
+        group[i] = i if alone else first.setdefault(u, i)
     place = np.empty(n, dtype=np.int64)
     place[perm] = np.arange(n)                         # row -> its place in the permutation
     leaders = np.flatnonzero(group == np.arange(n))
@@ -367,7 +375,21 @@ def partition_units(perm: np.ndarray, units, k: int) -> list[np.ndarray]:
         rows = members[int(g)]
         blocks[b].extend(rows)
         heapq.heappush(heap, (size + len(rows), b))
+    if taught is not None:
+        blocks = [[r for r in rows if taught[r]] for rows in blocks]
     return [np.asarray(sorted(rows), dtype=np.int64) for rows in blocks]
+
+
+def largest_block(m: int, contributions: int) -> int:
+    """The most rows ``partition_units`` can deal to one of k blocks from a sample of at
+    most k m rows in which no unit has more than ``contributions`` (c) rows: m + c - 1.
+    Proof: a group of g rows (1 <= g <= c) goes to a block with the fewest rows so far,
+    which then holds at most the mean of the rows dealt before it, at most
+    (k m - g) / k < m, so at most m - 1 (whole rows); after, at most m - 1 + g <= m + c - 1.
+    A block only grows by such steps. For c = 1 it is m, a block of the partition without
+    units. (The intervals generator's registration check reads it: its fit is cubic in a
+    block's points.)"""
+    return m + contributions - 1
 
 
 class PrivatePredictor:
@@ -416,15 +438,17 @@ class PrivatePredictor:
         return Ledger(state, on_entry=[self.on_charge] if self.on_charge else [])
 
     # ------------------------------------------------------------ epochs
-    def start_epoch(self, X, y, units=None) -> None:
+    def start_epoch(self, X, y, units=None, taught=None) -> None:
         """Partition a fresh sample (disjoint from earlier epochs) and generate hypotheses;
         ``units``: each row's privacy unit (a person's pseudonym, or None for a row of its
-        own) when the privacy unit is a person (``partition``)."""
+        own) when the privacy unit is a person, and ``taught``: which rows reached the
+        learner (``partition``; the others' values are never read, and any number of rows
+        may be taught, none included: every block is then its generator's fit to no rows)."""
         X, y = np.asarray(X), np.asarray(y)
         k = self.config.k
         if X.shape[0] != y.shape[0] or X.shape[0] < k:
             raise ParameterError("sample size", X.shape[0], f">= k = {k} examples with labels")
-        if not np.isin(y, (-1, 1)).all():
+        if not np.isin(y if taught is None else y[np.asarray(taught, dtype=bool)], (-1, 1)).all():
             raise ParameterError("y", "<labels>", "values in {-1, +1}")
         self._checked_rows(X, X.shape[0] if X.ndim else 0, "X")
         s = self.state
@@ -442,20 +466,21 @@ class PrivatePredictor:
                                   rule="best", delta_prime=self.config.budget().delta_prime)
         self.ledger = self._ledger(fresh.state)
         s.ledger = fresh.state
-        self.blocks = self.partition(X, y, s.epoch, units)
+        self.blocks = self.partition(X, y, s.epoch, units, taught)
         self.generator.bind(self.blocks, s.hard_x, s.hard_y)
         self._regenerate(range(k))
         self._start_instance()
 
-    def partition(self, X, y, epoch: int, units=None) -> list[tuple[np.ndarray, np.ndarray]]:
+    def partition(self, X, y, epoch: int, units=None, taught=None) -> list[tuple[np.ndarray, np.ndarray]]:
         """The epoch's k disjoint blocks, rows as the generator takes them (``_rows``):
         without ``units``, k blocks of m = n // k examples (keyed permutation, the surplus
-        dropped); with them, all of a person's rows in one block (``partition_units``)."""
+        dropped); with them, all of a person's rows in one block, and the rows not
+        ``taught`` in none (``partition_units``)."""
         X, y = np.asarray(self._rows(X)), np.asarray(y)
         k = self.config.k
         perm = keyed_permutation(self.rng, self.model_id, epoch, X.shape[0])
         if units is not None:
-            return [(X[rows], y[rows]) for rows in partition_units(perm, units, k)]
+            return [(X[rows], y[rows]) for rows in partition_units(perm, units, k, taught)]
         m = X.shape[0] // k
         perm = perm[: k * m]
         return [(X[perm[i * m:(i + 1) * m]], y[perm[i * m:(i + 1) * m]]) for i in range(k)]

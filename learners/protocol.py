@@ -49,7 +49,8 @@ class BlockReleases:
     ``learn_rows`` takes a run of checked rows a block segment at a time (the released
     model is fixed within a segment) through the learner's ``_learn_segment(rows, ys)``
     (its predictions and learning for the segment), then closes the block and maybe the
-    epoch. The same steps as one example at a time."""
+    epoch; ``pass_over`` moves through the blocks alike with examples that teach nothing.
+    The same steps as one example at a time."""
 
     def blocks_left(self) -> int:
         """Examples until the current block closes (a release)."""
@@ -61,12 +62,26 @@ class BlockReleases:
         return self.state.epoch * self.params.blocks + self.state.b
 
     def learn_rows(self, rows, ys) -> list[Step]:
+        return self._advance(len(ys), lambda a, b: self._learn_segment(rows[a:b], ys[a:b]))
+
+    def pass_over(self, n: int) -> list[Step]:
+        """n examples that take their places in the blocks and teach nothing (a zero
+        gradient or increment each; no prediction): the blocks close, release and start
+        epochs exactly as n learned examples would make them. For examples that may not
+        reach the learner (a person past their bound, agents/units.py): the release
+        schedule counts arriving examples, so whether one reached the learner moves no
+        public counter, only noised sums."""
+        return self._advance(n, lambda a, b: np.zeros(b - a, dtype=np.int64))
+
+    def _advance(self, n: int, segment) -> list[Step]:
+        """n examples, a block segment [a, b) at a time through ``segment(a, b)`` (the
+        segment's predictions, 0: none), each block closed as it fills."""
         p, s = self.params, self.state
         steps: list[Step] = []
         start = 0
-        while start < len(ys):
-            stop = min(len(ys), start + self.blocks_left())
-            pred = self._learn_segment(rows[start:stop], ys[start:stop])
+        while start < n:
+            stop = min(n, start + self.blocks_left())
+            pred = segment(start, stop)
             s.t += stop - start
             version = self.version
             released = new_epoch = False

@@ -8,7 +8,10 @@ discrete Gaussians, mechanisms/continual.py), and everything else is post-proces
 The neighbouring relation of a person with bound k (docs/privacy.md, "The privacy unit";
 agents/units.py enforces the bound): two streams differ in the contents of all records of
 one privacy ID, at the same positions, and at most k of that ID's records reach the
-learner per epoch, at most one per block. So a
+learner per epoch, at most one per block. (Blocks are so many arriving records, whether
+they reach the learner or not; one that does not adds a zero vector to its block, the
+same in both streams, since which records reach the learner is a function of the arrival
+pattern.) So a
 person changes at most k block vectors, in a set S of distinct blocks, |S| <= k, each
 by D_j with ||D_j||_2 <= sens (the replace-one block sensitivity: one example's share
 of its block).

@@ -34,10 +34,15 @@ the head and the log, so re-applying a batch after a crash deletes the same reco
 The privacy unit (agents/units.py). For a model whose registration has a
 ``privacy_unit``, every example passes ``admit`` before the kind's ``on_example`` /
 ``prepare_examples`` / ``on_examples`` see it; one that is not admitted (past its
-person's bound, or without an ID) does not reach the learner, and its record is the one
-any example gets while the model does not move (``pass_over``). Each kind says where its
-next example would land (``unit_slot``: the epoch the bound counts in, and the block for
-a kind that releases per block) and what that record is (``resting_record``).
+person's bound, or without an ID) goes to ``pass_over``: it takes its place in the
+kind's schedule exactly as an admitted example would (a block, a training window, an
+epoch's sample, a round) and teaches the learner nothing. So every public counter (when a
+block releases, a window trains, an epoch starts; versions, seqs, buffered counts) is a
+function of the number of arriving examples, and whether an example was admitted changes
+only noised, ledgered quantities: a refusal says nothing about the ID, not even that it
+was seen before. Each kind says where its next example lands (``unit_slot``: the epoch
+the bound counts in, and the block for a kind that releases per block), counted in
+arriving examples.
 """
 from __future__ import annotations
 
@@ -266,22 +271,18 @@ class Handler:
 
     # ------------------------------------------------------------ the privacy unit
     def unit_slot(self) -> tuple[int, int | None]:
-        """(epoch, block) of the next example that would reach the learner: the epoch a
-        person's bound counts in, and, for a kind whose learner releases once per block, the
-        block it enters (at most one example of a person per block); None for other kinds."""
+        """(epoch, block) of the next example, admitted or not: the epoch a person's bound
+        counts in, and, for a kind whose learner releases once per block, the block it
+        enters (at most one example of a person per block); None for other kinds. Counted
+        in arriving examples (module docstring), so a function of the log alone."""
         raise NotImplementedError
 
     def unit_slots(self, n: int) -> list[tuple[int, int | None]]:
-        """The slots of the next ``n`` examples that would reach the learner with nothing
-        between them (a run for ``on_examples``). This default repeats ``unit_slot``: right
-        for a kind whose slot a run of examples does not move, or that takes examples one
-        at a time (``batch_from`` None); a kind whose slot moves within a run overrides it."""
+        """The slots of the next ``n`` examples with nothing between them (a run for
+        ``admitted_runs``). This default repeats ``unit_slot``: right for a kind whose slot
+        a run of examples does not move, or that takes examples one at a time
+        (``batch_from`` None); a kind whose slot moves within a run overrides it."""
         return [self.unit_slot()] * n
-
-    def resting_record(self) -> tuple[str, int]:
-        """(status, version) of an example's record while the model does not move: what an
-        example that does not reach the learner gets, the same as any example then."""
-        raise NotImplementedError
 
     def admit(self, event: dict, seq: int | None = None, slot: tuple[int, int | None] | None = None) -> bool:
         """Whether a bounded model's example (at ``seq``, default the next event's, entering
@@ -308,13 +309,11 @@ class Handler:
     def admitted_runs(self, items: list[tuple[dict, str]]) -> list[tuple[bool, list]]:
         """A run of examples (event, source) cut into consecutive stretches that are all
         admitted or all not, in order, each example decided as ``admit`` decides it one at a
-        time (its seq, and the slot after the admitted examples before it)."""
+        time (its seq, and its slot: the i-th of the run's, admitted or not)."""
         slots = self.unit_slots(len(items))
         runs: list[tuple[bool, list]] = []
-        taken = 0
         for i, item in enumerate(items):
-            ok = self.admit(item[0], self.events + i, slots[taken])
-            taken += ok
+            ok = self.admit(item[0], self.events + i, slots[i])
             if runs and runs[-1][0] == ok:
                 runs[-1][1].append(item)
             else:
@@ -322,9 +321,10 @@ class Handler:
         return runs
 
     def pass_over(self, items: list[tuple[dict, str]], outputs: Outputs) -> None:
-        """The records of examples that do not reach the learner: each the record any example
-        gets while the model does not move (``resting_record``)."""
-        self._predict_rows(outputs, items, *self.resting_record())
+        """Examples that do not reach the learner (module docstring): each takes its place
+        in the kind's schedule as ``on_example`` would, teaches nothing (its features and
+        label are never read), and gets the record an example there gets."""
+        raise NotImplementedError
 
     # ------------------------------------------------------------ outputs
     def charge_epoch(self) -> int:
@@ -381,18 +381,18 @@ class Handler:
                 "epsilon_left": max(0.0, self.config.budget.epsilon - spent_eps),
                 "updated": bool(updated), "epoch": self.spent_epoch()}
 
-    def _learn_in_blocks(self, items, prepared, outputs) -> None:
-        """``on_examples`` for a learner that releases once per block (``blocks_left``,
-        ``learn_rows``, ``version``): a block segment at a time through its batch kernel,
-        the segment's records but the last with the model as it was (no release before the
-        block's end), the last one's record after it (a new epoch's charge is its)."""
-        rows, ys = prepared
+    def _learn_in_blocks(self, items, outputs, learn) -> None:
+        """``on_examples`` (and ``pass_over``) for a learner that releases once per block
+        (``blocks_left``, ``version``): a block segment [a, b) at a time through
+        ``learn(a, b)`` (its batch kernel, or ``pass_over``), the segment's records but the
+        last with the model as it was (no release before the block's end), the last one's
+        record after it (a new epoch's charge is its)."""
         a = 0
         while a < len(items):
             b = min(len(items), a + self.model.blocks_left())
             self._predict_rows(outputs, items[a:b - 1], "learning", self.model.version)
             self._begin(outputs)
-            step = self.model.learn_rows(rows[a:b], ys[a:b])[-1]
+            step = learn(a, b)[-1]
             self._released(step)
             self._predict("example", items[b - 1][1], items[b - 1][0], None, "learning",
                           step.version, step.released)
@@ -518,8 +518,9 @@ class BlockReleaseKind(Handler):
         return self.unit_slots(1)[0]
 
     def unit_slots(self, n: int) -> list[tuple[int, int | None]]:
-        """Blocks of ``params.block`` examples, a new epoch every ``params.horizon``
-        (a multiple of the block), as ``learners.protocol.BlockReleases`` counts them."""
+        """Blocks of ``params.block`` arriving examples, a new epoch every
+        ``params.horizon`` (a multiple of the block), as ``learners.protocol.BlockReleases``
+        counts them (an example that does not reach the learner counts: ``pass_over``)."""
         p, s = self.model.params, self.model.state
         epoch, t, out = s.epoch, s.t, []
         for _ in range(n):
@@ -528,9 +529,6 @@ class BlockReleaseKind(Handler):
             if t >= p.horizon:
                 epoch, t = epoch + 1, 0
         return out
-
-    def resting_record(self) -> tuple[str, int]:
-        return "learning", self.model.version
 
     def on_example(self, event, source, outputs) -> None:
         self._begin(outputs)
@@ -542,7 +540,13 @@ class BlockReleaseKind(Handler):
         return self.model.checked([e[self.row] for e, _ in items], [e["y"] for e, _ in items])
 
     def on_examples(self, items, prepared, outputs) -> None:
-        self._learn_in_blocks(items, prepared, outputs)
+        rows, ys = prepared
+        self._learn_in_blocks(items, outputs, lambda a, b: self.model.learn_rows(rows[a:b], ys[a:b]))
+
+    def pass_over(self, items, outputs) -> None:
+        """Each takes its place in its block with a zero vector (``BlockReleases.pass_over``):
+        the block closes and releases where it would with the example learned."""
+        self._learn_in_blocks(items, outputs, lambda a, b: self.model.pass_over(b - a))
 
     def on_query(self, event, source, outputs) -> None:
         self._begin(outputs)

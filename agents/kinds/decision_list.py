@@ -5,6 +5,11 @@ examples, each window on its own examples (learners/decision_list_classifier.py
 Records: ``head`` (buffered count, version, window, the window's ledger),
 ``buffer/<window>/<chunk>`` (the window's rows as 0/1), ``release/<version>`` (the
 released list).
+
+A window is ``window`` arriving examples. With a person as the privacy unit, an example
+that does not reach the learner (agents/units.py) takes its place in the window as an
+empty row: it counts toward the window (so when a window trains, and ``buffered_examples``
+on /status, depend on the arrivals alone) and is not among the rows it trains on.
 """
 from __future__ import annotations
 
@@ -154,9 +159,6 @@ class DecisionListKind(Handler):
         """The window being collected: a person's bound counts per training window."""
         return self.epoch, None
 
-    def resting_record(self) -> tuple[str, int]:
-        return "learning", self.version
-
     def _row(self, event) -> np.ndarray:
         """The 0/1 row of a binary input (dense x in {-1, +1}^d or active indices)."""
         if "x" in event:
@@ -166,16 +168,28 @@ class DecisionListKind(Handler):
         return row
 
     def on_example(self, event, source, outputs) -> None:
+        self._take(event, source, outputs, self._row(event).astype(int).tolist() + [int(event["y"] > 0)])
+
+    def pass_over(self, items, outputs) -> None:
+        """Each takes its place in the window as an empty row (module docstring)."""
+        for event, source in items:
+            self._take(event, source, outputs, [])
+
+    def _take(self, event, source, outputs, row: list) -> None:
+        """An example's place in the window (its 0/1 row and label, or empty), the window
+        trained once it is full, and the example's record."""
         self._begin(outputs)
-        row = self._row(event).astype(int).tolist() + [int(event["y"] > 0)]
         self.buffer_n = self._append_row(self.epoch, self.buffer_n, row)
         if self.buffer_n >= self.config.params.window:
             self._train()
         self._predict("example", source, event, None, "learning", self.version)
 
     def _train(self) -> None:
+        """DP-GreedyCover on the window's rows (the places of examples that did not reach
+        the learner left out: any number of rows, none included), charged first."""
         p, b = self.config.params, self.config.budget
-        rows = np.asarray(self._load_rows(self.epoch, self.buffer_n), dtype=np.int8)
+        rows = [r for r in self._load_rows(self.epoch, self.buffer_n) if r]
+        rows = np.asarray(rows, dtype=np.int8).reshape(len(rows), self.config.dimension + 1)
         stream = self.rng.stream(self.model_id, "dp_greedy_cover", self.epoch)
         dl, ledger = private_fit(self.family, rows[:, :-1].astype(bool), rows[:, -1],
                                  epsilon=b.epsilon, delta=b.delta, accounting=p.accounting,

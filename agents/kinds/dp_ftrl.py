@@ -68,7 +68,8 @@ def parameters(config) -> DPFTRLParameters:
                               horizon=p.horizon, block=p.block, eta=p.eta, loss=p.loss,
                               mechanism=p.mechanism, clip=p.clip, prior=p.prior,
                               prior_weight=p.prior_weight, decision=p.decision,
-                              class_weight=p.class_weight, max_contributions=max_contributions(config))
+                              class_weight=p.class_weight, max_contributions=max_contributions(config),
+                              admission=config.privacy_unit is not None)
 
 
 class DPFTRLKind(BlockReleaseKind):
@@ -118,8 +119,10 @@ class DPFTRLKind(BlockReleaseKind):
                 ("clip, sensitivity", f"{q.clip:g}, {q.sensitivity:.4g}",
                  "replace-one: sqrt((2 clip)^2 + prior_weight^2)"),
                 ("class prior", "declared public" if q.prior is not None else
-                 f"private: positives count released at weight {q.prior_weight:g}" if q.prior_weight
-                 else "none (intercept 0)", "registration" if config.params.prior is not None
+                 f"private: positives count released at weight {q.prior_weight:g}"
+                 + (", beside the count of examples that reached the learner" if q.count_weight else "")
+                 if q.prior_weight else "none (intercept 0)",
+                 "registration" if config.params.prior is not None
                  or config.params.prior_weight is not None else "rule (learners/dp_ftrl.py)"),
                 ("max ||C e_j||^2", f"{q.strategy_norm2:.4g}", f"{q.mechanism} factorization of {q.blocks} blocks"),
                 ("noise sigma per coordinate", f"{q.sigma:.4g}", "sens ||C e_1|| / sqrt(2 rho)" if k == 1

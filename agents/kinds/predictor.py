@@ -13,7 +13,11 @@ budget (d = 1,000, v_max 64: 1.3 MB, over Kafka's 1 MiB; the changelog write fai
 the model could not load after a restart: an attacker's pass). A head written before
 keeps them inline and still loads. With a person as the privacy unit,
 ``rowunit/<epoch>/<chunk>`` holds each buffered row's pseudonym, in the buffer's order: the
-partition puts a person's rows in one block (learners/predictor.py).
+partition puts a person's rows in one block (learners/predictor.py). An epoch's sample is
+k x m arriving examples: one that does not reach the learner (agents/units.py) takes its
+place in the buffer as an empty row (its unit None), so when an epoch starts, and
+``buffered_examples`` on /status, depend on the arrivals alone; it is dealt as a row of
+its own and left out of its block (learners/predictor.py ``partition_units``).
 """
 from __future__ import annotations
 
@@ -30,8 +34,8 @@ from dpstream.learners.generators import (DecisionLists, FiniteClass, Halfspaces
                                           NearestNeighbours, Thresholds)
 from dpstream.learners.predictor import (EPOCH_MECHANISM, EXHAUSTED, HARD, NO_EPOCH, STUDENT,
                                          V_MAX_LADDER, PredictorConfig, PredictorState,
-                                         PrivatePredictor, lower_v_max, size_predictor, smallest_k,
-                                         MAX_BLOCKS, MIN_BLOCK)
+                                         PrivatePredictor, largest_block, lower_v_max, size_predictor,
+                                         smallest_k, MAX_BLOCKS, MIN_BLOCK)
 from dpstream.mechanisms.errors import DPStreamError, InfeasibleParameters, ThresholdsTooClose
 from dpstream.schemas.config import KindParams
 
@@ -60,9 +64,10 @@ FINITE_TABLE_ENTRIES = 100_000   # a finite class travels inside its registratio
 NEAREST_WORK = 1 << 24           # k m d of nearest blocks: a query reads every example of the
 # epoch, about 5 ns a number here (90 ms and a 134 MB temporary at the cap; 10^8 examples
 # in 100 dimensions would ask ~50 s and 80 GB per query)
-INTERVAL_POINTS = 256            # m + v_max of an intervals block: its exact fit is O(points^3)
-# (every pair of points against every point; at m = 10,000 it asked for ~500 GB: an
-# attacker's pass). Thresholds and finite classes fit in O(m log m) and O(|class| x N).
+INTERVAL_POINTS = 256            # points of an intervals block (m + v_max, and c - 1 more rows
+# with a person as the unit: ``_intervals_problem``): its exact fit is O(points^3) (every
+# pair of points against every point; at m = 10,000 it asked for ~500 GB: an attacker's
+# pass). Thresholds and finite classes fit in O(m log m) and O(|class| x N).
 
 
 class PredictorParams(KindParams):
@@ -175,6 +180,29 @@ def _too_few_blocks(config) -> str:
             f"v_max={v_max} hard queries: it needs k >= {need:,} blocks (the vote's thresholds 3k/8 "
             "and 5k/8 leave too little room for the noise below that): raise k (and the examples "
             f"per epoch with it), raise epsilon{lower_v_max(v_max)}")
+
+
+def _intervals_problem(config) -> str | None:
+    """Why an intervals block could hold more than INTERVAL_POINTS points (None: it cannot):
+    m examples and up to v_max hard queries, and, with a person as the unit, up to c - 1
+    rows more (c = max_contributions: a person's rows share a block, which then holds at
+    most m + c - 1 rows, learners/predictor.py ``largest_block``). A registration that
+    could exceed it is refused, rather than a person's rows cut to fit: then the
+    admission's bound stays the only rule on which rows reach the learner."""
+    k, m, v_max = shape(config)
+    c = max_contributions(config)
+    points = largest_block(m, c) + v_max
+    if points <= INTERVAL_POINTS:
+        return None
+    if c > 1 and m + v_max <= INTERVAL_POINTS:
+        return (f"an intervals block of m={m:,} examples, up to v_max={v_max:,} hard queries and, with a "
+                f"person as the unit, up to max_contributions - 1 = {c - 1:,} more rows of one person "
+                f"has up to {points:,} points; the exact fit tries every pair of them, so at most "
+                f"{INTERVAL_POINTS} (docs/limits.md): lower max_contributions to at most "
+                f"{INTERVAL_POINTS - m - v_max + 1:,}, or lower m (give k) or v_max")
+    return (f"an intervals block of m={m:,} examples and up to v_max={v_max:,} hard queries "
+            f"has {m + v_max:,} points; the exact fit tries every pair of them, so at most "
+            f"{INTERVAL_POINTS} (docs/limits.md): lower m (give k), or lower v_max")
 
 
 def _unit_rows(config) -> list[tuple[str, str, str]]:
@@ -328,11 +356,8 @@ class PredictorKind(Handler):
                     f"above the {NEAREST_WORK:,} a worker reads per query (docs/limits.md): give "
                     "fewer examples per epoch, or \"generator\": \"logistic\" (with "
                     "\"hard_query_weight\": 0)")
-        if p.generator == "intervals" and sum(shape(config)[1:]) > INTERVAL_POINTS:
-            k, m, v_max = shape(config)
-            return (f"an intervals block of m={m:,} examples and up to v_max={v_max:,} hard queries "
-                    f"has {m + v_max:,} points; the exact fit tries every pair of them, so at most "
-                    f"{INTERVAL_POINTS} (docs/limits.md): lower m (give k), or lower v_max")
+        if p.generator == "intervals":
+            return _intervals_problem(config)
         return None
 
     @classmethod
@@ -417,12 +442,12 @@ class PredictorKind(Handler):
         self.epoch = s.epoch
         self._saved_version = (s.epoch, s.version)
         if s.epoch >= 0:
-            X, y = self._sample(s.epoch, self.epoch_n)
+            X, y, units, taught = self._sample(s.epoch, self.epoch_n)
             H = []
             per = self.hyp_chunk
             for j in range((shape(self.config)[0] + per - 1) // per):
                 H.extend(self.state[self.key("hyp", s.epoch, s.version, j)])
-            self.model.restore(self.model.partition(X, y, s.epoch, self._units(s.epoch, self.epoch_n)), H,
+            self.model.restore(self.model.partition(X, y, s.epoch, units, taught), H,
                                self._kept("kept", s.epoch, s.kept), self._kept("seen", s.epoch, s.seen))
 
     def _keep(self, name: str, epoch: int, n: int, row: list) -> None:
@@ -440,14 +465,20 @@ class PredictorKind(Handler):
             rows.extend(self.state[self.key(name, epoch, chunk)])
         return rows[:n]
 
-    def _units(self, epoch: int, n: int) -> list | None:
-        """The privacy units (pseudonyms) of an epoch's n sample rows, in order; None when
-        the unit is one example (learners/predictor.py ``partition``)."""
-        return None if self.config.privacy_unit is None else self._kept("rowunit", epoch, n)
-
     def _sample(self, epoch: int, n: int):
-        rows = np.asarray(self._load_rows(epoch, n), dtype=float)
-        return rows[:, :-1], rows[:, -1].astype(int)
+        """(X, y, units, taught) of the epoch's sample of n arrivals, for
+        learners/predictor.py ``partition``: the buffered rows; with a person as the unit,
+        each row's pseudonym, and which rows reached the learner (an empty place, its unit
+        None, stands for one that did not: its X and y here are zeros and +1, never read);
+        units and taught None when the unit is one example."""
+        rows = self._load_rows(epoch, n)
+        units = taught = None
+        if self.config.privacy_unit is not None:
+            units = self._kept("rowunit", epoch, n)
+            taught = [bool(r) for r in rows]
+            rows = [r or [0.0] * self.config.dimension + [1] for r in rows]
+        rows = np.asarray(rows, dtype=float)
+        return rows[:, :-1], rows[:, -1].astype(int), units, taught
 
     def save(self) -> None:
         s = self.model.state
@@ -493,9 +524,6 @@ class PredictorKind(Handler):
         (``on_example`` buffers for ``state.epoch + 1``)."""
         return self.model.state.epoch + 1, None
 
-    def resting_record(self) -> tuple[str, int]:
-        return "learning", self.model.state.version
-
     def charge_epoch(self) -> int:
         """The learner charges an epoch as it starts it (``start_epoch``): the new epoch."""
         return self.model.state.epoch if hasattr(self, "model") else 0
@@ -509,19 +537,31 @@ class PredictorKind(Handler):
         ready = self.buffer_n >= self._need()
         if ready and (s.epoch < 0 or (s.exhausted and self.config.params.epochs)):
             self.epoch = s.epoch + 1                  # the epoch's charge carries its number
-            X, y = self._sample(self.epoch, self.buffer_n)
+            X, y, units, taught = self._sample(self.epoch, self.buffer_n)
             self.epoch_n = self.buffer_n
-            self.model.start_epoch(X, y, self._units(self.epoch, self.epoch_n))
+            self.model.start_epoch(X, y, units, taught)
             self.buffer_n = 0
 
     def on_example(self, event, source, outputs) -> None:
+        self._take(event, source, outputs, True)
+
+    def pass_over(self, items, outputs) -> None:
+        """Each takes its place in the next epoch's sample as an empty row (module
+        docstring): it counts toward the k x m, and no block holds it."""
+        for event, source in items:
+            self._take(event, source, outputs, False)
+
+    def _take(self, event, source, outputs, admitted: bool) -> None:
+        """An example's place in the next epoch's sample (its row, or an empty one), the
+        epoch started once the sample is full, and the example's record."""
         self._begin(outputs)
         self.epoch = self.model.state.epoch
         if self.buffer_n < self._need():          # surplus examples of a full buffer are dropped
             if self.config.privacy_unit is not None:  # the person's pseudonym beside the row
-                self._keep("rowunit", self.model.state.epoch + 1, self.buffer_n, event.get("unit"))
+                self._keep("rowunit", self.model.state.epoch + 1, self.buffer_n,
+                           event.get("unit") if admitted else None)
             self.buffer_n = self._append_row(self.model.state.epoch + 1, self.buffer_n,
-                                             [*self._x(event), event["y"]])
+                                             [*self._x(event), event["y"]] if admitted else [])
         self._maybe_start_epoch()
         self._predict("example", source, event, None, "learning", self.model.state.version)
 

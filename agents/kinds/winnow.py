@@ -213,8 +213,24 @@ class WinnowKind(Handler):
         """One epoch, 0, for the whole stream: a person's bound counts over all of it."""
         return 0, None
 
-    def resting_record(self) -> tuple[str, int]:
-        return self._example_status(), self.model.state.k
+    def pass_over(self, items, outputs) -> None:
+        """Each makes its round and teaches nothing (``DPWinnow.pass_one``: no mistake, the
+        query asked all the same), so ``rounds`` counts arriving examples: the stretches in
+        which AboveThreshold does not fire at once (``pass_quiet``), a round at which it
+        fires as ``on_example`` records one."""
+        a = 0
+        while a < len(items):
+            version, status = self.model.state.k, self._example_status()
+            done = self.model.pass_quiet(len(items) - a)
+            self._predict_rows(outputs, items[a:a + done], status, version)
+            a += done
+            if a < len(items):
+                self._begin(outputs)
+                step = self.model.pass_one()
+                event, source = items[a]
+                self._predict("example", source, event, None, self._example_status(), step.version,
+                              step.released)
+                a += 1
 
     def _status(self) -> str:
         s = self.model.state

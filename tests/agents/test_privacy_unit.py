@@ -29,30 +29,45 @@ def _persons(n_people: int, n: int, offset: int = 0) -> list[str]:
     return [f"person-{(i + offset) % n_people}" for i in range(n)]
 
 
+def _schedule(rt, config) -> dict:
+    """What a refusal must not move: the learner's count of examples (rounds; and for a
+    block kind its blocks and epoch, every example record's version, updated flag and
+    epoch, the ledger's seqs), none of it noised."""
+    learner = _learner(rt, config["model_id"])
+    out = {"t": learner["t"]}
+    if config["params"]["kind"] == "dp_ftrl":
+        out["blocks"] = (learner["epoch"], learner["b"])
+        out["records"] = [(p["seq"], p["status"], p["version"], p["updated"], p["epoch"])
+                          for p in rt.outputs["predictions"] if p["kind"] == "example"]
+        out["ledger"] = [(e["seq"], e["epoch"]) for e in rt.outputs["ledger"]]
+    return out
+
+
 @pytest.mark.parametrize("config", [ftrl(), winnow()], ids=["dp_ftrl", "winnow"])
-def test_an_example_past_its_persons_bound_leaves_the_learner_as_without_it(config):
+def test_an_example_past_its_persons_bound_takes_its_place_and_teaches_nothing(config):
     """Person 0's examples arrive every tenth position: after k of them (in distinct blocks)
-    the next one is refused, so a stream with one more of them after the k-th gives the
-    same learner and the same answers as the stream without it. An example of a new person
-    at the same place does change the learner (the comparison has power)."""
-    k = config["privacy_unit"]["max_contributions"]
+    the next one is refused. It counts as an arriving example (its block, its round) and
+    teaches the learner nothing: with other contents at its place, or an example without
+    an ID there, the learner and every output are the same. An example of a new person at
+    the same place, with one label or the other (one of them is a mistake), does change
+    the learner (the comparison has power), and moves none of the noise-free schedule
+    (docs/privacy.md, "The privacy unit")."""
+    k, model = config["privacy_unit"]["max_contributions"], config["model_id"]
     persons = [f"person-0" if i % 10 == 0 else f"person-{1 + i}" for i in range(200)]
     base = stream(config, persons, queries_every=7)
     at = next(i for i, (t, _) in enumerate(base) if t == "examples" and i > 10 * (k + 1) + 5)
-    extra = ("examples", example(config, 999, "person-0", seed=5))
-    fresh = ("examples", example(config, 999, "somebody-new", seed=5))
-    without = run(config, base)
-    past = run(config, base[:at] + [extra] + base[at:])
-    other = run(config, base[:at] + [fresh] + base[at:])
-    assert _learner(past, config["model_id"]) == _learner(without, config["model_id"])
-    assert _learner(other, config["model_id"]) != _learner(without, config["model_id"])
-    answers = lambda rt: [p for p in _records(rt) if p["kind"] == "query"]  # noqa: E731
-    assert answers(past) == answers(without)
-    # its record is what any example gets while the model does not move
-    extra_record, before = past.outputs["predictions"][at], past.outputs["predictions"][at - 1]
-    assert extra_record["kind"] == "example" and not extra_record["updated"]
-    assert extra_record["status"] in ("learning", before["status"])
-    assert all(extra_record[f] == before[f] for f in ("version", "epsilon_spent", "epsilon_left", "epoch"))
+
+    def with_one_more(person, i, seed, **label):
+        one = {**example(config, i, person, seed=seed), **label}
+        return run(config, base[:at] + [("examples", one)] + base[at:])
+    past, past_other = with_one_more("person-0", 999, 5), with_one_more("person-0", 998, 6)
+    no_id = with_one_more(None, 997, 7)
+    fresh = [with_one_more("somebody-new", 999, 5, y=y) for y in (1, -1)]
+    assert _learner(past, model) == _learner(past_other, model) == _learner(no_id, model)
+    assert dict(past.outputs) == dict(past_other.outputs) == dict(no_id.outputs)
+    assert any(_learner(rt, model) != _learner(past, model) for rt in fresh)
+    assert all(_schedule(rt, config) == _schedule(past, config) for rt in fresh)
+    assert past.outputs["predictions"][at]["kind"] == "example"
 
 
 @pytest.mark.parametrize("epochs", [1, 3])
@@ -77,7 +92,7 @@ def test_a_person_reaches_the_learner_in_at_most_max_epochs_epochs(epochs):
 
 
 def test_a_persons_bound_starts_again_each_epoch():
-    """DP-FTRL with epochs of 8 admitted examples in blocks of 2: a person who sends every
+    """DP-FTRL with epochs of 8 arriving examples in blocks of 2: a person who sends every
     other example has exactly k = 2 admitted in each epoch, in distinct blocks."""
     config = ftrl(k=2, block=2, horizon=8, epochs=1000)
     persons = ["alice" if i % 2 == 0 else f"p{i}" for i in range(120)]
@@ -92,29 +107,33 @@ def test_a_persons_bound_starts_again_each_epoch():
 
 
 def test_a_person_has_at_most_one_example_per_block():
-    """A person whose examples arrive back to back, k = 3, blocks of 4 admitted examples:
-    one of them per block is admitted, the next only once the block has moved on."""
+    """A person whose examples arrive back to back, k = 3, blocks of 4 arriving examples
+    (admitted or not): one of them per block is admitted, the next only once the block has
+    moved on; past k, none."""
     config = ftrl(k=3, block=4)
-    persons = ["bob", "bob", "bob", "c1", "c2", "c3", "bob", "c4", "c5", "c6", "c7", "bob", "bob"]
+    persons = ["bob", "bob", "bob", "c1", "c2", "c3", "bob", "c4", "c5", "bob", "bob", "c6", "bob"]
     rt = run(config, stream(config, persons), trace=True)
     bob = unit_of("p", "bob")
     decided = [(d.block, d.admitted) for _, d in sorted(rt.processor.unit_trace.items()) if d.unit == bob]
-    assert decided == [(0, True), (0, False), (0, False), (1, True), (2, True), (2, False)]
+    assert decided == [(0, True), (0, False), (0, False), (1, True), (2, True), (2, False), (3, False)]
 
 
 def test_without_a_usable_id_an_example_does_not_reach_the_learner_and_says_nothing():
     """No ID, or an empty one: logged without a unit, not admitted, no dead letter, the
-    record any example gets then; the learner is as if they were not sent. An ID of
-    another JSON type than text or a whole number is a schema error: a dead letter that
-    names the field, never the value."""
+    record any example gets there; it takes its place in its block and teaches nothing, so
+    the learner is as with two other examples past their bound there. An ID of another
+    JSON type than text or a whole number is a schema error: a dead letter that names the
+    field, never the value."""
     config = ftrl()
     base = stream(config, _persons(40, 120))
     odd = [("examples", {**example(config, 900 + i, None, 3), **extra})
            for i, extra in enumerate([{}, {"privacy_id": ""}])]
     wrong = ("examples", {**example(config, 950, None, 3), "privacy_id": [4417]})
     rt = run(config, base[:50] + odd + [wrong] + base[50:])
-    plain = run(config, base)
+    past = [("examples", example(config, 910 + i, "person-0", 4)) for i in range(2)]  # k = 2 before
+    plain = run(config, base[:50] + past + base[50:])
     assert _learner(rt, "p") == _learner(plain, "p")
+    assert _records(rt) == _records(plain)
     logged = [r["value"]["event"] for r in rt.log[51:53]]
     assert all("unit" not in e and "privacy_id" not in e for e in logged)
     assert [p["status"] for p in rt.outputs["predictions"][50:52]] == ["learning"] * 2
@@ -310,3 +329,38 @@ def test_every_kind_runs_a_bounded_model_within_the_bound(name):
     assert max(per_epoch.values()) == 2
     assert any(u == heavy for _, u in per_epoch)
     assert all(entry["unit"] == "person<=2/epoch,<=1 epochs" for entry in rt.outputs["ledger"])
+
+
+def _public(rt) -> dict:
+    """The outputs' noise-free schedule: every example record's seq, status, version,
+    updated flag and epoch, the ledger's and the releases' seqs."""
+    return {"records": [(p["seq"], p["status"], p["version"], p["updated"], p["epoch"])
+                        for p in rt.outputs["predictions"]],
+            "ledger": [(e["seq"], e["epoch"]) for e in rt.outputs.get("ledger", [])],
+            "releases": [(r["seq"], r["version"]) for r in rt.outputs.get("releases", [])]}
+
+
+@pytest.mark.parametrize("name", sorted(KIND_CONFIGS))
+def test_a_stream_without_ids_keeps_the_schedule_of_one_whose_examples_all_reach_the_learner(name):
+    """No example has an ID, so none reaches the learner: still every window trains (on no
+    rows), the epoch starts on a sample no block holds a row of, every block releases, at
+    the seqs, versions and epochs of the same stream with an ID of its own on every example
+    (all admitted); nothing is dead-lettered."""
+    base, form = KIND_CONFIGS[name]
+    config = {"model_id": "m", **base, "privacy_unit": {"max_contributions": 2}}
+    s = RNG.stream("privacy-unit-tests", name, 1)
+    rows = []
+    for i in range(1100):
+        if form == "active":
+            row = {"active": sorted(set(s.below(20, size=3).tolist()))}
+        elif form == "binary":
+            row = {"x": [1.0 if b else -1.0 for b in s.bits(6).tolist()]}
+        else:
+            row = {"x": [float(s.uniform(1)[0])]}
+        rows.append({"model_id": "m", **row, "y": 1 if i % 3 else -1})
+    none = run(config, [("examples", r) for r in rows])
+    every = run(config, [("examples", {**r, "privacy_id": f"p{i}"}) for i, r in enumerate(rows)])
+    assert "rejected" not in none.outputs and "rejected" not in every.outputs
+    assert _public(none) == _public(every)
+    assert len(none.outputs.get("ledger", [])) >= 2 or name == "predictor"
+    assert none.outputs["ledger"]

@@ -4,6 +4,7 @@ explicitly, every set of at most k blocks enumerated), pure-DP pieces are charge
 times the mechanism's epsilon, the predictor keeps a person in one block, and with
 k = 1 every number is the per-example one of old (recomputed here by the formulas the
 calibrations always used)."""
+import dataclasses
 import itertools
 import math
 
@@ -17,7 +18,8 @@ from dpstream.learners.decision_list import FeatureFamily
 from dpstream.learners.dp_ftrl import dp_ftrl_parameters, release_rho
 from dpstream.learners.dp_winnow import DPWinnow
 from dpstream.learners.generators import NearestNeighbours, Thresholds
-from dpstream.learners.predictor import PredictorConfig, PrivatePredictor, keyed_permutation, partition_units
+from dpstream.learners.predictor import (PredictorConfig, PrivatePredictor, keyed_permutation, largest_block,
+                                         partition_units)
 from dpstream.mechanisms.accounting import zcdp_epsilon, zcdp_rho
 from dpstream.mechanisms.continual import calibrate_tree_sigma2, tree_epsilon, tree_levels
 from dpstream.mechanisms.factorization import factorization, optimal_blt
@@ -118,7 +120,10 @@ def test_with_one_example_as_the_unit_dp_ftrl_and_continual_winnow_calibrate_as_
         person = KINDS["dp_ftrl"].parameters(config("dp_ftrl", {"horizon": 2000, "block": 10,
                                                                 "mechanism": mechanism}, k=1, dimension=4,
                                                     epsilon=3.0))
-        assert person == p
+        # a person's learner also releases the count of examples that reached it (for the
+        # private prior, learners/dp_ftrl.py): no privacy number changes with it
+        assert person.count_weight == person.prior_weight > 0
+        assert dataclasses.replace(person, count_weight=0.0) == p
     c = continual_winnow_parameters(epsilon=2.0, delta=1e-6, d=50, max_active=3, horizon=10_000, block=100)
     levels = tree_levels(100)
     assert c.sigma2 == calibrate_tree_sigma2(epsilon=2.0, delta=1e-6, levels=levels, sensitivity=c.sensitivity)
@@ -265,6 +270,56 @@ def test_a_persons_rows_share_a_block_and_blocks_stay_balanced():
     assert all((np.diff(b) > 0).all() for b in blocks)
     again = partition_units(keyed_permutation(RNG, "person-pred", 0, n), list(units), k)
     assert all((a == b).all() for a, b in zip(blocks, again))
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_no_block_holds_more_than_m_plus_c_minus_1_rows(seed):
+    """``largest_block``: a sample of at most k m rows, no person with more than c of them,
+    in any pattern (one heavy person first or last, many people of c rows, rows of their
+    own), is dealt to blocks of at most m + c - 1 rows; patterns built to fill one block
+    reach it."""
+    g = np.random.default_rng(seed)
+    k, m, c = int(g.integers(2, 30)), int(g.integers(1, 12)), int(g.integers(1, 40))
+    n = int(g.integers(0, k * m + 1))
+    sizes = []
+    while sum(sizes) < n:
+        sizes.append(int(min(g.integers(1, c + 1), n - sum(sizes))))
+    units = [f"{p:032x}" for p, size in enumerate(sizes) for _ in range(size)]
+    units = [units[i] for i in g.permutation(n)] if seed % 2 else units
+    if seed == 0 and n:
+        units[g.integers(n)] = None                        # a row of its own
+    blocks = partition_units(keyed_permutation(RNG, "largest", seed, n), units, k)
+    assert max(len(b) for b in blocks) <= largest_block(m, c)
+    # k m rows, c <= k: k m - c rows of their own dealt first leave a block of m - 1,
+    # which the one person of c rows, dealt last, fills to m + c - 1
+    c = min(c, k)
+    filled = partition_units(np.arange(k * m), [None] * (k * m - c) + ["f" * 32] * c, k)
+    assert max(len(b) for b in filled) == largest_block(m, c)
+
+
+def test_a_row_that_did_not_reach_the_learner_changes_no_other_rows_block():
+    """A refused row is dealt as a row of its own and left out of its block: the blocks are
+    those of the same sample with that row admitted under a unit of its own, without it
+    (so whether an example was refused changes its block alone)."""
+    n, k = 300, 20
+    units = [f"{int(p):032x}" for p in RNG.stream("person-tests", "taught", 0).below(60, size=n)]
+    perm = keyed_permutation(RNG, "taught", 0, n)
+    taught = [i != 17 for i in range(n)]
+    refused = partition_units(perm, units[:17] + [None] + units[18:], k, taught)
+    alone = partition_units(perm, units[:17] + ["e" * 32] + units[18:], k)
+    assert all(a.tolist() == [r for r in b.tolist() if r != 17] for a, b in zip(refused, alone))
+    assert 17 not in np.concatenate(refused).tolist()
+
+
+def test_an_intervals_predictor_whose_person_could_overfill_a_block_is_refused_with_the_largest_k():
+    """m + v_max + c - 1 points past INTERVAL_POINTS: refused in one line naming the largest
+    max_contributions that fits, which is accepted."""
+    def problem(c):
+        params = {"generator": "intervals", "k": 100, "m": 10, "v_max": 4}
+        return KINDS["predictor"].config_problem(config("predictor", params, k=c, dimension=1, epsilon=20.0))
+    assert problem(1000) is not None and "\n" not in problem(1000)
+    assert "lower max_contributions to at most 243" in problem(1000)
+    assert problem(243) is None and problem(244) is not None
 
 
 def test_without_units_the_partition_is_the_one_of_old():
