@@ -141,6 +141,7 @@ class WorkerApp:
         # the Kafka consumer on this loop unless asked otherwise (faust_seam.py), its
         # commits refused for want of a right logged, not fatal
         seam.use_consumer(app, in_loop=not consumer_thread, on_refused=self._commit_refused)
+        seam.bound_request_waits(app)    # a hung broker holds no write for long (faust_seam.py)
         seam.faster_commits()            # what to commit, found without a walk per offset
         self.log_name = prefix + MODEL_EVENTS
         self.names = {topic: prefix + topic for topic in (MODEL_EVENTS, *OUTPUTS)}

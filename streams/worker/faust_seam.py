@@ -60,6 +60,10 @@ What each part replaces, and why:
   task left on the thread's loop: here, the whole app's) does nothing.
 * **The outputs producer** (``new_producer``): faust's aiokafka driver builds it
   (``Producer._new_producer``), so it carries the app's producer settings.
+* **A producer's wait for a broker's answer** (``bound_request_waits``): every producer
+  the driver builds gets its connections' request timeout (``AIOKafkaClient.
+  _request_timeout_ms``) bounded apart from its batches' life, so that a hung broker
+  does not hold the worker's writes (the function says why).
 * **The aiokafka consumer and its fetcher** (``aiokafka_consumer``, ``set_fetch_wait``):
   the fetch waits (``Fetcher._fetch_max_wait_ms``, ``_fetch_min_bytes``,
   ``_fetcher_timeout``; streams/worker/tuning.py says why each value).
@@ -443,9 +447,41 @@ def assigned_actives(app) -> set:
 
 
 # ---------------------------------------------------------------- producer and consumer
+REQUEST_WAIT_MS = 30_000      # how long a producer waits for one broker's answer (below)
+
+
 def new_producer(app):
     """A new aiokafka producer with the app's producer settings (faust's driver builds it)."""
     return app.producer._new_producer()
+
+
+def bound_request_waits(app, wait_ms: int = REQUEST_WAIT_MS) -> None:
+    """Make every aiokafka producer of ``app`` (faust's own, which carries the table
+    changelogs, and the outputs producer, ``new_producer``) give up on a broker's answer
+    after ``wait_ms``, while its batches keep the app's ``producer_request_timeout``
+    (20 minutes) before they expire.
+
+    aiokafka uses one value for both (``request_timeout_ms``): a connection's wait for an
+    answer, and a batch's life. A broker that hangs (its process stopped, a network that
+    drops packets) holds a produce request for that long, and aiokafka sends a node no
+    other request meanwhile, so every batch of the partitions it led waited too: with one
+    of three nodes hung, the worker published nothing for as long as it hung (the
+    controller had moved its leaderships after ~10 s), up to 20 minutes
+    (tests/streams/broker_drill.py, node-hung). With its connections' wait bounded
+    (``AIOKafkaClient._request_timeout_ms``, read when a connection is made), a request
+    to the hung node fails after ``wait_ms``, aiokafka closes that connection, refreshes
+    its metadata and sends the batch again to the new leader, in order (one request in
+    flight per node). The batch lives on: shortening its life instead would drop a
+    changelog batch while a later one of the same partition is delivered, and a restore
+    would then mix newer and older state. A batch sent twice this way is an identical
+    duplicate, as a retry after a broken connection already was."""
+    class Producer(AIOKafkaDriverProducer):
+        def _new_producer(self, transactional_id=None):
+            producer = super()._new_producer(transactional_id)
+            producer.client._request_timeout_ms = wait_ms
+            return producer
+
+    app.transport.Producer = Producer
 
 
 def aiokafka_consumer(app):
@@ -836,6 +872,13 @@ def contract() -> list[str]:
     fetcher_source = inspect.getsource(Fetcher.__init__) + inspect.getsource(Fetcher)
     problems += [f"aiokafka Fetcher.{f} is gone" for f in _FETCHER_FIELDS
                  if f"self.{f}" not in fetcher_source]
+    from aiokafka.client import AIOKafkaClient
+    if inspect.getsource(AIOKafkaClient._get_conn).count("request_timeout_ms=self._request_timeout_ms") != 1:
+        problems.append("aiokafka AIOKafkaClient._get_conn no longer makes its connections with "
+                        "request_timeout_ms=self._request_timeout_ms")
+    from aiokafka.producer.producer import AIOKafkaProducer
+    if "self.client = AIOKafkaClient(" not in inspect.getsource(AIOKafkaProducer.__init__):
+        problems.append("aiokafka AIOKafkaProducer no longer keeps its client in self.client")
     from aiokafka.consumer.group_coordinator import GroupCoordinator
     coordination = inspect.getsource(GroupCoordinator)
     for name in ("self._pending_exception", "self._coordination_task", "def check_errors(self)"):

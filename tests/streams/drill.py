@@ -19,13 +19,11 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
 import subprocess
 import sys
 import tempfile
 import time
 import uuid
-from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -34,7 +32,8 @@ from aiokafka import AIOKafkaProducer
 from dpstream.mechanisms.randomness import KeyedRandomness
 from dpstream.streams.tools.embedded import EmbeddedRuntime
 
-from .kafka_helpers import KEY_HEX, ROOT, Worker, client_args, produce, read_all
+from .drill_checks import Checks, Published, Workers, interleaved, judge, replay
+from .kafka_helpers import KEY_HEX, client_args, produce, read_all
 from .workload import examples, models
 
 RATE = 150.0                 # examples per second while the workers come and go (the drill
@@ -43,70 +42,17 @@ RATE = 150.0                 # examples per second while the workers come and go
 
 @dataclass
 class Result:
-    missing: int = 0
-    extra: int = 0
-    conflicting: int = 0
-    duplicates: int = 0
-    dead_letters: int = 0
-    exited: list[str] = field(default_factory=list)
-    replay: str = ""
-    ledger_missing: int = 0
-    ledger_conflicting: int = 0
+    checks: Checks = field(default_factory=Checks)
     seconds: float = 0.0
     killed_in_rebalance: bool = False     # the last kill met a rebalance under way
 
     @property
     def ok(self) -> bool:
-        return (self.missing == self.extra == self.conflicting == self.dead_letters == 0
-                and self.ledger_missing == self.ledger_conflicting == 0 and self.killed_in_rebalance
-                and not self.exited and self.replay.startswith("OK"))
+        return self.checks.ok and self.killed_in_rebalance
 
     def line(self) -> str:
-        return (f"{'PASS' if self.ok else 'FAIL'}: predictions missing {self.missing}, extra "
-                f"{self.extra}, conflicting {self.conflicting}, identical duplicates "
-                f"{self.duplicates}; ledger missing {self.ledger_missing}, conflicting "
-                f"{self.ledger_conflicting}; dead letters {self.dead_letters}; workers that "
-                f"exited by themselves {self.exited or 0}; replay {self.replay or '?'}; kill "
-                f"during a rebalance {'yes' if self.killed_in_rebalance else 'NO (timed out)'}; "
-                f"{self.seconds:.0f} s")
-
-
-def interleaved(items: list[dict]) -> list[dict]:
-    """Round robin over models, each model's examples in their order (the embedded
-    runtime sees the same per-model order: one topic, one partition per model)."""
-    by_model: dict[str, list[dict]] = {}
-    for e in items:
-        by_model.setdefault(e["model_id"], []).append(e)
-    queues, out = [list(reversed(v)) for v in by_model.values()], []
-    while queues:
-        for q in queues:
-            out.append(q.pop())
-        queues = [q for q in queues if q]
-    return out
-
-
-def compare(got: list[dict], want: list[dict], drop=("source",)) -> tuple[int, int, int, int]:
-    """(missing, extra, conflicting, identical duplicates) of ``got`` against ``want``,
-    outputs keyed by (model, seq, charge index)."""
-    def keyed(values):
-        out, dups, conflicts = {}, 0, set()
-        for v in values:
-            k = (v["model_id"], v["seq"], v.get("charges"), v.get("mechanism"), v.get("window"))
-            body = {f: x for f, x in v.items() if f not in drop}
-            if k in out:
-                if out[k] == body:
-                    dups += 1
-                else:
-                    conflicts.add(k)
-            else:
-                out[k] = body
-        return out, dups, conflicts
-    g, dups, inner = keyed(got)
-    w, _, _ = keyed(want)
-    missing = sum(1 for k in w if k not in g)
-    extra = sum(1 for k in g if k not in w)
-    conflicting = len(inner | {k for k in g if k in w and g[k] != w[k]})
-    return missing, extra, conflicting, dups
+        return (f"{'PASS' if self.ok else 'FAIL'}: {self.checks.text()}; kill during a rebalance "
+                f"{'yes' if self.killed_in_rebalance else 'NO (timed out)'}; {self.seconds:.0f} s")
 
 
 class Busy:
@@ -134,39 +80,7 @@ class Drill:
         self.app_id = app_id or prefix + "app"
         self.worker_args = tuple(worker_args) + ("--app-id", self.app_id)
         self.replay_args, self.n, self.busy, self.say = tuple(replay_args), n, busy, log
-        self.workers: dict[str, Worker] = {}
-        self.expected_down: set[str] = set()
-        self.exited: list[str] = []
-
-    # ------------------------------------------------------------ workers
-    def worker(self, name: str) -> Worker:
-        if name not in self.workers:
-            self.workers[name] = Worker(self.bootstrap, self.prefix, self.tmp, name, args=self.worker_args)
-        return self.workers[name]
-
-    def check_alive(self) -> None:
-        for name, w in self.workers.items():
-            if name not in self.expected_down and w.proc is not None and w.proc.poll() is not None \
-                    and name not in self.exited:
-                self.exited.append(name)
-                self.say(f"  worker {name} exited by itself (code {w.proc.returncode})")
-
-    def start(self, name: str, wait: bool = True) -> None:
-        w = self.worker(name)
-        self.expected_down.discard(name)
-        if wait:
-            w.start(timeout=180)
-        else:                              # started in the background: Worker.start's command
-            import threading
-            threading.Thread(target=lambda: _start_quietly(w), daemon=True).start()
-
-    def kill(self, name: str) -> None:
-        self.expected_down.add(name)
-        self.workers[name].kill()
-
-    def stop(self, name: str) -> None:
-        self.expected_down.add(name)
-        self.workers[name].stop()
+        self.workers = Workers(bootstrap, prefix, tmp, args=self.worker_args, log=log)
 
     def rebalances(self, name: str) -> int:
         """How many rebalances worker ``name`` has seen start: its heartbeat refused because
@@ -198,8 +112,8 @@ class Drill:
         result = Result()
         inputs = interleaved(examples(self.n))
         self.say(f"drill: {len(inputs)} examples at {RATE:.0f}/s, prefix {self.prefix}, busy loops {self.busy}")
-        self.start("a")
-        self.start("b")
+        self.workers.start("a")
+        self.workers.start("b")
         asyncio.run(produce(self.admin, self.prefix + "models", models()))     # only an admin registers
         asyncio.run(read_all(self.admin, self.prefix + "model-events", until=len(models()), timeout=120))
         busy = Busy(self.busy)
@@ -207,26 +121,14 @@ class Drill:
             sent = asyncio.run(self._chaos(inputs, result))
         finally:
             busy.stop()
-        self.check_alive()
         inputs = inputs[:sent]
         rt = EmbeddedRuntime(KeyedRandomness(bytes.fromhex(KEY_HEX)))
         asyncio.run(rt.feed_all([("models", m) for m in models()] + [("examples", e) for e in inputs]))
-        want_preds, want_ledger = rt.outputs["predictions"], rt.outputs["ledger"]
-        preds = asyncio.run(read_all(self.admin, self.prefix + "predictions", until=len(want_preds),
-                                     timeout=600))
-        ledger = asyncio.run(read_all(self.admin, self.prefix + "ledger", idle=5))
-        rejected = asyncio.run(read_all(self.admin, self.prefix + "rejected", idle=3))
-        self.check_alive()
-        for name in list(self.workers):
-            if name not in self.expected_down:
-                self.stop(name)
-        result.missing, result.extra, result.conflicting, result.duplicates = compare(preds, want_preds)
-        result.ledger_missing, _, result.ledger_conflicting, _ = compare(ledger, want_ledger)
-        result.dead_letters = len(rejected)
-        if rejected:
-            self.say(f"  dead letters: {Counter(r.get('reason') for r in rejected).most_common(3)}")
-        result.exited = list(self.exited)
-        result.replay = self.replay()
+        checks = judge(Published(self.admin, self.prefix), rt.outputs, log=self.say)
+        self.workers.stop_all()
+        checks.exited = list(self.workers.exited)
+        checks.replay = replay(self.bootstrap, self.prefix, self.replay_args)
+        result.checks = checks
         result.seconds = time.monotonic() - began
         return result
 
@@ -246,30 +148,30 @@ class Drill:
             async def pause(seconds):
                 end = time.monotonic() + seconds
                 while time.monotonic() < end:
-                    self.check_alive()
+                    self.workers.check_alive()
                     await asyncio.sleep(0.5)
 
             await pause(step)
-            self.say("  kill -9 a");                        self.kill("a")
+            self.say("  kill -9 a");                        self.workers.kill("a")
             await pause(step)
-            self.say("  a rejoins");                        await asyncio.to_thread(self.start, "a")
+            self.say("  a rejoins");                        await asyncio.to_thread(self.workers.start, "a")
             await pause(step)
-            self.say("  b stops cleanly");                  await asyncio.to_thread(self.stop, "b")
+            self.say("  b stops cleanly");                  await asyncio.to_thread(self.workers.stop, "b")
             await pause(step)
-            self.say("  b rejoins");                        await asyncio.to_thread(self.start, "b")
+            self.say("  b rejoins");                        await asyncio.to_thread(self.workers.start, "b")
             await pause(step)
-            self.say("  a stops cleanly");                  await asyncio.to_thread(self.stop, "a")
+            self.say("  a stops cleanly");                  await asyncio.to_thread(self.workers.stop, "a")
             await pause(step / 2)
             before = self.rebalances("b")
             self.say("  a rejoins; b is killed in the rebalance it starts")
-            self.start("a", wait=False)
+            self.workers.start("a", wait=False)
             deadline = time.monotonic() + 120
             while self.rebalances("b") == before and time.monotonic() < deadline:
                 await asyncio.sleep(0.05)
             result.killed_in_rebalance = self.rebalances("b") > before
-            self.kill("b")
+            self.workers.kill("b")
             await pause(step)
-            self.say("  b rejoins");                        await asyncio.to_thread(self.start, "b")
+            self.say("  b rejoins");                        await asyncio.to_thread(self.workers.start, "b")
             await pause(step)
             done.set()
             return await sending
@@ -278,23 +180,6 @@ class Drill:
             if sending is not None and not sending.done():
                 sending.cancel()
             await producer.stop()
-
-    def replay(self) -> str:
-        env = {**os.environ, "PYTHONPATH": str(ROOT), "DPSTREAM_SECRET_KEY": KEY_HEX}
-        env.pop("DPSTREAM_KAFKA_CONFIG", None)
-        done = subprocess.run([sys.executable, "-m", "dpstream.streams.cli", "replay", "--broker", self.bootstrap,
-                               "--prefix", self.prefix, "--timeout", "5", *self.replay_args],
-                              cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
-        first = (done.stdout.strip().splitlines() or done.stderr.strip().splitlines() or ["(nothing)"])[0]
-        return ("OK" if done.returncode == 0 else f"FAILED (exit {done.returncode})") + f": {first[:160]}"
-
-
-def _start_quietly(w: Worker) -> None:
-    try:
-        w.start(timeout=180)
-    except Exception:              # noqa: BLE001 - judged by check_alive and the outputs
-        pass
-
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
