@@ -10,8 +10,19 @@ def rng() -> KeyedRandomness:
     return KeyedRandomness(TEST_KEY)
 
 
+# The session fixtures that start brokers of their own, each shared by the tests that ask
+# for it: under pytest-xdist (``-n N --dist loadgroup``, the README's test command) the
+# tests of one such fixture run in one worker process, so each starts once per run.
+SHARED_BROKERS = ("kafka_cluster", "secured_cluster", "secured")
+
+
 def pytest_collection_modifyitems(items):
-    """A test that asks for a broker is a Kafka test (``-m "not kafka"`` leaves it out)."""
+    """A test that asks for a broker is a Kafka test (``-m "not kafka"`` leaves it out); a
+    test that asks for a broker started by a session fixture joins that fixture's group."""
     for item in items:
-        if "kafka_bootstrap" in getattr(item, "fixturenames", ()):
+        names = getattr(item, "fixturenames", ())
+        if "kafka_bootstrap" in names:
             item.add_marker(pytest.mark.kafka)
+        shared = next((name for name in SHARED_BROKERS if name in names), None)
+        if shared is not None:
+            item.add_marker(pytest.mark.xdist_group(shared))
