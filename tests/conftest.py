@@ -16,6 +16,7 @@ def rng() -> KeyedRandomness:
 SHARED_BROKERS = ("kafka_cluster", "secured_cluster", "secured")
 
 
+@pytest.hookimpl(tryfirst=True)     # before pytest-xdist's, which reads xdist_group
 def pytest_collection_modifyitems(items):
     """A test that asks for a broker is a Kafka test (``-m "not kafka"`` leaves it out); a
     test that asks for a broker started by a session fixture joins that fixture's group."""
@@ -26,3 +27,4 @@ def pytest_collection_modifyitems(items):
         shared = next((name for name in SHARED_BROKERS if name in names), None)
         if shared is not None:
             item.add_marker(pytest.mark.xdist_group(shared))
+
