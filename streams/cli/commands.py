@@ -99,7 +99,7 @@ def _broker_call(kafka: Kafka, coro, doing: str = "talk to", passing: tuple = ()
     with client_errors() as logged:
         try:
             return asyncio.run(_honouring_cancel(coro))
-        except passing:
+        except (BrokenPipeError, *passing):       # the reader left (``| head``): main() says 141
             raise
         except Exception as err:          # noqa: BLE001 - one line, never a traceback
             failure = kafka.explain(err, doing, tuple(logged.messages))

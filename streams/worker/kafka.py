@@ -67,6 +67,9 @@ from .tls_refusal import tls_refusal
 
 DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
 PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
+# what the resolver says (glibc, musl, macOS) when a bootstrap host name has no address
+UNRESOLVED = re.compile(r"Name or service not known|Temporary failure in name resolution|"
+                        r"nodename nor servname|No address associated with hostname|Errno -[235]\]")
 MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
 KNOWN = {"bootstrap.servers", "security.protocol", "sasl.mechanism", "sasl.mechanisms",
          "sasl.username", "sasl.password", "sasl.jaas.config", "ssl.ca.location",
@@ -237,6 +240,7 @@ class Kafka:
         resource from the error). ``logged``: what aiokafka logged meanwhile (a failed
         bootstrap hides its cause there: ``client_errors``). Never a password or a payload."""
         import asyncio
+        import socket
         import ssl
 
         from aiokafka import errors as E
@@ -252,7 +256,8 @@ class Kafka:
             elif which and which not in doing:
                 doing = f"{doing} ({which})"
             return (f"not authorized: principal {self.principal} may not {doing} ({name}); an "
-                    "admin grants it with `dpstream acls --apply` (docs/deployment.md)")
+                    "admin grants it with `dpstream acls --apply` (docs/deployment.md), unless an "
+                    "ACL denies it on purpose (a DENY outweighs any grant: `kafka-acls.sh --list`)")
         refused = tls_refusal(self, causes, said)
         if refused:
             return f"{refused} ({name})"
@@ -274,6 +279,9 @@ class Kafka:
                             E.KafkaTimeoutError)) and _listener_mismatch(self.security_protocol, said):
             return (f"the broker at {self.bootstrap} answered but dropped the connection ({name}): "
                     f"{_listener_mismatch(self.security_protocol, said)}")
+        if any(isinstance(c, socket.gaierror) for c in causes) or UNRESOLVED.search(said):
+            return (f"cannot resolve a host name in {self.bootstrap} ({name}): check the host in "
+                    "bootstrap.servers, --bootstrap-server or DPSTREAM_KAFKA_BOOTSTRAP")
         if isinstance(err, (E.KafkaConnectionError, ConnectionError, OSError, asyncio.TimeoutError,
                             E.KafkaTimeoutError)):
             hint = (" (a plaintext client on a TLS listener? check security.protocol)"

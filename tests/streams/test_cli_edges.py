@@ -661,3 +661,30 @@ def test_the_no_label_line_reads_the_registration_in_force_not_the_first_in_the_
     err = capsys.readouterr().err
     assert "refused" in err and "starts once 1,200 labelled examples have arrived" in err
     assert "starts once 100 " not in err
+
+
+@pytest.mark.kafka
+def test_consume_into_head_stops_quietly_with_141(kafka_bootstrap, topic_prefix):
+    """``dpstream consume ... | head -n 1``: the reader leaves after one record and the
+    command ends as a tool killed by SIGPIPE does (141, nothing on stderr), as
+    kafka-console-consumer and kcat do. Before, its BrokenPipeError was taken for a broker
+    failure: exit 1, "cannot reach the Kafka broker ... (BrokenPipeError)"."""
+    import asyncio
+    import subprocess
+    import sys
+
+    from .kafka_helpers import create_topic, produce
+    topic = f"{topic_prefix}-predictions"
+    asyncio.run(create_topic(kafka_bootstrap, topic, 1))
+    # far beyond a pipe's buffer (64 KiB), so the writes after the reader left fail
+    asyncio.run(produce(kafka_bootstrap, topic, ({"model_id": "m", "seq": i, "pad": "x" * 200}
+                                                 for i in range(2000))))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DPSTREAM_")}
+    proc = subprocess.Popen([sys.executable, "-m", "dpstream.streams.cli", "consume", "--bootstrap-server",
+                             kafka_bootstrap, "--prefix", f"{topic_prefix}-", "--topic", "predictions",
+                             "--from-beginning", "--timeout", "60"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+    assert json.loads(proc.stdout.readline())["seq"] == 0
+    proc.stdout.close()                    # as `| head -n 1` does
+    err = proc.stderr.read().decode()
+    assert proc.wait(120) == 141 and err == "", err

@@ -129,6 +129,11 @@ def test_the_readme_runs_as_a_user_would(kafka_bootstrap, tmp_path):
     assert "dpstream worker ready" in done.stderr
     errors = [line for line in done.stderr.splitlines() if "[ERROR]" in line]
     assert errors == [], errors          # a fresh broker's start-up is not an error
+    # what the session leaves in a user's clone is ignored by git (.gitignore)
+    left = sorted(p.name + "/" * p.is_dir() for p in tmp_path.iterdir() if not p.is_symlink())
+    kept = subprocess.run(["git", "check-ignore", "--no-index", "--verbose", "--non-matching", *left],
+                          cwd=ROOT, capture_output=True, text=True).stdout
+    assert [line.split("\t")[-1] for line in kept.splitlines() if line.startswith("::")] == [], kept
 
 
 def free_port() -> int:

@@ -111,3 +111,27 @@ def test_each_failure_is_explained_in_one_line_without_secrets():
     assert "plaintext client on a TLS listener?" in plain.explain(E.KafkaConnectionError("x"), "talk to")
     refused = ('Unable connect to "b:9094": [Errno 111] Connect call failed',)   # nothing listens
     assert "TLS listener" not in plain.explain(E.KafkaConnectionError("x"), "talk to", refused)
+
+
+def test_a_host_name_that_does_not_resolve_is_named_as_such_not_as_a_broker_down():
+    """Before: "is it running? ... (a plaintext client on a TLS listener?)" for a typo in
+    the host name."""
+    import socket
+    k = Kafka("kafak.internal:9092")
+    said = ('Unable connect to "kafak.internal:9092": [Errno -2] Name or service not known',)
+    for line in (k.explain(E.KafkaConnectionError("x"), "talk to", said),
+                 k.explain(E.KafkaConnectionError("x"), "talk to",
+                           ('Unable connect to "kafak.internal:9092": [Errno -3] Temporary failure in name resolution',))):
+        assert line.startswith("cannot resolve a host name in kafak.internal:9092") and "running" not in line, line
+    err = E.KafkaConnectionError("x")
+    err.__cause__ = socket.gaierror(-2, "Name or service not known")
+    assert "cannot resolve" in k.explain(err, "talk to")
+    refused = ('Unable connect to "b:9094": [Errno 111] Connect call failed',)
+    assert "is it running?" in Kafka("b:9094").explain(E.KafkaConnectionError("x"), "talk to", refused)
+
+
+def test_a_refused_right_names_the_grant_and_that_a_deny_outweighs_it():
+    line = Kafka("b:9094", "SASL_SSL", "SCRAM-SHA-512", "querier", "pw").explain(
+        E.TopicAuthorizationFailedError({"p-examples"}), "Write topic {}")
+    assert "may not Write topic p-examples" in line and "dpstream acls --apply" in line
+    assert "a DENY outweighs any grant" in line
