@@ -19,7 +19,8 @@ SHARED_BROKERS = ("kafka_cluster", "secured_cluster", "secured")
 @pytest.hookimpl(tryfirst=True)     # before pytest-xdist's, which reads xdist_group
 def pytest_collection_modifyitems(items):
     """A test that asks for a broker is a Kafka test (``-m "not kafka"`` leaves it out); a
-    test that asks for a broker started by a session fixture joins that fixture's group."""
+    test that asks for a broker started by a session fixture joins that fixture's group;
+    the order is Kafka tests, slow tests, the rest (each in collection order)."""
     for item in items:
         names = getattr(item, "fixturenames", ())
         if "kafka_bootstrap" in names:
@@ -27,4 +28,9 @@ def pytest_collection_modifyitems(items):
         shared = next((name for name in SHARED_BROKERS if name in names), None)
         if shared is not None:
             item.add_marker(pytest.mark.xdist_group(shared))
+    # The Kafka tests first, then the slow ones: Kafka tests mostly wait (for workers to
+    # start, groups to rebalance, brokers to fail over), so under xdist the quick tests fill
+    # the cores beside them instead of the waits coming last, one after another.
+    items.sort(key=lambda item: (item.get_closest_marker("kafka") is None,
+                                 item.get_closest_marker("slow") is None))
 

@@ -1,4 +1,4 @@
-"""The README's test command spreads the suite over processes (pytest-xdist, ``-n 3
+"""The README's test command spreads the suite over processes (pytest-xdist, ``-n 4
 --dist loadgroup``), and the tests of a broker that a session fixture starts must share
 one process (tests/conftest.py ``SHARED_BROKERS``): else each process starts its own
 three-node cluster and secured broker on two cores. pytest 9.2 with pytest-xdist 3.8 drops

@@ -60,7 +60,7 @@ def test_the_readmes_test_command_is_the_one_ci_runs():
     """CI installs exactly what the README's test command installs (.ci/run copies it)."""
     command = block_under("README.md", "Set up", "bash", index=1).commands
     assert command == ["python3 -m venv .venv && .venv/bin/pip install -q -e '.[test]' && "
-                       "scripts/kafka.sh start && .venv/bin/python -m pytest -n 3"]
+                       "scripts/kafka.sh start && .venv/bin/python -m pytest -n 4"]
     assert command[0] in (ROOT / ".ci" / "run").read_text().splitlines()
 
 
