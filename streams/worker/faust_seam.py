@@ -447,7 +447,11 @@ def assigned_actives(app) -> set:
 
 
 # ---------------------------------------------------------------- producer and consumer
-REQUEST_WAIT_MS = 30_000      # how long a producer waits for one broker's answer (below)
+# How long a producer waits for one broker's answer (``bound_request_waits``): above what a
+# healthy leader may hold an acks=all write, waiting to drop a lagging follower from its ISR
+# (Kafka's replica.lag.time.max.ms, 30 s by default, plus its check interval), so that only
+# a broker that answers nothing gives it up; a hung one is fenced within ~10 s.
+REQUEST_WAIT_MS = 60_000
 
 
 def new_producer(app):
@@ -470,11 +474,16 @@ def bound_request_waits(app, wait_ms: int = REQUEST_WAIT_MS) -> None:
     (tests/streams/broker_drill.py, node-hung). With its connections' wait bounded
     (``AIOKafkaClient._request_timeout_ms``, read when a connection is made), a request
     to the hung node fails after ``wait_ms``, aiokafka closes that connection, refreshes
-    its metadata and sends the batch again to the new leader, in order (one request in
-    flight per node). The batch lives on: shortening its life instead would drop a
-    changelog batch while a later one of the same partition is delivered, and a restore
-    would then mix newer and older state. A batch sent twice this way is an identical
-    duplicate, as a retry after a broken connection already was."""
+    its metadata and sends the batch again to the new leader, in order (a partition with
+    a batch in flight takes no other, and a retried batch goes back to the head of its
+    queue). The batch lives on: shortening its life instead would drop a changelog batch
+    while a later one of the same partition is delivered, and a restore would then mix
+    newer and older state. The worker's producers are not idempotent (at-least-once:
+    faust turns idempotence on only for transactions), so a batch the hung broker had
+    written and is sent again is an identical duplicate, as a retry after a broken
+    connection already was; readers drop those. The same bound applies to a connection's
+    set-up and to a send's wait for a partition's metadata (then a retriable
+    UnknownTopicOrPartitionError, which the worker's batches retry, bulk.py)."""
     class Producer(AIOKafkaDriverProducer):
         def _new_producer(self, transactional_id=None):
             producer = super()._new_producer(transactional_id)

@@ -111,19 +111,22 @@ class Checks:
 
 def judge(published: "Published", want: dict[str, list[dict]], *, topics=("predictions", "ledger"),
           timeout: float = 600, log=print) -> Checks:
-    """Wait until the published predictions hold as many distinct outputs as ``want``'s
-    (the embedded runtime's outputs on the same inputs; at most ``timeout`` s), then read
-    each of ``topics`` and the dead letters to their ends and compare."""
+    """Wait until each of ``topics`` holds as many distinct outputs as ``want``'s (the
+    embedded runtime's outputs on the same inputs; at most ``timeout`` s in all: a topic
+    the worker writes in the same call as another may land a moment later), then compare
+    what each holds, and read the dead letters to their end."""
     deadline = time.monotonic() + timeout
-    while True:
-        got = asyncio.run(published.read("predictions", timeout=timeout))
-        if len({output_key(v.value) for v in got}) >= len(want["predictions"]) or time.monotonic() >= deadline:
-            break
-        time.sleep(1.0)
+    got = {}
+    for topic in topics:
+        while True:
+            got[topic] = asyncio.run(published.read(topic, timeout=timeout))
+            if len({output_key(v.value) for v in got[topic]}) >= len({output_key(w) for w in want.get(topic, [])}) \
+                    or time.monotonic() >= deadline:
+                break
+            time.sleep(1.0)
     checks = Checks()
     for topic in topics:
-        got = asyncio.run(published.read(topic, timeout=timeout))
-        checks.outputs[topic] = compare([r.value for r in got], want.get(topic, []))
+        checks.outputs[topic] = compare([r.value for r in got[topic]], want.get(topic, []))
     rejected = asyncio.run(published.read("rejected", timeout=timeout))
     checks.dead_letters = len(rejected)
     if rejected:
