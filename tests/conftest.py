@@ -28,7 +28,8 @@ def _uses_module_fixture(item) -> bool:
 def pytest_collection_modifyitems(items):
     """A test that asks for a broker is a Kafka test (``-m "not kafka"`` leaves it out); a
     test that asks for a broker started by a session fixture joins that fixture's group,
-    one that asks for a module-scoped fixture its module's group; the order is Kafka tests, slow tests, the rest (each in collection order)."""
+    one that asks for a module-scoped fixture its module's group. The order: Kafka tests,
+    slow tests, the rest (each in collection order)."""
     for item in items:
         names = getattr(item, "fixturenames", ())
         if "kafka_bootstrap" in names:
