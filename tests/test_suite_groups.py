@@ -2,7 +2,7 @@
 --dist loadgroup``), and the tests of a broker that a session fixture starts must share
 one process (tests/conftest.py ``SHARED_BROKERS``): else each process starts its own
 three-node cluster and secured broker on two cores. pytest 9.2 with pytest-xdist 3.8 drops
-the groups without a word (pytest-xdist's issue 1386), so this runs the suite's own
+the groups without a word (a known pytest-xdist bug), so this runs the suite's own
 conftest under xdist on tests that ask for those fixtures and checks where they ran."""
 import os
 import shutil

@@ -450,9 +450,9 @@ def assigned_actives(app) -> set:
 # How long a producer waits for one broker's answer (``bound_request_waits``). A healthy
 # leader may hold an acks=all write for up to Kafka's replica.lag.time.max.ms (30 s by
 # default) plus its check interval while it drops a lagging follower from its ISR; such a
-# request given up is sent again (an identical duplicate), nothing is lost. 60 s was tried:
-# with a hung node, 4 of 5 models then published nothing for 250 s (the broker drills'
-# node-hung); at 30 s every model went on within ~10-90 s in each run.
+# request given up is sent again (an identical duplicate), nothing is lost. A longer wait
+# stalls a hung node's partitions longer: at 60 s, 4 of 5 models published nothing for 250 s
+# in the broker drills' node-hung; at 30 s every model goes on within ~10-90 s.
 REQUEST_WAIT_MS = 30_000
 
 
